@@ -1,0 +1,91 @@
+// A Backend owns the model's flat buffers (parameters, gradients, optimizer state) in its own memory
+// (host for `seq` and `threads`, device for `cuda`) and computes, for a set of samples, the SUM of
+// their loss gradients. The trainer never touches the math; it only moves through epochs and steps.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cnn/dataset.hpp"
+#include "cnn/model.hpp"
+#include "cnn/optimizer.hpp"
+#include "cnn/phase_times.hpp"
+
+namespace cnn {
+
+enum class MemorySpace { kHost, kDevice };
+
+// Sums over samples; divide by count for means.
+struct BatchStats {
+  double loss_sum = 0.0;
+  std::int64_t correct = 0;
+  std::int64_t count = 0;
+
+  BatchStats& operator+=(const BatchStats& other) {
+    loss_sum += other.loss_sum;
+    correct += other.correct;
+    count += other.count;
+    return *this;
+  }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  // What the backend runs on, for the start-up line ("2 threads", "NVIDIA H100 80GB HBM3 (GPU 0)").
+  virtual std::string device_description() const = 0;
+  virtual MemorySpace memory_space() const = 0;
+
+  // Called once: keeps (or uploads) both splits as uint8. The backend may keep references.
+  virtual void bind_data(const Dataset& train, const Dataset& test) = 0;
+
+  // Host copies of the flat buffers, for initialisation, broadcast and checkpoints.
+  virtual void upload_params(const std::vector<float>& host) = 0;
+  virtual std::vector<float> download_params() = 0;
+  virtual void upload_optimizer_state(const std::vector<float>& host) = 0;
+  virtual std::vector<float> download_optimizer_state() = 0;
+
+  // The flat buffers in memory_space(), for the communicator.
+  virtual float* params() = 0;
+  virtual float* grads() = 0;
+
+  // The global order of this epoch; steps below index into it. (The cuda backend uploads it once
+  // per epoch, so nothing crosses PCIe per step.)
+  virtual void begin_epoch(const std::vector<std::int32_t>& permutation) = 0;
+
+  // grads() = SUM over samples permutation[first .. first+count) of d(loss)/d(params).
+  // count may be 0 (a rank with an empty slice), which writes zeros.
+  // The loss and correct count are added to the train stats (read with take_train_stats()).
+  virtual void compute_gradients(std::int64_t first, std::int64_t count) = 0;
+
+  // params -= optimizer step using grads() * grad_scale.
+  virtual void apply_update(const OptimizerSettings& settings, float grad_scale) = 0;
+
+  // Train stats accumulated since the last call (a device sync for cuda).
+  virtual BatchStats take_train_stats() = 0;
+
+  // Loss and correct count over test samples [first, first + count).
+  virtual BatchStats evaluate(std::int64_t first, std::int64_t count) = 0;
+
+  // Waits for queued work (cuda); timing brackets use it so phases are measured honestly.
+  virtual void synchronize() {}
+
+  // Seconds per phase (data, h2d, forward, backward, update) since the last call. The cuda backend
+  // measures with CUDA events, so reading it synchronises.
+  virtual PhaseTimes take_phase_times() { return {}; }
+};
+
+struct BackendOptions {
+  std::string kind;                 // seq | threads | cuda
+  int threads = 1;                  // for `threads`
+  int local_rank = 0;               // for `cuda`: device = local_rank % visible devices
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+};
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options, const SeedModel& model);
+
+}  // namespace cnn

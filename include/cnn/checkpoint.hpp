@@ -1,0 +1,98 @@
+// HDF5 checkpoints (format version 1) and the run directory that holds them.
+//
+// Layout (docs/CHECKPOINT.md):
+//   /                        attrs format="cnn_mpi-checkpoint", version=1, created, program_version
+//   /config                  attrs model, filters, input_shape, classes, global_batch, lr, optimizer,
+//                            momentum, seed, dataset, dataset_digest, train_samples
+//   /model/<layer>/<param>   float32, natural shape (e.g. /model/conv1/weight [d,1,3,3])
+//   /optimizer/<layer>/<param>/<state>   (momentum: "velocity"); attr step on /optimizer
+//   /progress                attrs epoch, step_in_epoch, global_step, samples_seen, world_size_at_save
+//   /rng                     attrs seed, sampler ("fisher-yates/mix64"), init ("uniform-fan-in/mix64")
+//   /metrics                 attrs train_loss, test_loss, test_accuracy
+// Every dataset carries a "checksum" attribute (FNV-1a 64 of its raw bytes), verified on load.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cnn/model.hpp"
+
+namespace cnn {
+
+inline constexpr const char* kCheckpointFormat = "cnn_mpi-checkpoint";
+inline constexpr int kCheckpointVersion = 1;
+
+struct CheckpointConfig {
+  std::string model;            // "seed"
+  int filters = 0;
+  TensorShape input;
+  int classes = 0;
+  std::int64_t global_batch = 0;
+  double lr = 0.0;
+  std::string optimizer;        // "sgd" | "momentum"
+  double momentum = 0.0;
+  std::uint64_t seed = 0;
+  std::string dataset;          // "fashion"
+  std::uint64_t dataset_digest = 0;
+  std::int64_t train_samples = 0;  // training images per epoch actually used
+};
+
+struct CheckpointProgress {
+  std::int64_t epoch = 0;          // epochs completed
+  std::int64_t step_in_epoch = 0;  // steps completed within the current (unfinished) epoch; 0 at a boundary
+  std::int64_t global_step = 0;
+  std::int64_t samples_seen = 0;
+  int world_size_at_save = 1;
+};
+
+struct CheckpointMetrics {
+  double train_loss = 0.0;
+  double test_loss = 0.0;
+  double test_accuracy = 0.0;
+};
+
+struct CheckpointState {
+  CheckpointConfig config;
+  CheckpointProgress progress;
+  CheckpointMetrics metrics;
+  std::vector<float> params;           // flat, laid out by the model's ParamLayout
+  std::vector<float> optimizer_state;  // flat, same layout, optimizer_state_per_param() copies
+  std::int64_t optimizer_step = 0;
+};
+
+// Writes `path` atomically: path + ".tmp", fsync, rename, fsync of the directory.
+// Throws IoError naming the file on any failure; the previous file at `path` is untouched then.
+void write_checkpoint(const std::string& path, const CheckpointState& state, const ParamLayout& layout);
+
+// Reads and validates: format name and version, every expected dataset present with the layout's
+// shape, every checksum. Throws InputError (content) or IoError (cannot open) naming the file.
+// The layout comes from the model the caller builds from the checkpoint's /config (read_checkpoint_config).
+CheckpointConfig read_checkpoint_config(const std::string& path);
+CheckpointState read_checkpoint(const std::string& path, const ParamLayout& layout);
+
+// The checkpoints of one run directory: RUN_DIR/checkpoints/ckpt-e<epoch>-s<global_step>.h5, plus a
+// `latest` file holding the newest one's name.
+class CheckpointDir {
+ public:
+  explicit CheckpointDir(std::string run_dir);
+
+  // Creates the directory if needed and proves it writable (creates and removes a probe file).
+  // Removes stale *.h5.tmp left by a killed writer. Throws IoError.
+  void prepare() const;
+
+  // Writes a new checkpoint, updates `latest`, then deletes the oldest beyond `keep` (keep >= 1).
+  // Returns the path written.
+  std::string save(const CheckpointState& state, const ParamLayout& layout, int keep) const;
+
+  // Checkpoints present, newest first (by global_step in the name, then mtime).
+  std::vector<std::string> list() const;
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string run_dir_;
+  std::string dir_;
+};
+
+}  // namespace cnn

@@ -1,0 +1,95 @@
+// Collective communication between ranks.
+//
+// MpiWorld owns MPI's lifetime and the host-side collectives the trainer needs for bookkeeping
+// (stats, timings, agreement on errors). A Communicator moves the gradient buffer: MpiCommunicator
+// on host memory, NcclCommunicator (kernels/) on device memory.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cnn/backend.hpp"
+
+namespace cnn {
+
+class MpiWorld {
+ public:
+  // MPI_Init_thread; works without mpirun (a singleton world of one rank). Sets MPI_ERRORS_RETURN on
+  // the world so failures reach CNN_CHECK_MPI, and splits a node-local communicator
+  // (MPI_COMM_TYPE_SHARED) for local_rank().
+  MpiWorld(int* argc, char*** argv);
+  ~MpiWorld();
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  const std::string& host() const { return host_; }
+  MPI_Comm comm() const { return MPI_COMM_WORLD; }
+
+  void barrier() const;
+  void allreduce_sum(double* values, int count) const;
+  void allreduce_sum(std::int64_t* values, int count) const;
+  double allreduce_max(double value) const;
+  double allreduce_min(double value) const;
+  int allreduce_max(int value) const;
+  int allreduce_min(int value) const;
+  void broadcast(void* data, std::int64_t bytes, int root = 0) const;
+  std::string broadcast_string(const std::string& value, int root = 0) const;
+  std::vector<double> gather_to_root(double value) const;  // size() values on rank 0, empty elsewhere
+
+  // Stops every rank at once; for failures that only this rank saw.
+  [[noreturn]] void abort(int exit_code) const;
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  std::string host_;
+  MPI_Comm local_comm_ = MPI_COMM_NULL;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;
+  // Where the buffers passed below must live.
+  virtual MemorySpace memory_space() const = 0;
+  // In place: every rank ends with the elementwise sum over ranks.
+  virtual void allreduce_sum(float* data, std::int64_t count) = 0;
+  virtual void broadcast(float* data, std::int64_t count, int root) = 0;
+  virtual void barrier() = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;
+};
+
+// MPI_Allreduce(MPI_SUM) on host memory.
+class MpiCommunicator : public Communicator {
+ public:
+  explicit MpiCommunicator(const MpiWorld& world) : world_(world) {}
+  std::string name() const override { return "MPI_Allreduce (host memory)"; }
+  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+  void allreduce_sum(float* data, std::int64_t count) override;
+  void broadcast(float* data, std::int64_t count, int root) override;
+  void barrier() override { world_.barrier(); }
+  int rank() const override { return world_.rank(); }
+  int size() const override { return world_.size(); }
+  int local_rank() const override { return world_.local_rank(); }
+
+ private:
+  const MpiWorld& world_;
+};
+
+// The communicator that suits the backend: MPI for host memory; for device memory NCCL when built
+// with it, otherwise MPI through host staging. The choice is printed by the trainer.
+std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend);
+
+}  // namespace cnn

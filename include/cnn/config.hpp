@@ -1,0 +1,49 @@
+// The resolved settings of one run. The CLI fills it, validates it, and rank 0 prints it once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cnn {
+
+// Where the default data set lives once Debian's dataset-fashion-mnist package is installed.
+inline constexpr const char* kDefaultFashionDir = "/usr/share/datasets/fashion-mnist";
+
+enum class Command { kTrain, kEval, kBench };
+
+struct TrainConfig {
+  Command command = Command::kTrain;
+
+  // Data
+  std::string data_dir = kDefaultFashionDir;
+  std::string dataset = "fashion";      // mnist | fashion
+  std::int64_t train_samples = 0;       // use only the first N training images (0: all)
+  std::int64_t test_samples = 0;        // evaluate only the first N test images (0: all)
+
+  // Model and optimisation
+  std::string model = "seed";
+  int filters = 32;
+  std::int64_t batch = 100;             // global batch, summed over all ranks
+  int epochs = 1;
+  double lr = 0.1;
+  std::string optimizer = "sgd";        // sgd | momentum
+  double momentum = 0.9;
+  std::uint64_t seed = 1;
+
+  // Execution
+  std::string device = "auto";          // cpu | gpu | auto
+  std::string backend;                  // seq | threads | cuda; empty: chosen from --device
+  int threads = 0;                      // threads per rank for `threads`; 0: all cores this rank may use
+
+  // Output
+  std::string out_dir;                  // empty: runs/<UTC timestamp>
+  bool quiet = false;
+
+  // Resolved at start-up, not options
+  int world_size = 1;
+};
+
+// One line per setting, "  name: value", for rank 0 to print once.
+std::string describe(const TrainConfig& config);
+
+}  // namespace cnn

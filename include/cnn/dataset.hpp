@@ -1,0 +1,38 @@
+// An image classification data set held as uint8 pixels, contiguous [N, C, H, W], so it can be
+// copied to a GPU in one call and gathered by index. Pixels are normalised (x / 255) only when a
+// batch is gathered.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cnn/model.hpp"
+
+namespace cnn {
+
+struct Dataset {
+  std::string name;                    // "fashion/train"
+  TensorShape shape;                   // of one image
+  std::vector<std::uint8_t> images;    // [count, C, H, W]
+  std::vector<std::uint8_t> labels;    // [count], each < classes
+  int classes = 10;
+
+  std::int64_t count() const { return static_cast<std::int64_t>(labels.size()); }
+  const std::uint8_t* image(std::int64_t i) const { return images.data() + i * shape.size(); }
+  // Keeps the first n samples (n <= count()).
+  void truncate(std::int64_t n);
+};
+
+struct DataSplits {
+  Dataset train;
+  Dataset test;
+  // FNV-1a over the label bytes and image bytes of both splits: identifies the data in checkpoints.
+  std::uint64_t digest() const;
+};
+
+// Loads train and test splits of --dataset from --data. The IDX names are the standard ones
+// (train-images-idx3-ubyte, ...), each found raw or as .gz. Throws IoError / InputError naming the file.
+DataSplits load_dataset(const std::string& dataset, const std::string& dir);
+
+}  // namespace cnn

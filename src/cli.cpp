@@ -1,0 +1,186 @@
+#include "cnn/cli.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <sstream>
+
+#include "cnn/errors.hpp"
+
+namespace cnn {
+
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw UsageError(message);
+}
+
+template <typename T>
+std::string str(T value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
+void validate(const TrainConfig& c) {
+  require(c.filters >= 1, "--filters must be at least 1 (got " + str(c.filters) + ")");
+  require(c.filters <= 4096, "--filters must be at most 4096 (got " + str(c.filters) + ")");
+  require(c.batch >= 1, "--batch must be at least 1 (got " + str(c.batch) + ")");
+  require(c.epochs >= 1, "--epochs must be at least 1 (got " + str(c.epochs) + ")");
+  require(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got " + str(c.lr) + ")");
+  require(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1,
+          "--momentum must be in [0, 1) (got " + str(c.momentum) + ")");
+  require(c.optimizer == "sgd" || c.optimizer == "momentum",
+          "--optimizer: unknown optimizer '" + c.optimizer + "' (available: sgd, momentum)");
+  require(c.dataset == "mnist" || c.dataset == "fashion",
+          "--dataset: unknown data set '" + c.dataset + "' (available: mnist, fashion)");
+  require(c.device == "cpu" || c.device == "gpu" || c.device == "auto",
+          "--device: unknown device '" + c.device + "' (available: cpu, gpu, auto)");
+  require(c.backend.empty() || c.backend == "seq" || c.backend == "threads" || c.backend == "cuda",
+          "--backend: unknown backend '" + c.backend + "' (available: seq, threads, cuda)");
+  if (!c.backend.empty() && c.device != "auto") {
+    const bool gpu_backend = c.backend == "cuda";
+    require(gpu_backend == (c.device == "gpu"),
+            "--backend " + c.backend + " does not run on --device " + c.device);
+  }
+  require(c.threads >= 0, "--threads must be at least 1, or 0 for automatic (got " + str(c.threads) + ")");
+  require(c.train_samples >= 0, "--train-samples must be 0 (all) or positive (got " + str(c.train_samples) + ")");
+  require(c.test_samples >= 0, "--test-samples must be 0 (all) or positive (got " + str(c.test_samples) + ")");
+}
+
+// Cores this process may run on (its affinity mask), which mpirun and srun narrow when they bind.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+// A positive integer from the environment, or 0 when unset or not a positive integer.
+int positive_env(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return 0;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  return (end != text && *end == '\0' && value > 0 && value < 100000) ? static_cast<int>(value) : 0;
+}
+
+std::string utc_timestamp() {
+  char buffer[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(buffer, sizeof(buffer), "%Y%m%d-%H%M%S", &utc);
+  return buffer;
+}
+
+}  // namespace
+
+CliResult parse_command_line(int argc, char** argv) {
+  CliResult result;
+  TrainConfig& c = result.config;
+  CLI::App app{"cnn_mpi: data-parallel CNN training over MPI ranks, on CPU cores or GPUs", "cnn_mpi"};
+  app.option_defaults()->always_capture_default();
+  app.set_version_flag("--version", std::string("cnn_mpi ") + CNN_VERSION);
+  app.fallthrough();  // options may follow the subcommand: `cnn_mpi train --epochs 2`
+  app.require_subcommand(0, 1);
+  app.add_subcommand("train", "train the model (the default)");
+
+  app.add_option("--data", c.data_dir, "directory holding the data set files")->group("Data");
+  app.add_option("--dataset", c.dataset, "data set format and name: mnist | fashion")->group("Data");
+  app.add_option("--train-samples", c.train_samples, "use only the first N training images (0: all)")->group("Data");
+  app.add_option("--test-samples", c.test_samples, "evaluate only the first N test images (0: all)")->group("Data");
+
+  app.add_option("--model", c.model, "model: seed (conv3x3:D relu maxpool2 fc:10)")->group("Model");
+  app.add_option("--filters", c.filters, "convolution filters D of the seed model")->group("Model");
+  app.add_option("--batch", c.batch, "GLOBAL batch size, split over all ranks")->group("Training");
+  app.add_option("--epochs", c.epochs, "epochs to train")->group("Training");
+  app.add_option("--lr", c.lr, "learning rate")->group("Training");
+  app.add_option("--optimizer", c.optimizer, "sgd | momentum")->group("Training");
+  app.add_option("--momentum", c.momentum, "momentum coefficient for --optimizer momentum")->group("Training");
+  app.add_option("--seed", c.seed, "seed of the initialisation and of the sample order")->group("Training");
+
+  app.add_option("--device", c.device, "cpu | gpu | auto (gpu when one is usable)")->group("Execution");
+  app.add_option("--backend", c.backend, "seq | threads | cuda (default: threads on cpu, cuda on gpu)")
+      ->group("Execution");
+  app.add_option("--threads", c.threads,
+                 "threads per rank for the threads backend (0: $SLURM_CPUS_PER_TASK, $OMP_NUM_THREADS, or the "
+                 "cores this rank may use)")
+      ->group("Execution");
+
+  app.add_option("--out", c.out_dir, "run directory for logs (default: runs/<UTC time>)")->group("Output");
+  app.add_flag("--quiet", c.quiet, "print only the settings and the final result")->group("Output");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    result.exit_now = 0;
+    result.text = app.help();
+    return result;
+  } catch (const CLI::CallForAllHelp&) {
+    result.exit_now = 0;
+    result.text = app.help("", CLI::AppFormatMode::All);
+    return result;
+  } catch (const CLI::CallForVersion&) {
+    result.exit_now = 0;
+    result.text = std::string("cnn_mpi ") + CNN_VERSION + "\n";
+    return result;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+  validate(c);
+  return result;
+}
+
+void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
+  c.world_size = world_size;
+  if (c.batch < world_size)
+    throw UsageError("--batch " + str(c.batch) + " is smaller than the number of ranks (" + str(world_size) +
+                     "): every rank needs at least one sample per global batch");
+  if (c.device == "auto") c.device = (c.backend == "cuda" || (c.backend.empty() && gpus > 0)) ? "gpu" : "cpu";
+  if (c.device == "gpu" && gpus == 0)
+    throw UsageError("--device gpu: no usable CUDA device" +
+                     std::string(gpus < 0 ? " (this build has no CUDA support)" : " (check CUDA_VISIBLE_DEVICES)"));
+  if (c.backend.empty()) c.backend = c.device == "gpu" ? "cuda" : "threads";
+  if (c.threads == 0) {
+    c.threads = positive_env("SLURM_CPUS_PER_TASK");
+    if (c.threads == 0) c.threads = positive_env("OMP_NUM_THREADS");
+    if (c.threads == 0) {
+      const int cores = usable_cores();
+      const auto online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+      // Unbound ranks on one node share its cores; a bound rank owns its mask.
+      c.threads = cores < online ? cores : std::max(1, online / std::max(1, local_size));
+    }
+  }
+  if (c.backend == "seq") c.threads = 1;
+  if (c.out_dir.empty()) c.out_dir = "runs/" + utc_timestamp();
+}
+
+std::string describe(const TrainConfig& c) {
+  std::ostringstream text;
+  text << "settings:\n"
+       << "  data: " << c.data_dir << " (" << c.dataset << ")\n"
+       << "  train_samples: " << (c.train_samples ? str(c.train_samples) : std::string("all")) << "\n"
+       << "  test_samples: " << (c.test_samples ? str(c.test_samples) : std::string("all")) << "\n"
+       << "  model: " << c.model << "\n"
+       << "  filters: " << c.filters << "\n"
+       << "  global_batch: " << c.batch << "\n"
+       << "  epochs: " << c.epochs << "\n"
+       << "  lr: " << c.lr << "\n"
+       << "  optimizer: " << c.optimizer;
+  if (c.optimizer == "momentum") text << " (momentum " << c.momentum << ")";
+  text << "\n"
+       << "  seed: " << c.seed << "\n"
+       << "  device: " << c.device << "\n"
+       << "  backend: " << c.backend << "\n"
+       << "  threads_per_rank: " << c.threads << "\n"
+       << "  ranks: " << c.world_size << "\n"
+       << "  out: " << c.out_dir << "\n";
+  return text.str();
+}
+
+}  // namespace cnn

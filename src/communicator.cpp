@@ -1,0 +1,122 @@
+#include "cnn/communicator.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "cnn/mpi_check.hpp"
+
+#ifdef CNN_HAVE_CUDA
+#include "cnn/cuda_backend.hpp"
+#endif
+
+namespace cnn {
+
+namespace {
+// MPI counts are int; larger buffers go in chunks of this many elements.
+constexpr std::int64_t kMaxMpiCount = INT_MAX / 2;
+}  // namespace
+
+MpiWorld::MpiWorld(int* argc, char*** argv) {
+  int provided = 0;
+  // FUNNELED: OpenMP threads compute, only the main thread calls MPI.
+  CNN_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  CNN_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  CNN_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  CNN_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  // Ranks that share memory share a node; the local rank picks the GPU.
+  CNN_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_));
+  CNN_CHECK_MPI(MPI_Comm_rank(local_comm_, &local_rank_));
+  CNN_CHECK_MPI(MPI_Comm_size(local_comm_, &local_size_));
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int length = 0;
+  CNN_CHECK_MPI(MPI_Get_processor_name(name, &length));
+  host_.assign(name, static_cast<std::size_t>(length));
+}
+
+MpiWorld::~MpiWorld() {
+  if (local_comm_ != MPI_COMM_NULL) MPI_Comm_free(&local_comm_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void MpiWorld::barrier() const { CNN_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
+
+void MpiWorld::allreduce_sum(double* values, int count) const {
+  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+}
+
+void MpiWorld::allreduce_sum(std::int64_t* values, int count) const {
+  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+}
+
+double MpiWorld::allreduce_max(double value) const {
+  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return value;
+}
+
+double MpiWorld::allreduce_min(double value) const {
+  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+  return value;
+}
+
+int MpiWorld::allreduce_max(int value) const {
+  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  return value;
+}
+
+int MpiWorld::allreduce_min(int value) const {
+  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  return value;
+}
+
+void MpiWorld::broadcast(void* data, std::int64_t bytes, int root) const {
+  auto* p = static_cast<char*>(data);
+  for (std::int64_t done = 0; done < bytes; done += kMaxMpiCount) {
+    const auto chunk = static_cast<int>(std::min(kMaxMpiCount, bytes - done));
+    CNN_CHECK_MPI(MPI_Bcast(p + done, chunk, MPI_BYTE, root, MPI_COMM_WORLD));
+  }
+}
+
+std::string MpiWorld::broadcast_string(const std::string& value, int root) const {
+  std::int64_t length = static_cast<std::int64_t>(value.size());
+  broadcast(&length, sizeof(length), root);
+  std::string result = rank_ == root ? value : std::string(static_cast<std::size_t>(length), '\0');
+  broadcast(result.data(), length, root);
+  return result;
+}
+
+std::vector<double> MpiWorld::gather_to_root(double value) const {
+  std::vector<double> all(rank_ == 0 ? static_cast<std::size_t>(size_) : 0);
+  CNN_CHECK_MPI(MPI_Gather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  return all;
+}
+
+void MpiWorld::abort(int exit_code) const {
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  _exit(exit_code);  // MPI_Abort should not return; never continue if it does
+}
+
+void MpiCommunicator::allreduce_sum(float* data, std::int64_t count) {
+  for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
+    const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
+    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data + done, chunk, MPI_FLOAT, MPI_SUM, world_.comm()));
+  }
+}
+
+void MpiCommunicator::broadcast(float* data, std::int64_t count, int root) {
+  world_.broadcast(data, count * static_cast<std::int64_t>(sizeof(float)), root);
+}
+
+std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend) {
+  if (backend.memory_space() == MemorySpace::kHost) return std::make_unique<MpiCommunicator>(world);
+#ifdef CNN_HAVE_CUDA
+  return make_device_communicator(world, backend);
+#else
+  throw Error(ExitCode::kFailure, "a device-memory backend in a build without CUDA");
+#endif
+}
+
+}  // namespace cnn

@@ -1,0 +1,104 @@
+#include "fsync_util.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+
+#include "cnn/errors.hpp"
+
+namespace cnn::fsutil {
+namespace {
+
+constexpr mode_t kNewFileMode = 0644;
+constexpr std::size_t kErrorTextCapacity = 256;
+
+[[noreturn]] void fail(const std::string& path, const char* what, int err) {
+  throw IoError(path + ": " + what + ": " + errno_text(err));
+}
+
+// Closes `fd`; a close error after a successful fsync still means the data may be lost (NFS).
+void close_checked(int fd, const std::string& path) {
+  if (::close(fd) != 0) fail(path, "close failed", errno);
+}
+
+void fsync_opened(const std::string& path, int open_flags, const char* what) {
+  const int fd = ::open(path.c_str(), open_flags | O_CLOEXEC);
+  if (fd < 0) fail(path, what, errno);
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);  // the fsync error is the one worth reporting
+    fail(path, "fsync failed", err);
+  }
+  close_checked(fd, path);
+}
+
+}  // namespace
+
+std::string errno_text(int err) {
+  char buffer[kErrorTextCapacity] = {0};
+  // GNU strerror_r may return a static string instead of filling the buffer; the XSI one returns int.
+  const auto result = ::strerror_r(err, buffer, sizeof(buffer));
+  if constexpr (std::is_same_v<decltype(result), char* const>) {
+    return result != nullptr ? std::string(result) : "errno " + std::to_string(err);
+  } else {
+    return result == 0 ? std::string(buffer) : "errno " + std::to_string(err);
+  }
+}
+
+std::string parent_dir(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+void fsync_file(const std::string& path) { fsync_opened(path, O_RDONLY, "cannot open to fsync"); }
+
+void fsync_directory(const std::string& dir) {
+  fsync_opened(dir, O_RDONLY | O_DIRECTORY, "cannot open directory to fsync");
+}
+
+void rename_durably(const std::string& from, const std::string& to) {
+  fsync_file(from);
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    const int err = errno;
+    throw IoError(to + ": cannot rename " + from + " over it: " + errno_text(err));
+  }
+  fsync_directory(parent_dir(to));
+}
+
+void write_text_durably(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  try {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kNewFileMode);
+    if (fd < 0) fail(tmp, "cannot create", errno);
+    std::size_t written = 0;
+    while (written < text.size()) {
+      const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        ::close(fd);
+        fail(tmp, "write failed", err);
+      }
+      written += static_cast<std::size_t>(n);
+    }
+    close_checked(fd, tmp);
+    rename_durably(tmp, path);
+  } catch (...) {
+    remove_if_present(tmp);  // best effort: the first error is the one to report
+    throw;
+  }
+}
+
+int remove_if_present(const std::string& path) {
+  if (::unlink(path.c_str()) == 0 || errno == ENOENT) return 0;
+  return errno;
+}
+
+}  // namespace cnn::fsutil

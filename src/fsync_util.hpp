@@ -1,0 +1,32 @@
+// Durable file replacement on POSIX: a reader sees either the old file or the complete new one,
+// never a partial one, even after a crash or power loss. rename(2) alone is atomic but not durable:
+// the data must be fsynced before the rename, and the directory entry after it.
+#pragma once
+
+#include <string>
+
+namespace cnn::fsutil {
+
+// strerror(err), thread-safe.
+std::string errno_text(int err);
+
+// The directory holding `path` ("." for a bare name).
+std::string parent_dir(const std::string& path);
+
+// Opens `path` read-only and fsyncs it. Throws IoError naming the path.
+void fsync_file(const std::string& path);
+
+// fsyncs a directory, so that a rename or unlink inside it survives a crash. Throws IoError.
+void fsync_directory(const std::string& dir);
+
+// fsync(from), rename(from, to), fsync(directory of to). Throws IoError; `to` is untouched then.
+void rename_durably(const std::string& from, const std::string& to);
+
+// Writes `text` to path + ".tmp" and renames it durably over `path`. Throws IoError; on failure the
+// temporary is removed and `path` is untouched.
+void write_text_durably(const std::string& path, const std::string& text);
+
+// unlink(2) that treats "already gone" as success. Returns 0 or the errno of the failure.
+int remove_if_present(const std::string& path);
+
+}  // namespace cnn::fsutil

@@ -1,0 +1,454 @@
+// HDF5 checkpoints: bitwise round trips, one clear error for each kind of bad file (and the file left
+// as it was), readability by h5py, and the write time. The run directory: test_checkpoint_dir.cpp.
+#define BOOST_TEST_MODULE checkpoint
+#include "boost_test.hpp"
+
+#include <hdf5.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "cnn/checkpoint.hpp"
+#include "cnn/errors.hpp"
+#include "cnn/model.hpp"
+#include "cnn/rng.hpp"
+
+namespace fs = std::filesystem;
+using namespace cnn;
+
+namespace {
+
+constexpr int kFilters = 32;
+constexpr int kBenchFilters = 256;  // the paper's largest model: ~435k parameters
+constexpr int kBenchRepeats = 5;
+
+SeedModel seed_model(int filters) { return SeedModel{{1, 28, 28}, 3, filters, 10}; }
+
+// A fresh directory per test, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "cnn_ckpt_XXXXXX").string();
+    BOOST_REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+// Arbitrary but reproducible bit patterns, including negative values and tiny exponents.
+void fill(std::vector<float>& values, std::uint64_t key) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = (draw_unit_float(key, i) - 0.5f) * static_cast<float>(1 + i % 7) * 1e-3f;
+  }
+}
+
+CheckpointState make_state(const ParamLayout& layout, const std::string& optimizer, int filters) {
+  CheckpointState state;
+  state.config = {"seed", filters, {1, 28, 28}, 10, 1000, 0.1, optimizer, 0.9, 42, "fashion",
+                  0xfedcba9876543210ULL, 60000};
+  state.progress = {3, 17, 197, 197000, 4};
+  state.metrics = {0.4321, 0.5123, 0.8765};
+  state.optimizer_step = 197;
+  state.params.resize(static_cast<std::size_t>(layout.total()));
+  fill(state.params, 1);
+  const std::size_t copies = optimizer == "sgd" ? 0 : optimizer == "momentum" ? 1 : 2;
+  state.optimizer_state.resize(copies * state.params.size());
+  fill(state.optimizer_state, 2);
+  return state;
+}
+
+std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  BOOST_REQUIRE(out.good());
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  // memcmp, not ==: NaN payloads and the sign of zero count too. Empty vectors may have null data().
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// Runs `call`, which must throw E whose message names `path` and contains `expected`, and must leave
+// `path` as it was: byte for byte for a file, present or absent for anything else.
+template <class E, class Call>
+void expect_failure(const std::string& path, const std::string& expected, Call call) {
+  const bool existed = fs::exists(path);
+  const bool is_file = fs::is_regular_file(path);
+  const std::vector<char> before = is_file ? file_bytes(path) : std::vector<char>{};
+  bool thrown = false;
+  try {
+    call();
+  } catch (const E& e) {
+    thrown = true;
+    const std::string message = e.what();
+    BOOST_TEST_MESSAGE("  error: " << message);
+    BOOST_CHECK_MESSAGE(message.find(expected) != std::string::npos, "'" << message << "' lacks '" << expected << "'");
+    BOOST_CHECK_MESSAGE(message.find(path) != std::string::npos, "'" << message << "' does not name " << path);
+    BOOST_CHECK_MESSAGE(message.find('\n') == std::string::npos, "message is not one line");
+  }
+  BOOST_CHECK_MESSAGE(thrown, "expected an exception with '" << expected << "'");
+  BOOST_CHECK_EQUAL(fs::exists(path), existed);
+  if (is_file) BOOST_CHECK_MESSAGE(file_bytes(path) == before, path << " was modified");
+}
+
+// ---- independent edits with the raw HDF5 API, to damage files the way the world does -------------
+
+void edit_file(const std::string& path, void (*edit)(hid_t file)) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  BOOST_REQUIRE(file >= 0);
+  edit(file);
+  BOOST_REQUIRE(H5Fclose(file) >= 0);
+}
+
+void replace_root_attr(hid_t file, const char* name, hid_t type, const void* value) {
+  BOOST_REQUIRE(H5Adelete(file, name) >= 0);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  BOOST_REQUIRE(attr >= 0);
+  BOOST_REQUIRE(H5Awrite(attr, type, value) >= 0);
+  H5Aclose(attr);
+  H5Sclose(space);
+}
+
+void set_wrong_format(hid_t file) {
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  const char* value = "something-else";
+  replace_root_attr(file, "format", type, &value);
+  H5Tclose(type);
+}
+
+void set_future_version(hid_t file) {
+  const std::int64_t version = kCheckpointVersion + 1;
+  replace_root_attr(file, "version", H5T_NATIVE_INT64, &version);
+}
+
+// h5py writes np.bytes_ values as fixed-length, space- or NUL-padded strings.
+void make_model_name_fixed_length(hid_t file) {
+  const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
+  BOOST_REQUIRE(H5Adelete(config, "model") >= 0);
+  const char padded[8] = {'s', 'e', 'e', 'd', ' ', ' ', ' ', ' '};
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, sizeof(padded));
+  H5Tset_strpad(type, H5T_STR_SPACEPAD);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(config, "model", type, space, H5P_DEFAULT, H5P_DEFAULT);
+  BOOST_REQUIRE(attr >= 0);
+  BOOST_REQUIRE(H5Awrite(attr, type, padded) >= 0);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Gclose(config);
+}
+
+void delete_fc_weight(hid_t file) { BOOST_REQUIRE(H5Ldelete(file, "/model/fc/weight", H5P_DEFAULT) >= 0); }
+
+void delete_epoch_attr(hid_t file) { BOOST_REQUIRE(H5Adelete_by_name(file, "/progress", "epoch", H5P_DEFAULT) >= 0); }
+
+void make_conv_bias_double(hid_t file) {
+  BOOST_REQUIRE(H5Ldelete(file, "/model/conv1/bias", H5P_DEFAULT) >= 0);
+  const hsize_t dims[1] = {kFilters};
+  const hid_t space = H5Screate_simple(1, dims, nullptr);
+  const hid_t dataset = H5Dcreate2(file, "/model/conv1/bias", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                   H5P_DEFAULT);
+  BOOST_REQUIRE(dataset >= 0);
+  H5Dclose(dataset);
+  H5Sclose(space);
+}
+
+// File offset of a contiguous dataset's raw data, found independently of our reader.
+haddr_t data_offset(const std::string& path, const char* dataset_path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t dataset = H5Dopen2(file, dataset_path, H5P_DEFAULT);
+  const haddr_t offset = H5Dget_offset(dataset);
+  H5Dclose(dataset);
+  H5Fclose(file);
+  return offset;
+}
+
+// An interpreter with h5py, or "" (tests using it then skip with a message). The pyenv python3 first
+// on PATH may lack it while the Debian one has it.
+std::string python_with_h5py() {
+  for (const std::string python : {"python3", "/usr/bin/python3"}) {
+    if (std::system((python + " -c 'import h5py' >/dev/null 2>&1").c_str()) == 0) return python;
+  }
+  return "";
+}
+
+struct Fixture {
+  TempDir tmp;
+  ParamLayout layout = seed_model(kFilters).layout();
+  std::string path = tmp / "ckpt.h5";
+};
+
+}  // namespace
+
+// ---- round trips --------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(round_trip)
+
+void check_round_trip(const std::string& optimizer) {
+  Fixture f;
+  const CheckpointState saved = make_state(f.layout, optimizer, kFilters);
+  write_checkpoint(f.path, saved, f.layout);
+  BOOST_CHECK(!fs::exists(f.path + ".tmp"));
+
+  const CheckpointConfig config = read_checkpoint_config(f.path);
+  BOOST_CHECK_EQUAL(config.filters, kFilters);
+  BOOST_CHECK_EQUAL(config.optimizer, optimizer);
+
+  const CheckpointState loaded = read_checkpoint(f.path, f.layout);
+  BOOST_CHECK(bitwise_equal(loaded.params, saved.params));
+  BOOST_CHECK(bitwise_equal(loaded.optimizer_state, saved.optimizer_state));
+  BOOST_CHECK_EQUAL(loaded.optimizer_state.size(), saved.optimizer_state.size());
+  BOOST_CHECK_EQUAL(loaded.optimizer_step, saved.optimizer_step);
+
+  const CheckpointConfig& a = loaded.config;
+  const CheckpointConfig& b = saved.config;
+  BOOST_CHECK_EQUAL(a.model, b.model);
+  BOOST_CHECK_EQUAL(a.filters, b.filters);
+  BOOST_CHECK_EQUAL(a.input.channels, b.input.channels);
+  BOOST_CHECK_EQUAL(a.input.height, b.input.height);
+  BOOST_CHECK_EQUAL(a.input.width, b.input.width);
+  BOOST_CHECK_EQUAL(a.classes, b.classes);
+  BOOST_CHECK_EQUAL(a.global_batch, b.global_batch);
+  BOOST_CHECK_EQUAL(a.lr, b.lr);  // doubles stored as doubles: exact
+  BOOST_CHECK_EQUAL(a.optimizer, b.optimizer);
+  BOOST_CHECK_EQUAL(a.momentum, b.momentum);
+  BOOST_CHECK_EQUAL(a.seed, b.seed);
+  BOOST_CHECK_EQUAL(a.dataset, b.dataset);
+  BOOST_CHECK_EQUAL(a.dataset_digest, b.dataset_digest);
+  BOOST_CHECK_EQUAL(a.train_samples, b.train_samples);
+
+  BOOST_CHECK_EQUAL(loaded.progress.epoch, saved.progress.epoch);
+  BOOST_CHECK_EQUAL(loaded.progress.step_in_epoch, saved.progress.step_in_epoch);
+  BOOST_CHECK_EQUAL(loaded.progress.global_step, saved.progress.global_step);
+  BOOST_CHECK_EQUAL(loaded.progress.samples_seen, saved.progress.samples_seen);
+  BOOST_CHECK_EQUAL(loaded.progress.world_size_at_save, saved.progress.world_size_at_save);
+  BOOST_CHECK_EQUAL(loaded.metrics.train_loss, saved.metrics.train_loss);
+  BOOST_CHECK_EQUAL(loaded.metrics.test_loss, saved.metrics.test_loss);
+  BOOST_CHECK_EQUAL(loaded.metrics.test_accuracy, saved.metrics.test_accuracy);
+}
+
+BOOST_AUTO_TEST_CASE(sgd_is_bitwise) { check_round_trip("sgd"); }
+BOOST_AUTO_TEST_CASE(momentum_is_bitwise) { check_round_trip("momentum"); }
+BOOST_AUTO_TEST_CASE(adam_two_states_is_bitwise) { check_round_trip("adam"); }
+
+BOOST_AUTO_TEST_CASE(same_state_gives_same_data_bytes) {
+  // Bitwise-identical runs must give identical parameter bytes on disk (only `created` may differ).
+  Fixture f;
+  const CheckpointState state = make_state(f.layout, "momentum", kFilters);
+  write_checkpoint(f.path, state, f.layout);
+  const std::vector<char> first = file_bytes(f.path);
+  write_checkpoint(f.path, state, f.layout);
+  const std::vector<char> second = file_bytes(f.path);
+  BOOST_REQUIRE_EQUAL(first.size(), second.size());
+  const haddr_t offset = data_offset(f.path, "/model/fc/weight");
+  const std::size_t bytes = f.layout.find("fc.weight").size * sizeof(float);
+  BOOST_CHECK(std::equal(first.begin() + offset, first.begin() + offset + bytes, second.begin() + offset));
+}
+
+BOOST_AUTO_TEST_CASE(fixed_length_strings_are_accepted) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  edit_file(f.path, make_model_name_fixed_length);
+  BOOST_CHECK_EQUAL(read_checkpoint_config(f.path).model, "seed");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- bad input: each one clear error, file untouched ----------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(bad_input)
+
+BOOST_AUTO_TEST_CASE(missing_file_is_io_error) {
+  Fixture f;
+  expect_failure<IoError>(f.path, "No such file", [&] { read_checkpoint(f.path, f.layout); });
+  expect_failure<IoError>(f.path, "No such file", [&] { read_checkpoint_config(f.path); });
+}
+
+BOOST_AUTO_TEST_CASE(text_file_is_not_hdf5) {
+  Fixture f;
+  std::ofstream(f.path) << "epoch,loss\n1,0.5\n";
+  expect_failure<InputError>(f.path, "not an HDF5 file", [&] { read_checkpoint(f.path, f.layout); });
+}
+
+BOOST_AUTO_TEST_CASE(wrong_format_name) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  edit_file(f.path, set_wrong_format);
+  expect_failure<InputError>(f.path, "not a cnn_mpi checkpoint (format is 'something-else'",
+                             [&] { read_checkpoint_config(f.path); });
+}
+
+BOOST_AUTO_TEST_CASE(unsupported_version_says_found_and_expected) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  edit_file(f.path, set_future_version);
+  expect_failure<InputError>(f.path, "unsupported checkpoint version 2 (this program reads version 1)",
+                             [&] { read_checkpoint(f.path, f.layout); });
+}
+
+BOOST_AUTO_TEST_CASE(truncated_file) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout);
+  std::vector<char> bytes = file_bytes(f.path);
+  bytes.resize(bytes.size() / 2);
+  write_bytes(f.path, bytes);
+  expect_failure<InputError>(f.path, "cannot be read as HDF5 (truncated or corrupt?)",
+                             [&] { read_checkpoint(f.path, f.layout); });
+}
+
+BOOST_AUTO_TEST_CASE(flipped_bytes_caught_by_checksum) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout);
+  const haddr_t offset = data_offset(f.path, "/model/fc/weight");
+  BOOST_REQUIRE(offset != HADDR_UNDEF);
+  std::vector<char> bytes = file_bytes(f.path);
+  const std::size_t middle = offset + f.layout.find("fc.weight").size * sizeof(float) / 2;
+  BOOST_REQUIRE(middle + 2 < bytes.size());
+  bytes[middle] ^= 0x5a;
+  bytes[middle + 1] ^= 0x01;
+  write_bytes(f.path, bytes);
+  expect_failure<InputError>(f.path, "checksum mismatch in /model/fc/weight (file corrupted?)",
+                             [&] { read_checkpoint(f.path, f.layout); });
+}
+
+BOOST_AUTO_TEST_CASE(missing_dataset) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  edit_file(f.path, delete_fc_weight);
+  // The config alone is still readable: the caller needs it to build the layout.
+  BOOST_CHECK_EQUAL(read_checkpoint_config(f.path).filters, kFilters);
+  expect_failure<InputError>(f.path, "missing dataset /model/fc/weight", [&] { read_checkpoint(f.path, f.layout); });
+}
+
+BOOST_AUTO_TEST_CASE(missing_attribute) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  edit_file(f.path, delete_epoch_attr);
+  expect_failure<InputError>(f.path, "missing attribute 'epoch' on /progress",
+                             [&] { read_checkpoint(f.path, f.layout); });
+}
+
+BOOST_AUTO_TEST_CASE(wrong_shape) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  const ParamLayout smaller = seed_model(kFilters / 2).layout();
+  expect_failure<InputError>(f.path, "/model/conv1/weight has shape [32,1,3,3], expected [16,1,3,3]",
+                             [&] { read_checkpoint(f.path, smaller); });
+}
+
+BOOST_AUTO_TEST_CASE(wrong_datatype) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  edit_file(f.path, make_conv_bias_double);
+  expect_failure<InputError>(f.path, "wrong datatype: /model/conv1/bias", [&] { read_checkpoint(f.path, f.layout); });
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- writing failures ---------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(write_failure)
+
+BOOST_AUTO_TEST_CASE(failed_write_leaves_previous_checkpoint) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  // A directory where the temporary must go makes H5Fcreate fail, whoever runs the test.
+  fs::create_directory(f.path + ".tmp");
+  expect_failure<IoError>(f.path + ".tmp", "H5Fcreate",
+                          [&] { write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout); });
+  BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).config.optimizer, "sgd");
+}
+
+BOOST_AUTO_TEST_CASE(missing_directory_is_io_error) {
+  Fixture f;
+  const std::string path = f.tmp / "no/such/dir/ckpt.h5";
+  expect_failure<IoError>(path + ".tmp", "No such file",
+                          [&] { write_checkpoint(path, make_state(f.layout, "sgd", kFilters), f.layout); });
+}
+
+BOOST_AUTO_TEST_CASE(buffers_not_matching_the_layout_are_a_bug) {
+  Fixture f;
+  CheckpointState state = make_state(f.layout, "momentum", kFilters);
+  state.optimizer_state.pop_back();
+  BOOST_CHECK_THROW(write_checkpoint(f.path, state, f.layout), Error);
+  BOOST_CHECK(!fs::exists(f.path));
+  BOOST_CHECK(!fs::exists(f.path + ".tmp"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- interoperability and speed ---------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(readable_by_h5py_with_the_same_checksum) {
+  const std::string python = python_with_h5py();
+  if (python.empty()) {
+    BOOST_TEST_MESSAGE("skipped: no python3 with h5py");
+    return;
+  }
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout);
+  // Recomputes FNV-1a 64 in Python: an independent check of the documented checksum definition.
+  const std::string script =
+      "import sys, h5py, numpy as np\n"
+      "f = h5py.File(sys.argv[1], 'r')\n"
+      "w = f['/model/conv1/weight']\n"
+      "print('h5py: /model/conv1/weight shape', w.shape, 'format', f.attrs['format'])\n"
+      "assert w.shape == (32, 1, 3, 3) and w.dtype == np.float32\n"
+      "assert f.attrs['format'] == 'cnn_mpi-checkpoint' and f['/config'].attrs['optimizer'] == 'momentum'\n"
+      "for path in ('/model/fc/bias', '/optimizer/conv1/bias/velocity'):\n"
+      "    h = 0xcbf29ce484222325\n"
+      "    for b in f[path][()].astype('<f4').tobytes():\n"
+      "        h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff\n"
+      "    assert h == int(f[path].attrs['checksum']), path\n";
+  const std::string script_path = f.tmp / "check.py";
+  std::ofstream(script_path) << script;
+  const int status = std::system((python + " " + script_path + " " + f.path).c_str());
+  BOOST_CHECK_EQUAL(status, 0);
+  if (std::system("command -v h5dump >/dev/null 2>&1") == 0) {
+    BOOST_CHECK_EQUAL(std::system(("h5dump -H " + f.path + " >/dev/null").c_str()), 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(write_time_d256_with_fsync) {
+  TempDir tmp;
+  const ParamLayout layout = seed_model(kBenchFilters).layout();
+  const CheckpointState state = make_state(layout, "momentum", kBenchFilters);
+  const std::string path = tmp / "ckpt-d256.h5";
+  std::vector<double> ms;
+  for (int i = 0; i < kBenchRepeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    write_checkpoint(path, state, layout);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  const auto start = std::chrono::steady_clock::now();
+  const CheckpointState loaded = read_checkpoint(path, layout);
+  const double read_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  BOOST_CHECK(bitwise_equal(loaded.params, state.params));
+  BOOST_TEST_MESSAGE("d=256 momentum checkpoint: " << layout.total() << " params + " << layout.total()
+                     << " velocity floats, file " << fs::file_size(path) << " bytes; write+fsync median "
+                     << ms[ms.size() / 2] << " ms (min " << ms.front() << ", max " << ms.back() << ", "
+                     << kBenchRepeats << " runs); read+verify " << read_ms << " ms");
+}
