@@ -11,11 +11,9 @@ packages=(
   libboost-test-dev                       # Boost.Test (compiled library)
   zlib1g-dev                              # .gz IDX files
   libcli11-dev                            # command-line parsing
-  libopenblas-dev                         # BLAS for the fully connected layer on CPU
-  libomp-dev                              # OpenMP runtime headers (gcc's libgomp comes with g++)
   dataset-fashion-mnist                   # the embedded default data set
   python3 python3-numpy python3-matplotlib python3-h5py   # comparison plots, checkpoint checks
-  util-linux procps                       # script(1) for the pseudo-terminal test, ps/pgrep
+  util-linux procps time                  # script(1) for the pseudo-terminal test, ps/pgrep, /usr/bin/time
 )
 if [[ "${1:-}" == "--with-slurm" ]]; then
   packages+=(slurmctld slurmd slurm-client munge libpmix-dev)

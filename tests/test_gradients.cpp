@@ -1,0 +1,129 @@
+// Finite-difference check of every parameter group of the seed CNN: the analytic gradients of
+// conv_relu_pool_backward / fc_backward / softmax_cross_entropy against central differences of the
+// forward loss. As in Caffe's GradientChecker, coordinates where the perturbation crosses a kink
+// (a ReLU or a max-pool winner changes) are skipped: there the loss is not differentiable.
+#define BOOST_TEST_MODULE gradients
+#include <cmath>
+#include <vector>
+
+#include "boost_test.hpp"
+#include "cnn/ops.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using cnn::SeedModel;
+
+struct Net {
+  SeedModel model;
+  cnn::ParamLayout layout;
+  std::vector<float> input;          // [n, C, H, W]
+  std::vector<std::uint8_t> labels;  // [n]
+  std::int64_t n;
+
+  const float* at(const std::vector<float>& params, int view) const {
+    return params.data() + layout.views()[static_cast<std::size_t>(view)].offset;
+  }
+
+  // Forward to the mean loss; also returns the activation pattern (argmax and ReLU signs) so a
+  // perturbation that changes it can be detected.
+  double loss(const std::vector<float>& params, std::vector<std::uint8_t>* pattern = nullptr) const {
+    const std::int64_t cells = model.pooled().size();
+    std::vector<float> pooled(static_cast<std::size_t>(n * cells)), logits(static_cast<std::size_t>(n * model.classes));
+    std::vector<std::uint8_t> argmax(static_cast<std::size_t>(n * cells));
+    cnn::conv_relu_pool_forward(pooled.data(), argmax.data(), input.data(), at(params, 0), at(params, 1), n, model);
+    cnn::fc_forward(logits.data(), pooled.data(), at(params, 2), at(params, 3), n, model.fc_inputs(), model.classes);
+    double sum = 0.0;
+    std::int64_t correct = 0;
+    cnn::softmax_cross_entropy(nullptr, &sum, &correct, logits.data(), labels.data(), n, model.classes);
+    if (pattern != nullptr) {
+      pattern->assign(argmax.begin(), argmax.end());
+      for (float p : pooled) pattern->push_back(p > 0.0f ? 1 : 0);
+    }
+    return sum / static_cast<double>(n);
+  }
+
+  // Analytic gradient of the mean loss.
+  std::vector<float> gradient(const std::vector<float>& params) const {
+    const std::int64_t cells = model.pooled().size();
+    std::vector<float> pooled(static_cast<std::size_t>(n * cells)), logits(static_cast<std::size_t>(n * model.classes));
+    std::vector<float> grad_logits(logits.size()), grad_pooled(pooled.size());
+    std::vector<std::uint8_t> argmax(static_cast<std::size_t>(n * cells));
+    std::vector<float> grads(static_cast<std::size_t>(layout.total()), 0.0f);
+    cnn::conv_relu_pool_forward(pooled.data(), argmax.data(), input.data(), at(params, 0), at(params, 1), n, model);
+    cnn::fc_forward(logits.data(), pooled.data(), at(params, 2), at(params, 3), n, model.fc_inputs(), model.classes);
+    double sum = 0.0;
+    std::int64_t correct = 0;
+    cnn::softmax_cross_entropy(grad_logits.data(), &sum, &correct, logits.data(), labels.data(), n, model.classes);
+    auto view = [&](int v) { return grads.data() + layout.views()[static_cast<std::size_t>(v)].offset; };
+    cnn::fc_backward(grad_pooled.data(), view(2), view(3), grad_logits.data(), pooled.data(), at(params, 2), n,
+                     model.fc_inputs(), model.classes);
+    cnn::conv_relu_pool_backward(view(0), view(1), grad_pooled.data(), pooled.data(), argmax.data(), input.data(), n,
+                                 model);
+    for (float& g : grads) g /= static_cast<float>(n);  // the sum over samples -> the mean
+    return grads;
+  }
+};
+
+Net make_net(int filters, cnn::TensorShape shape, std::int64_t n, std::uint32_t seed) {
+  Net net;
+  net.model.input = shape;
+  net.model.filters = filters;
+  net.model.classes = 10;
+  net.layout = net.model.layout();
+  net.n = n;
+  const cnn::Dataset data = cnn::test::random_dataset(n, shape, seed);
+  net.input.resize(static_cast<std::size_t>(n * shape.size()));
+  for (std::size_t i = 0; i < net.input.size(); ++i) net.input[i] = data.images[i] / 255.0f;
+  net.labels = data.labels;
+  return net;
+}
+
+void check_every_parameter(const Net& net, std::uint32_t seed) {
+  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
+  cnn::initialize_params(params.data(), net.layout, seed);
+  const std::vector<float> analytic = net.gradient(params);
+  std::vector<std::uint8_t> base_pattern;
+  net.loss(params, &base_pattern);
+  const float step = 1e-3f;
+  for (const cnn::ParamView& view : net.layout.views()) {
+    int checked = 0, skipped = 0;
+    double worst = 0.0;
+    for (std::int64_t i = 0; i < view.size; ++i) {
+      const std::size_t index = static_cast<std::size_t>(view.offset + i);
+      std::vector<float> plus = params, minus = params;
+      plus[index] += step;
+      minus[index] -= step;
+      std::vector<std::uint8_t> pattern_plus, pattern_minus;
+      const double up = net.loss(plus, &pattern_plus), down = net.loss(minus, &pattern_minus);
+      if (pattern_plus != base_pattern || pattern_minus != base_pattern) {
+        ++skipped;  // crossed a kink of ReLU or max: no derivative to compare with
+        continue;
+      }
+      const double numeric = (up - down) / (2.0 * step);
+      const double error = std::fabs(numeric - analytic[index]);
+      worst = std::max(worst, error / (1e-3 + std::fabs(numeric)));
+      BOOST_TEST(error <= 3e-4 + 2e-2 * std::fabs(numeric),
+                 view.name() << "[" << i << "]: analytic " << analytic[index] << " vs numeric " << numeric);
+      ++checked;
+    }
+    BOOST_TEST_MESSAGE(view.name() << ": " << checked << " checked, " << skipped << " skipped at kinks, worst scaled error "
+                                   << worst);
+    BOOST_TEST(checked >= view.size * 3 / 4, view.name() << ": too many coordinates at kinks");
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(seed_model_every_parameter_group) {
+  check_every_parameter(make_net(4, {1, 10, 10}, 3, 11), 5);
+}
+
+BOOST_AUTO_TEST_CASE(seed_model_odd_sizes_and_filters_not_a_vector_multiple) {
+  // 11x11 input: conv 9x9, pool 4x4 (the last conv row and column never reach a pool cell).
+  check_every_parameter(make_net(5, {1, 11, 11}, 2, 12), 6);
+}
+
+BOOST_AUTO_TEST_CASE(seed_model_multi_channel_input) {
+  check_every_parameter(make_net(3, {2, 8, 8}, 2, 13), 7);
+}

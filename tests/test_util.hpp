@@ -1,0 +1,61 @@
+// Helpers shared by the test suites: synthetic data sets, relative errors, a one-rank communicator.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cnn/communicator.hpp"
+#include "cnn/dataset.hpp"
+
+namespace cnn::test {
+
+// ||a - b|| / ||b|| in double; 0 when both are zero.
+inline double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  if (a.size() != b.size()) return INFINITY;
+  if (norm == 0.0) return diff == 0.0 ? 0.0 : INFINITY;
+  return std::sqrt(diff / norm);
+}
+
+// Images of uniformly random pixels and labels, in the real uint8 layout.
+inline Dataset random_dataset(std::int64_t count, TensorShape shape, std::uint32_t seed, int classes = 10) {
+  Dataset data;
+  data.name = "synthetic";
+  data.shape = shape;
+  data.classes = classes;
+  std::mt19937 rng(seed);
+  data.images.resize(static_cast<std::size_t>(count * shape.size()));
+  data.labels.resize(static_cast<std::size_t>(count));
+  for (auto& pixel : data.images) pixel = static_cast<std::uint8_t>(rng() & 0xff);
+  for (auto& label : data.labels) label = static_cast<std::uint8_t>(rng() % static_cast<std::uint32_t>(classes));
+  return data;
+}
+
+// A world of one: the reference that N-rank runs are compared with, computed inside each rank.
+class LocalCommunicator : public Communicator {
+ public:
+  std::string name() const override { return "local"; }
+  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+  void allreduce_sum(float*, std::int64_t) override {}
+  void broadcast(float*, std::int64_t, int) override {}
+  void barrier() override {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+};
+
+inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = uniform(rng);
+  return v;
+}
+
+}  // namespace cnn::test
