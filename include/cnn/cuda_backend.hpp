@@ -1,0 +1,25 @@
+// The CUDA backend and the communicators for device memory. Only meaningful when the build has CUDA
+// (CNN_HAVE_CUDA); the generic factories make_backend / make_communicator (src/) call these.
+#pragma once
+
+#include <memory>
+
+#include "cnn/backend.hpp"
+#include "cnn/communicator.hpp"
+#include "cnn/model.hpp"
+
+namespace cnn {
+
+// Visible CUDA devices (CUDA_VISIBLE_DEVICES applies); 0 when there is no driver or no device.
+// Never throws.
+int cuda_device_count();
+
+// The `cuda` backend on GPU options.local_rank % cuda_device_count(). Throws Error with a HINT when
+// no device is usable, and UsageError for a model the kernels do not support.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const SeedModel& model);
+
+// Allreduce of device buffers for a backend made by make_cuda_backend: NCCL on the backend's stream
+// when built with NCCL (CNN_HAVE_NCCL), otherwise MPI_Allreduce through pinned host memory.
+std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend);
+
+}  // namespace cnn

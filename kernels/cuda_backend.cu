@@ -1,0 +1,384 @@
+// The `cuda` backend; see cuda_backend.hpp.
+#include "cuda_backend.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "cnn/cuda_backend.hpp"
+#include "cnn/errors.hpp"
+#include "cuda_check.hpp"
+#include "cuda_ops.hpp"
+
+namespace cnn::cuda {
+namespace {
+
+// Evaluation runs the twins over the test set in chunks of this many samples (or the training
+// batch, when larger): big enough to fill the GPU, small enough to reuse the training buffers.
+constexpr std::int64_t kEvalChunk = 1000;
+
+// An environment switch that is on unless set to "0" (for A/B measurements).
+bool enabled_by_environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+int pick_device(int local_rank) {
+  const int count = cuda_device_count();
+  if (count <= 0)
+    throw Error(ExitCode::kFailure, "the cuda backend found no usable CUDA device on " + where_am_i() +
+                                        " HINT: check CUDA_VISIBLE_DEVICES and nvidia-smi, or use --backend threads");
+  return local_rank % count;
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const BackendOptions& options, const SeedModel& model)
+    : model_(model), layout_(model.layout()), optimizer_(options.optimizer), device_(pick_device(options.local_rank)),
+      use_graphs_(enabled_by_environment("CNN_CUDA_GRAPHS")),
+      fused_forward_(enabled_by_environment("CNN_CUDA_FUSED_FORWARD")) {
+  check_seed_shape(model_);
+  CNN_CHECK_CUDA(cudaSetDevice(device_));
+  CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  timer_ = std::make_unique<StepTimer>(stream_);
+  // Keep what the twins' stream-ordered scratch allocations return to the pool, instead of handing
+  // it back to the driver at every synchronisation.
+  cudaMemPool_t pool = nullptr;
+  CNN_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, device_));
+  std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
+  CNN_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+
+  cudaDeviceProp props{};
+  CNN_CHECK_CUDA(cudaGetDeviceProperties(&props, device_));
+  char bus_id[32] = "?";
+  CNN_CHECK_CUDA(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_));
+  description_ = std::string(props.name) + " (GPU " + std::to_string(device_) + ", PCI " + bus_id + ", CUDA graphs " +
+                 (use_graphs_ ? "on" : "off") + (fused_forward_ ? "" : ", unfused forward") + ")";
+
+  const std::int64_t total = layout_.total();
+  params_.resize(total);
+  grads_.resize(total);
+  CNN_CHECK_CUDA(cudaMemsetAsync(params_.get(), 0, params_.bytes(), stream_));
+  CNN_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
+  optimizer_state_.resize(total * optimizer_state_per_param(optimizer_));
+  if (optimizer_state_.size() > 0)
+    CNN_CHECK_CUDA(cudaMemsetAsync(optimizer_state_.get(), 0, optimizer_state_.bytes(), stream_));
+
+  const auto view = [&](const char* name) { return layout_.find(name).offset; };
+  conv_weight_ = params_.get() + view("conv1.weight");
+  conv_bias_ = params_.get() + view("conv1.bias");
+  fc_weight_ = params_.get() + view("fc.weight");
+  fc_bias_ = params_.get() + view("fc.bias");
+  grad_conv_weight_ = grads_.get() + view("conv1.weight");
+  grad_conv_bias_ = grads_.get() + view("conv1.bias");
+  grad_fc_weight_ = grads_.get() + view("fc.weight");
+  grad_fc_bias_ = grads_.get() + view("fc.bias");
+
+  loss_sums_.resize(2);
+  correct_counts_.resize(2);
+  loss_readback_.resize(1);
+  correct_readback_.resize(1);
+  CNN_CHECK_CUDA(cudaMemsetAsync(loss_sums_.get(), 0, loss_sums_.bytes(), stream_));
+  CNN_CHECK_CUDA(cudaMemsetAsync(correct_counts_.get(), 0, correct_counts_.bytes(), stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  drop_graphs();
+  timer_.reset();
+  if (stream_ != nullptr) {
+    (void)cudaStreamDestroy(stream_);
+  }
+}
+
+void CudaBackend::bind_data(const Dataset& train, const Dataset& test) {
+  const std::int64_t sample = model_.input.size();
+  for (const Dataset* data : {&train, &test})
+    if (data->shape.size() != sample || static_cast<std::int64_t>(data->images.size()) != data->count() * sample)
+      throw InputError("data set " + data->name + " does not match the model's input " + model_.describe());
+  CNN_CHECK_CUDA(cudaSetDevice(device_));
+  train_count_ = train.count();
+  test_count_ = test.count();
+  train_images_.resize(static_cast<std::int64_t>(train.images.size()));
+  train_labels_.resize(train_count_);
+  test_images_.resize(static_cast<std::int64_t>(test.images.size()));
+  test_labels_.resize(test_count_);
+  std::vector<std::int32_t> order(static_cast<std::size_t>(test_count_));
+  std::iota(order.begin(), order.end(), 0);
+  test_order_.resize(test_count_);
+  // Synchronous copies: the host vectors may go away once this returns. Once per run.
+  CNN_CHECK_CUDA(cudaMemcpy(train_images_.get(), train.images.data(), train_images_.bytes(), cudaMemcpyHostToDevice));
+  CNN_CHECK_CUDA(cudaMemcpy(train_labels_.get(), train.labels.data(), train_labels_.bytes(), cudaMemcpyHostToDevice));
+  CNN_CHECK_CUDA(cudaMemcpy(test_images_.get(), test.images.data(), test_images_.bytes(), cudaMemcpyHostToDevice));
+  CNN_CHECK_CUDA(cudaMemcpy(test_labels_.get(), test.labels.data(), test_labels_.bytes(), cudaMemcpyHostToDevice));
+  CNN_CHECK_CUDA(cudaMemcpy(test_order_.get(), order.data(), test_order_.bytes(), cudaMemcpyHostToDevice));
+}
+
+void CudaBackend::upload_params(const std::vector<float>& host) {
+  if (static_cast<std::int64_t>(host.size()) != layout_.total())
+    throw InputError("parameters have " + std::to_string(host.size()) + " floats; the model needs " +
+                     std::to_string(layout_.total()));
+  CNN_CHECK_CUDA(cudaMemcpyAsync(params_.get(), host.data(), params_.bytes(), cudaMemcpyHostToDevice, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+std::vector<float> CudaBackend::download_params() {
+  std::vector<float> host(static_cast<std::size_t>(params_.size()));
+  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), params_.get(), params_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return host;
+}
+
+void CudaBackend::upload_optimizer_state(const std::vector<float>& host) {
+  if (static_cast<std::int64_t>(host.size()) != optimizer_state_.size())
+    throw InputError("optimizer state has " + std::to_string(host.size()) + " floats; " +
+                     optimizer_name(optimizer_) + " needs " + std::to_string(optimizer_state_.size()));
+  if (host.empty()) return;
+  CNN_CHECK_CUDA(cudaMemcpyAsync(optimizer_state_.get(), host.data(), optimizer_state_.bytes(), cudaMemcpyHostToDevice,
+                                 stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+std::vector<float> CudaBackend::download_optimizer_state() {
+  std::vector<float> host(static_cast<std::size_t>(optimizer_state_.size()));
+  if (host.empty()) return host;
+  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), optimizer_state_.get(), optimizer_state_.bytes(), cudaMemcpyDeviceToHost,
+                                 stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return host;
+}
+
+void CudaBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
+  const auto size = static_cast<std::int64_t>(permutation.size());
+  if (size > train_count_)
+    throw InputError("the epoch's order has " + std::to_string(size) + " entries but the training set only " +
+                     std::to_string(train_count_));
+  permutation_.reserve(size);
+  // Once per epoch; the sync lets the caller free its vector and keeps earlier steps, which read the
+  // old order, from racing with the copy.
+  CNN_CHECK_CUDA(cudaMemcpyAsync(permutation_.get(), permutation.data(), static_cast<std::size_t>(size) * sizeof(std::int32_t),
+                                 cudaMemcpyHostToDevice, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  permutation_size_ = size;
+}
+
+void CudaBackend::ensure_batch_capacity(std::int64_t n) {
+  const SeedStepPlan plan = plan_seed_step(model_, n, fused_forward_);
+  const std::int64_t columns = model_.fc_inputs();
+  const std::int64_t classes = model_.classes;
+  bool moved = false;
+  moved |= batch_indices_.reserve(n);
+  moved |= input_.reserve(n * model_.input.size());
+  moved |= batch_labels_.reserve(n);
+  moved |= pooled_.reserve(n * columns);
+  moved |= argmax_.reserve(n * columns);
+  moved |= logits_.reserve(n * classes);
+  moved |= grad_logits_.reserve(n * classes);
+  moved |= sample_loss_.reserve(n);
+  moved |= sample_correct_.reserve(n);
+  moved |= fc_partial_.reserve(plan.fc_partial_floats);
+  moved |= sweep_partial_.reserve(plan.sweep_partial_floats);
+  capacity_ = std::max(capacity_, n);
+  // A captured graph holds raw pointers: any buffer that moved invalidates every graph.
+  if (moved) drop_graphs();
+}
+
+SeedStepTensors CudaBackend::step_tensors() const {
+  SeedStepTensors t;
+  t.conv_weight = conv_weight_;
+  t.conv_bias = conv_bias_;
+  t.fc_weight = fc_weight_;
+  t.fc_bias = fc_bias_;
+  t.grad_conv_weight = grad_conv_weight_;
+  t.grad_conv_bias = grad_conv_bias_;
+  t.grad_fc_weight = grad_fc_weight_;
+  t.grad_fc_bias = grad_fc_bias_;
+  t.images = train_images_.get();
+  t.all_labels = train_labels_.get();
+  t.indices = batch_indices_.get();
+  t.input = input_.get();
+  t.labels = batch_labels_.get();
+  t.pooled = pooled_.get();
+  t.argmax = argmax_.get();
+  t.fc_partial = fc_partial_.get();
+  t.grad_logits = grad_logits_.get();
+  t.sample_loss = sample_loss_.get();
+  t.sample_correct = sample_correct_.get();
+  t.sweep_partial = sweep_partial_.get();
+  t.loss_sum = loss_sums_.get() + kTrainSlot;
+  t.correct = correct_counts_.get() + kTrainSlot;
+  return t;
+}
+
+// The whole step, in stream order. `indices` is this step's slice of the permutation; copying it
+// first (device to device) lets the rest of the step read fixed addresses, so a graph can replay it
+// with only this copy's source changed.
+void CudaBackend::enqueue_train_step(const SeedStepPlan& plan, const std::int32_t* indices, const SplitEvents* split) {
+  const std::int64_t n = plan.n;
+  const SeedStepTensors t = step_tensors();
+  CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
+                                 cudaMemcpyDeviceToDevice, stream_));
+  seed_data_stage(t, model_, plan, stream_);
+  if (split != nullptr)
+    CNN_CHECK_CUDA(cudaEventRecordWithFlags(split->data_end, stream_, cudaEventRecordExternal));
+  else
+    timer_->close(Phase::kData);
+  seed_forward_stage(t, model_, plan, stream_);
+  if (split != nullptr)
+    CNN_CHECK_CUDA(cudaEventRecordWithFlags(split->forward_end, stream_, cudaEventRecordExternal));
+  else
+    timer_->close(Phase::kForward);
+  seed_backward_stage(t, model_, plan, stream_);
+  if (split == nullptr) timer_->close(Phase::kBackward);
+}
+
+CudaBackend::StepGraph& CudaBackend::graph_for(std::int64_t n) {
+  auto found = graphs_.find(n);
+  if (found != graphs_.end()) return found->second;
+  const SeedStepPlan plan = plan_seed_step(model_, n, fused_forward_);
+  // Owned by graphs_ from the start, so that drop_graphs() frees whatever exists on every path.
+  StepGraph& step = graphs_.emplace(n, StepGraph{}).first->second;
+  try {
+    CNN_CHECK_CUDA(cudaEventCreate(&step.split.data_end));
+    CNN_CHECK_CUDA(cudaEventCreate(&step.split.forward_end));
+    CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_train_step(plan, permutation_.get(), &step.split);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(stream_, &broken);  // ends the capture; the first error is the one to report
+      if (broken != nullptr) (void)cudaGraphDestroy(broken);
+      throw;
+    }
+    CNN_CHECK_CUDA(cudaStreamEndCapture(stream_, &step.graph));
+    std::size_t roots = 0;
+    CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nullptr, &roots));
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    if (roots == 1) {
+      CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, &step.index_copy, &roots));
+      CNN_CHECK_CUDA(cudaGraphNodeGetType(step.index_copy, &type));
+    }
+    if (roots != 1 || type != cudaGraphNodeTypeMemcpy)
+      throw Error(ExitCode::kFailure, "internal error: the captured training step does not start with its index "
+                                      "copy HINT: rerun with CNN_CUDA_GRAPHS=0 and report this");
+    CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, 0));
+  } catch (...) {
+    drop_graphs();
+    throw;
+  }
+  return step;
+}
+
+void CudaBackend::drop_graphs() noexcept {
+  for (auto& [n, entry] : graphs_) {
+    if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
+    if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
+    if (entry.split.data_end != nullptr) (void)cudaEventDestroy(entry.split.data_end);
+    if (entry.split.forward_end != nullptr) (void)cudaEventDestroy(entry.split.forward_end);
+  }
+  graphs_.clear();
+}
+
+void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
+  if (count < 0 || first < 0 || first + count > permutation_size_)
+    throw Error(ExitCode::kFailure, "internal error: samples [" + std::to_string(first) + ", " +
+                                        std::to_string(first + count) + ") lie outside this epoch's order of " +
+                                        std::to_string(permutation_size_) + " (was begin_epoch called?)");
+  if (count == 0) {  // a rank with an empty slice still takes part in the allreduce, with zeros
+    CNN_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
+    return;
+  }
+  ensure_batch_capacity(count);
+  const std::int32_t* indices = permutation_.get() + first;
+  if (use_graphs_) {
+    StepGraph& step = graph_for(count);
+    CNN_CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(step.exec, step.index_copy, batch_indices_.get(), indices,
+                                                      static_cast<std::size_t>(count) * sizeof(std::int32_t),
+                                                      cudaMemcpyDeviceToDevice));
+    timer_->open();
+    CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream_));
+    timer_->close_graph_step(step.split);
+  } else {
+    timer_->open();
+    enqueue_train_step(plan_seed_step(model_, count, fused_forward_), indices, nullptr);
+  }
+  train_samples_ += count;
+}
+
+void CudaBackend::apply_update(const OptimizerSettings& settings, float grad_scale) {
+  const std::int64_t total = layout_.total();
+  if (settings.kind == OptimizerKind::kMomentum && optimizer_state_.size() < total)
+    throw UsageError("momentum needs optimizer state, but the cuda backend was made for " +
+                     std::string(optimizer_name(optimizer_)));
+  timer_->open();
+  switch (settings.kind) {
+    case OptimizerKind::kSgd:
+      sgd_update(params_.get(), grads_.get(), total, settings.lr, grad_scale, stream_);
+      break;
+    case OptimizerKind::kMomentum:
+      momentum_update(params_.get(), optimizer_state_.get(), grads_.get(), total, settings.lr, settings.momentum,
+                      grad_scale, stream_);
+      break;
+  }
+  timer_->close(Phase::kUpdate);
+}
+
+BatchStats CudaBackend::read_stats(int slot) {
+  CNN_CHECK_CUDA(cudaMemcpyAsync(loss_readback_.get(), loss_sums_.get() + slot, sizeof(double), cudaMemcpyDeviceToHost,
+                                 stream_));
+  CNN_CHECK_CUDA(cudaMemcpyAsync(correct_readback_.get(), correct_counts_.get() + slot, sizeof(std::int64_t),
+                                 cudaMemcpyDeviceToHost, stream_));
+  CNN_CHECK_CUDA(cudaMemsetAsync(loss_sums_.get() + slot, 0, sizeof(double), stream_));
+  CNN_CHECK_CUDA(cudaMemsetAsync(correct_counts_.get() + slot, 0, sizeof(std::int64_t), stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  BatchStats stats;
+  stats.loss_sum = *loss_readback_.get();
+  stats.correct = *correct_readback_.get();
+  return stats;
+}
+
+BatchStats CudaBackend::take_train_stats() {
+  BatchStats stats = read_stats(kTrainSlot);
+  stats.count = train_samples_;
+  train_samples_ = 0;
+  return stats;
+}
+
+BatchStats CudaBackend::evaluate(std::int64_t first, std::int64_t count) {
+  if (count < 0 || first < 0 || first + count > test_count_)
+    throw Error(ExitCode::kFailure, "internal error: test samples [" + std::to_string(first) + ", " +
+                                        std::to_string(first + count) + ") lie outside the test set of " +
+                                        std::to_string(test_count_));
+  const std::int64_t chunk = std::max(capacity_, kEvalChunk);
+  ensure_batch_capacity(std::min(chunk, std::max<std::int64_t>(count, 1)));
+  const std::int64_t columns = model_.fc_inputs();
+  for (std::int64_t done = 0; done < count; done += chunk) {
+    const std::int64_t n = std::min(chunk, count - done);
+    const std::int32_t* indices = test_order_.get() + first + done;
+    gather_normalize(input_.get(), test_images_.get(), indices, n, model_.input.size(), stream_);
+    gather_labels(batch_labels_.get(), test_labels_.get(), indices, n, stream_);
+    conv_relu_pool_forward(pooled_.get(), argmax_.get(), input_.get(), conv_weight_, conv_bias_, n, model_, stream_);
+    fc_forward(logits_.get(), pooled_.get(), fc_weight_, fc_bias_, n, columns, model_.classes, stream_);
+    softmax_cross_entropy(nullptr, loss_sums_.get() + kEvalSlot, correct_counts_.get() + kEvalSlot, logits_.get(),
+                          batch_labels_.get(), n, model_.classes, stream_);
+  }
+  BatchStats stats = read_stats(kEvalSlot);
+  stats.count = count;
+  return stats;
+}
+
+void CudaBackend::synchronize() { CNN_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+PhaseTimes CudaBackend::take_phase_times() { return timer_->take(); }
+
+}  // namespace cnn::cuda
+
+namespace cnn {
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const SeedModel& model) {
+  return std::make_unique<cuda::CudaBackend>(options, model);
+}
+
+}  // namespace cnn

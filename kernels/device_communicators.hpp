@@ -1,0 +1,21 @@
+// Communicators for gradients in device memory. Both queue their work on the backend's stream, so
+// the allreduce is ordered after the step that wrote the gradients and before the update that reads
+// them, with no extra synchronisation.
+#pragma once
+
+#include <memory>
+
+#include "cnn/communicator.hpp"
+#include "cuda_backend.hpp"
+
+namespace cnn::cuda {
+
+#ifdef CNN_HAVE_NCCL
+// ncclAllReduce / ncclBroadcast; the unique id goes from rank 0 to all over MPI_Bcast.
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiWorld& world, CudaBackend& backend);
+#endif
+
+// Copies device -> pinned host buffer, MPI_Allreduce in place, copies back. For builds without NCCL.
+std::unique_ptr<Communicator> make_host_staged_communicator(const MpiWorld& world, CudaBackend& backend);
+
+}  // namespace cnn::cuda

@@ -1,0 +1,29 @@
+// Launch-shape helpers shared by the launchers. Kernels use grid-stride loops, so any grid is
+// correct; these only pick one that fills the GPU without launching millions of idle blocks.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace cnn::cuda {
+
+constexpr int kBlockThreads = 256;
+// Enough resident blocks for any current GPU (132 SMs x 8 blocks x a few waves); grid-stride
+// loops cover the rest.
+constexpr std::int64_t kMaxGridBlocks = 1 << 16;
+
+inline unsigned grid_for(std::int64_t work_items, int threads_per_block = kBlockThreads) {
+  const std::int64_t blocks = (work_items + threads_per_block - 1) / threads_per_block;
+  return static_cast<unsigned>(std::clamp<std::int64_t>(blocks, 1, kMaxGridBlocks));
+}
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+#ifdef __CUDACC__
+__device__ __forceinline__ std::int64_t ceil_div_device(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+#endif
+
+// Multiprocessors of the current device (cached per process; all ranks of a node see one model).
+int multiprocessor_count();
+
+}  // namespace cnn::cuda

@@ -1,0 +1,74 @@
+// NcclCommunicator: gradient allreduce between GPUs with NCCL, on the backend's stream.
+#ifdef CNN_HAVE_NCCL
+
+#include <nccl.h>
+
+#include <string>
+
+#include "cnn/mpi_check.hpp"
+#include "cuda_check.hpp"
+#include "device_communicators.hpp"
+
+namespace cnn::cuda {
+namespace {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const MpiWorld& world, CudaBackend& backend) : world_(world), stream_(backend.stream()) {
+    // Rank 0 makes the id; every rank needs the same one before ncclCommInitRank, which blocks until
+    // all ranks have joined.
+    ncclUniqueId id{};
+    if (world.rank() == 0) CNN_CHECK_NCCL(ncclGetUniqueId(&id));
+    CNN_CHECK_MPI(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, world.comm()));
+    CNN_CHECK_CUDA(cudaSetDevice(backend.device()));
+    CNN_CHECK_NCCL(ncclCommInitRank(&comm_, world.size(), id, world.rank()));
+    int version = 0;
+    CNN_CHECK_NCCL(ncclGetVersion(&version));
+    name_ = "NCCL " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) + "." +
+            std::to_string(version % 100) + " (device memory)";
+  }
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+  ~NcclCommunicator() override {
+    if (comm_ != nullptr) (void)ncclCommDestroy(comm_);  // cannot throw from here
+  }
+
+  std::string name() const override { return name_; }
+  MemorySpace memory_space() const override { return MemorySpace::kDevice; }
+
+  void allreduce_sum(float* data, std::int64_t count) override {
+    if (world_.size() == 1 || count == 0) return;  // the sum over one rank is the buffer itself
+    CNN_CHECK_NCCL(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclFloat, ncclSum, comm_, stream_));
+  }
+
+  void broadcast(float* data, std::int64_t count, int root) override {
+    if (world_.size() == 1 || count == 0) return;
+    CNN_CHECK_NCCL(ncclBroadcast(data, data, static_cast<std::size_t>(count), ncclFloat, root, comm_, stream_));
+  }
+
+  // Queued collectives count as done only once the stream has run them.
+  void barrier() override {
+    CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    world_.barrier();
+  }
+
+  int rank() const override { return world_.rank(); }
+  int size() const override { return world_.size(); }
+  int local_rank() const override { return world_.local_rank(); }
+
+ private:
+  const MpiWorld& world_;
+  cudaStream_t stream_;
+  ncclComm_t comm_ = nullptr;
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiWorld& world, CudaBackend& backend) {
+  return std::make_unique<NcclCommunicator>(world, backend);
+}
+
+}  // namespace cnn::cuda
+
+#endif  // CNN_HAVE_NCCL

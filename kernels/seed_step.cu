@@ -1,0 +1,324 @@
+// The fused training step of the seed CNN; see seed_step.hpp for the sequence and conv_backward.cuh
+// for the gradient formulas and the column-sweep layout.
+#include <algorithm>
+
+#include "conv_backward.cuh"
+#include "cuda_check.hpp"
+#include "cuda_ops.hpp"
+#include "fc_kernels.cuh"
+#include "input_batch.cuh"
+#include "launch.hpp"
+#include "seed_step.hpp"
+#include "softmax_kernels.cuh"
+
+namespace cnn::cuda {
+namespace {
+
+// ---- fused forward ---------------------------------------------------------------------------------
+
+// Samples per block of the fused forward: each fc weight a thread loads serves this many samples
+// (with 1 the whole fc weight matrix would stream through L2 once per sample). Fewer for 3 input
+// channels, whose patches take 3x the registers.
+template <int C>
+__host__ __device__ constexpr int forward_samples() {
+  return C == 1 ? 4 : 1;
+}
+// Per thread: forward_samples x 10 partial logits, padded for warp_halving_sum (multiple of 16).
+template <int C>
+__host__ __device__ constexpr int forward_accumulators() {
+  return (forward_samples<C>() * kSeedClasses + 15) / 16 * 16;
+}
+template <int C>
+__host__ __device__ constexpr int forward_filter_stride() {
+  return (C * kTaps1 + 1 + 3) / 4 * 4;  // weights + bias of one filter, in whole float4s
+}
+constexpr int kForwardMaxThreads = 256;
+constexpr int kForwardMaxWarps = kForwardMaxThreads / 32;
+constexpr int kForwardBlocksPerMultiprocessor = 4;
+constexpr std::size_t kForwardMaxSharedBytes = 48 * 1024;
+
+// Block = (group of samples, group of filters); thread = pool cell. For each filter the thread
+// computes the 2x2 conv outputs of its cell for each sample (4x4 input patches in registers, read
+// from the uint8 data set), keeps the max and its position (pooled, argmax), and adds
+// W_fc[o, f*P + cell] * pooled into the sample's partial logits. The block then sums the partial
+// logits over its cells (warp_halving_sum, then warps in order) and writes one partial sum per
+// (filter group, sample, logit); fc_softmax adds the groups. So the fc layer costs no second pass
+// over the [n, F*P] activations.
+template <int C>
+__global__ void __launch_bounds__(kForwardMaxThreads)
+    seed_forward_kernel(float* __restrict__ pooled /*[n,F,PH,PW]*/, std::uint8_t* __restrict__ argmax /*[n,F,PH,PW]*/,
+                        float* __restrict__ fc_partial /*[groups, n, O]*/, GatheredBatch in,
+                        const float* __restrict__ conv_weight /*[F,C,3,3]*/, const float* __restrict__ conv_bias /*[F]*/,
+                        const float* __restrict__ fc_weight /*[O, F*P]*/, std::int64_t n, int filters,
+                        int filters_per_group, int height, int width, int pooled_height, int pooled_width) {
+  constexpr int kS = forward_samples<C>();
+  constexpr int kO = kSeedClasses;
+  constexpr int kAcc = forward_accumulators<C>();
+  constexpr int kTaps = C * kTaps1;
+  constexpr int kStride = forward_filter_stride<C>();
+  extern __shared__ float4 filter_smem[];  // [filters_per_group][kStride] floats
+  float* w_s = reinterpret_cast<float*>(filter_smem);
+  __shared__ float warp_sums[kForwardMaxWarps][kAcc];
+
+  const std::int64_t group = blockIdx.y;
+  const int f0 = static_cast<int>(group) * filters_per_group;
+  const int nf = min(filters_per_group, filters - f0);
+  for (int q = threadIdx.x; q < nf * kStride; q += blockDim.x) {
+    const int f = q / kStride;
+    const int t = q - f * kStride;
+    w_s[q] = t < kTaps ? conv_weight[(f0 + f) * kTaps + t] : (t == kTaps ? conv_bias[f0 + f] : 0.0f);
+  }
+  __syncthreads();
+
+  const int P = pooled_height * pooled_width;
+  const std::int64_t columns = static_cast<std::int64_t>(filters) * P;
+  const std::int64_t plane = static_cast<std::int64_t>(height) * width;
+  const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.x) * kS;
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+
+  for (int cell = threadIdx.x; cell < P; cell += blockDim.x) {
+    const int py = cell / pooled_width;
+    const int px = cell - py * pooled_width;
+    const std::int64_t origin = static_cast<std::int64_t>(kPoolWindow * py) * width + kPoolWindow * px;
+    float patch[kS][C][kPatch][kPatch];
+#pragma unroll
+    for (int si = 0; si < kS; ++si) {
+      const bool valid = s0 + si < n;
+      const ByteSample pixels = in.sample(valid ? s0 + si : s0);
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int u = 0; u < kPatch; ++u)
+#pragma unroll
+          for (int v = 0; v < kPatch; ++v) patch[si][c][u][v] = valid ? pixels[origin + c * plane + u * width + v] : 0.0f;
+    }
+    for (int f = 0; f < nf; ++f) {
+      float w[kStride];
+      const float4* w4 = reinterpret_cast<const float4*>(w_s + f * kStride);
+#pragma unroll
+      for (int q = 0; q < kStride / 4; ++q) {
+        const float4 v = w4[q];
+        w[4 * q] = v.x;
+        w[4 * q + 1] = v.y;
+        w[4 * q + 2] = v.z;
+        w[4 * q + 3] = v.w;
+      }
+      const std::int64_t column = static_cast<std::int64_t>(f0 + f) * P + cell;
+      float w_fc[kO];
+#pragma unroll
+      for (int o = 0; o < kO; ++o) w_fc[o] = __ldg(fc_weight + o * columns + column);
+#pragma unroll
+      for (int si = 0; si < kS; ++si) {
+        float best = 0.0f;
+        int winner = 0;
+#pragma unroll
+        for (int a = 0; a < kPoolWindow; ++a)
+#pragma unroll
+          for (int b = 0; b < kPoolWindow; ++b) {
+            float z = w[kTaps];  // bias, then the taps in (c, i, k) order, as the twin
+#pragma unroll
+            for (int c = 0; c < C; ++c)
+#pragma unroll
+              for (int i = 0; i < kSeedKernel; ++i)
+#pragma unroll
+                for (int k = 0; k < kSeedKernel; ++k)
+                  z = fmaf(w[c * kTaps1 + i * kSeedKernel + k], patch[si][c][a + i][b + k], z);
+            if ((a == 0 && b == 0) || z > best) {  // first maximum in the order a*2+b
+              best = z;
+              winner = a * kPoolWindow + b;
+            }
+          }
+        const float value = fmaxf(best, 0.0f);
+        if (s0 + si < n) {
+          const std::int64_t at = (s0 + si) * columns + column;
+          pooled[at] = value;
+          argmax[at] = static_cast<std::uint8_t>(winner);
+        }
+#pragma unroll
+        for (int o = 0; o < kO; ++o) acc[si * kO + o] = fmaf(w_fc[o], value, acc[si * kO + o]);
+      }
+    }
+  }
+
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x / 32;
+  warp_halving_sum<kAcc>(acc, lane);
+  if ((lane & 1u) == 0) {
+    const int base = halving_base<kAcc>(lane);
+#pragma unroll
+    for (int i = 0; i < kAcc / 16; ++i) warp_sums[warp][base + i] = acc[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < kS * kO) {
+    const int si = threadIdx.x / kO;
+    const int o = threadIdx.x - si * kO;
+    float sum = 0.0f;
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) sum += warp_sums[w][threadIdx.x];
+    if (s0 + si < n) fc_partial[(group * n + s0 + si) * kO + o] = sum;
+  }
+}
+
+// A warp per sample: logits = bias + the partial sums (fc_logits_from_partials), then lane 0 takes
+// the softmax cross-entropy. The logits themselves are never stored. Labels come from the data set
+// through `label_indices`, or straight from `labels` when that is null.
+__global__ void fc_softmax_kernel(float* __restrict__ grad_logits /*[n,O]*/, float* __restrict__ sample_loss /*[n]*/,
+                                  int* __restrict__ sample_correct /*[n]*/,
+                                  const float* __restrict__ fc_partial /*[parts, n, O]*/,
+                                  const float* __restrict__ fc_bias /*[O]*/, const std::uint8_t* __restrict__ labels,
+                                  const std::int32_t* __restrict__ label_indices /*[n] or null*/, std::int64_t n,
+                                  std::int64_t parts) {
+  const unsigned lane = threadIdx.x & 31u;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t s = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; s < n; s += warps) {
+    float z[kSeedClasses];
+    fc_logits_from_partials(z, fc_partial, fc_bias, n, parts, s, lane);
+    if (lane == 0) {
+      const int label = labels[label_indices != nullptr ? label_indices[s] : s];
+      softmax_cross_entropy_sample(z, label, grad_logits + s * kSeedClasses, sample_loss[s], sample_correct[s]);
+    }
+  }
+}
+
+// ---- backward --------------------------------------------------------------------------------------
+
+// Blocks [0, weight_blocks): the fc weight gradient from the sweep's splits. The next F blocks: one
+// filter's conv gradients each. The last block: the fc bias gradient and the batch's loss and
+// correct count. Everything overwrites, so no memset of the gradient buffer is needed.
+template <int C>
+__global__ void __launch_bounds__(kBlockThreads)
+    seed_backward_finalize_kernel(SeedStepTensors t, std::int64_t n, std::int64_t splits, int filters, int P,
+                                  unsigned weight_blocks) {
+  constexpr int kRows = conv_grad_rows<C>() + kSeedClasses;
+  const std::int64_t columns = static_cast<std::int64_t>(filters) * P;
+  if (blockIdx.x < weight_blocks) {
+    fc_weight_grad_from_splits(t.grad_fc_weight, t.sweep_partial, kRows, conv_grad_rows<C>(), splits, columns,
+                               blockIdx.x, weight_blocks, /*accumulate=*/false);
+  } else if (blockIdx.x < weight_blocks + filters) {
+    conv_grad_finalize_block<C>(t.grad_conv_weight, t.grad_conv_bias, t.sweep_partial, kRows, splits, filters, P,
+                                static_cast<int>(blockIdx.x - weight_blocks), /*accumulate=*/false);
+  } else {
+    fc_bias_grad_block(t.grad_fc_bias, t.grad_logits, n, /*accumulate=*/false);
+    add_batch_stats_block(t.loss_sum, t.correct, t.sample_loss, t.sample_correct, n);
+  }
+}
+
+SweepShape sweep_shape(const SeedModel& m, const SeedStepPlan& plan) {
+  const TensorShape p = m.pooled();
+  SweepShape shape;
+  shape.n = plan.n;
+  shape.samples_per_split = plan.sweep.samples_per_split;
+  shape.filters = m.filters;
+  shape.height = m.input.height;
+  shape.width = m.input.width;
+  shape.pooled_height = p.height;
+  shape.pooled_width = p.width;
+  return shape;
+}
+
+template <int C>
+void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan,
+                          cudaStream_t stream) {
+  const std::int64_t n = plan.n;
+  const TensorShape p = m.pooled();
+  if (plan.fused_forward) {
+    const std::size_t smem = static_cast<std::size_t>(plan.filters_per_group) * forward_filter_stride<C>() * sizeof(float);
+    const dim3 grid(static_cast<unsigned>(ceil_div(n, forward_samples<C>())), static_cast<unsigned>(plan.filter_groups));
+    seed_forward_kernel<C><<<grid, plan.forward_threads, smem, stream>>>(
+        t.pooled, t.argmax, t.fc_partial, GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight,
+        t.conv_bias, t.fc_weight, n, m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height,
+        p.width);
+    CNN_CHECK_LAUNCH();
+  } else {
+    conv_relu_pool_forward(t.pooled, t.argmax, t.input, t.conv_weight, t.conv_bias, n, m, stream);
+    fc_forward_partial_kernel<<<plan.fc.blocks, kFcForwardThreads, 0, stream>>>(
+        t.fc_partial, t.pooled, t.fc_weight, n, m.fc_inputs(), plan.fc.chunk, plan.fc.chunks);
+    CNN_CHECK_LAUNCH();
+  }
+  fc_softmax_kernel<<<grid_for(n * 32, 128), 128, 0, stream>>>(
+      t.grad_logits, t.sample_loss, t.sample_correct, t.fc_partial, t.fc_bias,
+      plan.fused_forward ? t.all_labels : t.labels, plan.fused_forward ? t.indices : nullptr, n, plan.logit_parts);
+  CNN_CHECK_LAUNCH();
+}
+
+template <int C>
+void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan,
+                           cudaStream_t stream) {
+  const TensorShape p = m.pooled();
+  const std::int64_t image = m.input.size();
+  const dim3 sweep_grid(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits));
+  if (plan.fused_forward)
+    conv_backward_sweep_kernel<C, true><<<sweep_grid, kBlockThreads, 0, stream>>>(
+        t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax,
+        GatheredBatch{t.images, t.indices, image}, sweep_shape(m, plan));
+  else
+    conv_backward_sweep_kernel<C, true><<<sweep_grid, kBlockThreads, 0, stream>>>(
+        t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax, FloatBatch{t.input, image},
+        sweep_shape(m, plan));
+  CNN_CHECK_LAUNCH();
+  const unsigned weight_blocks = grid_for(kSeedClasses * m.fc_inputs());
+  seed_backward_finalize_kernel<C><<<weight_blocks + m.filters + 1, kBlockThreads, 0, stream>>>(
+      t, plan.n, plan.sweep.splits, m.filters, p.height * p.width, weight_blocks);
+  CNN_CHECK_LAUNCH();
+}
+
+template <int C>
+void plan_forward(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
+  const std::int64_t sample_blocks = ceil_div(std::max<std::int64_t>(plan.n, 1), forward_samples<C>());
+  const std::int64_t target = static_cast<std::int64_t>(kForwardBlocksPerMultiprocessor) * multiprocessors;
+  const std::int64_t most_per_group =
+      static_cast<std::int64_t>(kForwardMaxSharedBytes / (forward_filter_stride<C>() * sizeof(float)));
+  std::int64_t groups = std::clamp<std::int64_t>(ceil_div(target, sample_blocks), 1, m.filters);
+  plan.filters_per_group = static_cast<int>(std::min(ceil_div(m.filters, groups), most_per_group));
+  plan.filter_groups = ceil_div(m.filters, plan.filters_per_group);
+  const int P = m.pooled().height * m.pooled().width;
+  plan.forward_threads = static_cast<int>(std::min<std::int64_t>(ceil_div(P, 32) * 32, kForwardMaxThreads));
+  plan.logit_parts = plan.filter_groups;
+}
+
+}  // namespace
+
+SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forward) {
+  check_seed_shape(m);
+  const int multiprocessors = multiprocessor_count();
+  SeedStepPlan plan;
+  plan.n = n;
+  plan.fused_forward = fused_forward;
+  if (fused_forward) {
+    if (m.input.channels == 1)
+      plan_forward<1>(plan, m, multiprocessors);
+    else
+      plan_forward<3>(plan, m, multiprocessors);
+  } else {
+    plan.fc = plan_fc_forward(n, m.fc_inputs(), multiprocessors);
+    plan.logit_parts = plan.fc.chunks;
+  }
+  plan.sweep = plan_sweep(n, m.fc_inputs(), multiprocessors);
+  plan.sweep_rows = m.input.channels * kTaps1 + 1 + kSeedClasses;
+  plan.fc_partial_floats = plan.logit_parts * n * kSeedClasses;
+  plan.sweep_partial_floats = plan.sweep.splits * plan.sweep_rows * m.fc_inputs();
+  return plan;
+}
+
+void seed_data_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream) {
+  if (plan.fused_forward) return;
+  gather_normalize(t.input, t.images, t.indices, plan.n, m.input.size(), stream);
+  gather_labels(t.labels, t.all_labels, t.indices, plan.n, stream);
+}
+
+void seed_forward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream) {
+  if (m.input.channels == 1)
+    forward_for_channels<1>(t, m, plan, stream);
+  else
+    forward_for_channels<3>(t, m, plan, stream);
+}
+
+void seed_backward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream) {
+  if (m.input.channels == 1)
+    backward_for_channels<1>(t, m, plan, stream);
+  else
+    backward_for_channels<3>(t, m, plan, stream);
+}
+
+}  // namespace cnn::cuda

@@ -1,0 +1,79 @@
+// One training step of the seed CNN on the device, fused where it saves memory traffic or launches.
+// Fused forward (the default):
+//   seed_forward: conv + ReLU + pool straight from the uint8 data set (through the batch's indices),
+//     writing pooled and argmax, and the fc layer's partial logits over this block's filters
+//   -> fc_softmax: logits = bias + partial sums, softmax cross-entropy -> dL/dlogits
+//   -> conv_backward_sweep (fused): fc and conv weight gradients in one pass; grad_pooled is
+//     computed on the fly, never stored
+//   -> finalize: adds every partial sum in a fixed order, writes the gradients and the batch's stats.
+// Unfused forward (CNN_CUDA_FUSED_FORWARD=0, for A/B): gather_normalize + gather_labels +
+// conv_relu_pool_forward (the twins) + fc partial sums, then the same last three kernels.
+// Either equals the twins' composition up to float rounding; tests compare it with `seq`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cnn/model.hpp"
+#include "conv_backward.cuh"
+#include "fc_kernels.cuh"
+
+namespace cnn::cuda {
+
+// Device pointers for one step. Gradients are OVERWRITTEN with the sum over the batch.
+struct SeedStepTensors {
+  const float* conv_weight = nullptr;     // [F,C,3,3]
+  const float* conv_bias = nullptr;       // [F]
+  const float* fc_weight = nullptr;       // [O, F*P]
+  const float* fc_bias = nullptr;         // [O]
+  float* grad_conv_weight = nullptr;      // [F,C,3,3]
+  float* grad_conv_bias = nullptr;        // [F]
+  float* grad_fc_weight = nullptr;        // [O, F*P]
+  float* grad_fc_bias = nullptr;          // [O]
+  const std::uint8_t* images = nullptr;   // [N,C,H,W], the resident training set
+  const std::uint8_t* all_labels = nullptr;  // [N]
+  const std::int32_t* indices = nullptr;  // [n], this batch's samples
+  float* input = nullptr;                 // [n,C,H,W], gathered floats (unfused forward only)
+  std::uint8_t* labels = nullptr;         // [n], gathered labels (unfused forward only)
+  float* pooled = nullptr;                // [n, F*P]
+  std::uint8_t* argmax = nullptr;         // [n, F*P]
+  float* fc_partial = nullptr;            // [plan.logit_parts, n, O]
+  float* grad_logits = nullptr;           // [n, O]
+  float* sample_loss = nullptr;           // [n]
+  int* sample_correct = nullptr;          // [n]
+  float* sweep_partial = nullptr;         // [plan.sweep.splits, plan.sweep_rows, F*P]
+  double* loss_sum = nullptr;             // [1], the batch's loss sum is added
+  std::int64_t* correct = nullptr;        // [1], the batch's correct count is added
+};
+
+// Launch shapes and scratch sizes for a batch of n; fixed by (model, n, GPU model), so the order of
+// every sum, and with it every bit of the result, repeats.
+struct SeedStepPlan {
+  std::int64_t n = 0;
+  bool fused_forward = true;
+  // Fused forward: blocks of kForwardSamples samples x `filters_per_group` filters.
+  int filters_per_group = 0;
+  std::int64_t filter_groups = 0;
+  int forward_threads = 0;
+  // Unfused forward: the fc layer's K-chunks.
+  FcForwardPlan fc;
+  std::int64_t logit_parts = 0;  // partial sums per logit: filter groups or K-chunks
+  SweepPlan sweep;
+  int sweep_rows = 0;
+  std::int64_t fc_partial_floats = 0;
+  std::int64_t sweep_partial_floats = 0;
+};
+
+SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forward);
+
+// Queue the step's stages on `stream` (n = plan.n >= 1), in this order; the backend captures all
+// three, once per batch size, into one CUDA graph, and marks the phase boundaries between them.
+// data: the unfused forward's gathers (nothing for the fused forward, which reads the data set directly).
+void seed_data_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
+// forward: pooled, argmax, the loss's gradient dL/dlogits and the per-sample losses.
+void seed_forward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
+// backward: every gradient (overwritten) and the batch's loss and correct count (added).
+void seed_backward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
+
+}  // namespace cnn::cuda
