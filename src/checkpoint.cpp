@@ -6,6 +6,8 @@
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
+#include <cstdlib>
 #include <ctime>
 #include <stdexcept>
 
@@ -129,6 +131,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, config, "dataset", c.dataset);
   h5::write_attr(file, config, "dataset_digest", c.dataset_digest);
   h5::write_attr(file, config, "train_samples", c.train_samples);
+  h5::write_attr(file, config, "epochs", c.epochs);
 
   h5::create_group(file, fid, schema::kModelGroup);
   for (const ParamView& view : layout.views()) {
@@ -148,6 +151,9 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, progress, "global_step", p.global_step);
   h5::write_attr(file, progress, "samples_seen", p.samples_seen);
   h5::write_attr(file, progress, "world_size_at_save", static_cast<std::int64_t>(p.world_size_at_save));
+  h5::write_attr(file, progress, "epoch_loss_sum", p.epoch_loss_sum);
+  h5::write_attr(file, progress, "epoch_correct", p.epoch_correct);
+  h5::write_attr(file, progress, "epoch_samples", p.epoch_samples);
 
   const h5::Node rng = h5::create_group(file, fid, schema::kRngGroup);
   h5::write_attr(file, rng, "seed", c.seed);
@@ -210,6 +216,11 @@ int read_int_attr(const h5::FileContext& file, const h5::Node& node, const char*
   return static_cast<int>(value);
 }
 
+// Attributes added after version 1 first shipped are optional, so older version-1 files still load.
+bool has_attr(const h5::FileContext& file, const h5::Node& node, const char* name) {
+  return file.check(H5Aexists(node.id(), name), "H5Aexists", node.path) > 0;
+}
+
 CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
   const h5::Node group = h5::open_group(file, fid, schema::kConfigGroup);
   CheckpointConfig c;
@@ -229,6 +240,7 @@ CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
   c.dataset = h5::read_string_attr(file, group, "dataset");
   c.dataset_digest = h5::read_uint64_attr(file, group, "dataset_digest");
   c.train_samples = h5::read_int64_attr(file, group, "train_samples");
+  if (has_attr(file, group, "epochs")) c.epochs = h5::read_int64_attr(file, group, "epochs");
   return c;
 }
 
@@ -254,6 +266,19 @@ void read_rng(const h5::FileContext& file, hid_t fid) {
   }
 }
 
+// Test hook (tests/resume_test.sh): CNN_TEST_KILL_DURING_WRITE=N makes the N-th checkpoint write of
+// this process die by SIGKILL after the .tmp is complete but before the rename, as a node failure
+// would. The previous checkpoint must survive and the next start must remove the stale .tmp.
+void test_hook_kill_before_rename() {
+  static int writes = 0;
+  const char* text = std::getenv("CNN_TEST_KILL_DURING_WRITE");
+  if (text == nullptr) return;
+  ++writes;
+  char* end = nullptr;
+  const long n = std::strtol(text, &end, 10);
+  if (end != text && *end == '\0' && n == writes) std::raise(SIGKILL);
+}
+
 }  // namespace
 
 void write_checkpoint(const std::string& path, const CheckpointState& state, const ParamLayout& layout) {
@@ -262,6 +287,7 @@ void write_checkpoint(const std::string& path, const CheckpointState& state, con
   const std::string tmp = path + schema::kTmpSuffix;
   try {
     write_hdf5_file(tmp, state, layout, states);
+    test_hook_kill_before_rename();
     fsutil::rename_durably(tmp, path);
   } catch (...) {
     // Best effort: the write error is the one to report, and `path` was never touched.
@@ -310,6 +336,11 @@ CheckpointState read_checkpoint(const std::string& path, const ParamLayout& layo
   state.progress.global_step = h5::read_int64_attr(file, progress, "global_step");
   state.progress.samples_seen = h5::read_int64_attr(file, progress, "samples_seen");
   state.progress.world_size_at_save = read_int_attr(file, progress, "world_size_at_save");
+  if (has_attr(file, progress, "epoch_samples")) {
+    state.progress.epoch_loss_sum = h5::read_double_attr(file, progress, "epoch_loss_sum");
+    state.progress.epoch_correct = h5::read_int64_attr(file, progress, "epoch_correct");
+    state.progress.epoch_samples = h5::read_int64_attr(file, progress, "epoch_samples");
+  }
 
   read_rng(file, fid);
 

@@ -1,3 +1,4 @@
+#include "cnn/trace.hpp"
 #include "cnn/cli.hpp"
 
 #include <sched.h>
@@ -50,6 +51,26 @@ void validate(const TrainConfig& c) {
   require(c.threads >= 0, "--threads must be at least 1, or 0 for automatic (got " + str(c.threads) + ")");
   require(c.train_samples >= 0, "--train-samples must be 0 (all) or positive (got " + str(c.train_samples) + ")");
   require(c.test_samples >= 0, "--test-samples must be 0 (all) or positive (got " + str(c.test_samples) + ")");
+  require(c.checkpoint_every >= 0, "--checkpoint-every must be 0 (final only) or positive (got " +
+                                       str(c.checkpoint_every) + ")");
+  require(c.checkpoint_every_steps >= 0, "--checkpoint-every-steps must be 0 (off) or positive (got " +
+                                             str(c.checkpoint_every_steps) + ")");
+  require(c.keep >= 1, "--keep must be at least 1 (got " + str(c.keep) + ")");
+  parse_trace_window(c.trace_steps);  // throws UsageError for a bad A:B
+  if (c.command == Command::kEval) require(!c.checkpoint.empty(), "eval needs --checkpoint PATH");
+  if (c.command == Command::kTrain) require(c.checkpoint.empty(), "--checkpoint belongs to `eval`; to continue a run use --resume PATH");
+}
+
+// A checkpoint written by a run lives in RUN_DIR/checkpoints/; resuming it continues that run.
+std::string run_dir_of_checkpoint(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return "";
+  const std::string dir = path.substr(0, slash);
+  const std::string sub = "checkpoints";
+  const std::size_t parent_slash = dir.find_last_of('/');
+  const std::string last = parent_slash == std::string::npos ? dir : dir.substr(parent_slash + 1);
+  if (last != sub) return "";
+  return parent_slash == std::string::npos ? std::string(".") : dir.substr(0, parent_slash);
 }
 
 // Cores this process may run on (its affinity mask), which mpirun and srun narrow when they bind.
@@ -84,11 +105,13 @@ CliResult parse_command_line(int argc, char** argv) {
   CliResult result;
   TrainConfig& c = result.config;
   CLI::App app{"cnn_mpi: data-parallel CNN training over MPI ranks, on CPU cores or GPUs", "cnn_mpi"};
-  app.option_defaults()->always_capture_default();
+  // A repeated option takes its last value, so scripts can append overrides to a common command line.
+  app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_version_flag("--version", std::string("cnn_mpi ") + CNN_VERSION);
   app.fallthrough();  // options may follow the subcommand: `cnn_mpi train --epochs 2`
   app.require_subcommand(0, 1);
   app.add_subcommand("train", "train the model (the default)");
+  CLI::App* eval = app.add_subcommand("eval", "evaluate a checkpoint on the test set");
 
   app.add_option("--data", c.data_dir, "directory holding the data set files")->group("Data");
   app.add_option("--dataset", c.dataset, "data set format and name: mnist | fashion")->group("Data");
@@ -113,7 +136,25 @@ CliResult parse_command_line(int argc, char** argv) {
       ->group("Execution");
 
   app.add_option("--out", c.out_dir, "run directory for logs (default: runs/<UTC time>)")->group("Output");
-  app.add_flag("--quiet", c.quiet, "print only the settings and the final result")->group("Output");
+  app.add_flag("--quiet", c.quiet, "print only the settings and the final result (no live progress line)")
+      ->group("Output");
+  app.add_option("--trace", c.trace, "write a Chrome trace (Perfetto, chrome://tracing) of --trace-steps to FILE")
+      ->group("Output");
+  app.add_option("--trace-steps", c.trace_steps, "global steps A:B (B excluded) that --trace records")
+      ->capture_default_str()
+      ->group("Output");
+
+  app.add_option("--checkpoint-every", c.checkpoint_every,
+                 "write a checkpoint every N epochs (0: only the final one, which is always written)")
+      ->group("Checkpoints");
+  app.add_option("--checkpoint-every-steps", c.checkpoint_every_steps,
+                 "also write one every N global steps (0: off), for long epochs")
+      ->group("Checkpoints");
+  app.add_option("--keep", c.keep, "keep the newest K checkpoints")->group("Checkpoints");
+  app.add_option("--resume", c.resume,
+                 "continue from a checkpoint: PATH, or auto (the newest valid one in --out; fresh if none)")
+      ->group("Checkpoints");
+  app.add_option("--checkpoint", c.checkpoint, "eval: the checkpoint file to evaluate")->group("Checkpoints");
 
   try {
     app.parse(argc, argv);
@@ -132,6 +173,7 @@ CliResult parse_command_line(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
   }
+  if (eval->parsed()) c.command = Command::kEval;
   validate(c);
   return result;
 }
@@ -157,6 +199,9 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
     }
   }
   if (c.backend == "seq") c.threads = 1;
+  if (c.command == Command::kTrain && c.resume == kResumeAuto && c.out_dir.empty())
+    throw UsageError("--resume auto looks in the run directory: give it with --out RUN_DIR");
+  if (c.out_dir.empty() && !c.resume.empty()) c.out_dir = run_dir_of_checkpoint(c.resume);
   if (c.out_dir.empty()) c.out_dir = "runs/" + utc_timestamp();
 }
 
@@ -179,7 +224,16 @@ std::string describe(const TrainConfig& c) {
        << "  backend: " << c.backend << "\n"
        << "  threads_per_rank: " << c.threads << "\n"
        << "  ranks: " << c.world_size << "\n"
-       << "  out: " << c.out_dir << "\n";
+       << "  out: " << c.out_dir << "\n"
+       << "  checkpoint_every: " << (c.checkpoint_every ? str(c.checkpoint_every) + " epoch(s)" : std::string("final only"));
+  if (c.checkpoint_every_steps) text << ", and every " << c.checkpoint_every_steps << " steps";
+  text << " (keep " << c.keep << ")\n"
+       << "  resume: " << (c.resume.empty() ? std::string("no") : c.resume) << "\n"
+       << "  trace: " << (c.trace.empty() ? std::string("no") : c.trace + " (steps " + c.trace_steps + ")")
+       << "\n";
+  // A requeued SLURM job keeps its id and counts restarts: both tell which start wrote what.
+  if (const char* job = std::getenv("SLURM_JOB_ID")) text << "  slurm_job: " << job << "\n";
+  if (const char* restarts = std::getenv("SLURM_RESTART_COUNT")) text << "  slurm_restart_count: " << restarts << "\n";
   return text.str();
 }
 

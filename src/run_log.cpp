@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "cnn/errors.hpp"
+#include "fsync_util.hpp"
 
 namespace cnn {
 
@@ -19,6 +21,9 @@ namespace {
 constexpr const char* kMetricsHeader =
     "epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds";
 constexpr const char* kTimingHeader = "epoch,phase,min_s,mean_s,max_s,max_rank";
+constexpr const char* kAllreduceHeader = "epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps";
+// timing.csv's row of the measured step wall time; not a Phase, so that phases sum to it.
+constexpr const char* kStepRowName = "step";
 
 bool exists(const std::string& path) {
   struct stat info {};
@@ -51,18 +56,66 @@ void append_line(const std::string& path, const char* header, const std::string&
   if (!out) throw IoError(path + ": write failed: " + std::strerror(errno));
 }
 
+// Keeps the header and the rows whose first column (the epoch) is at most `last_epoch`, replacing
+// the file atomically: a crash mid-rewrite leaves the old file, never a half-written one.
+void keep_rows_up_to(const std::string& path, std::int64_t last_epoch) {
+  if (!exists(path)) return;
+  std::ifstream in(path);
+  if (!in) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
+  std::string kept, line;
+  bool header = true;
+  bool dropped = false;
+  while (std::getline(in, line)) {
+    if (header) {
+      header = false;
+      kept += line + '\n';
+      continue;
+    }
+    char* end = nullptr;
+    const long long epoch = std::strtoll(line.c_str(), &end, 10);
+    if (end == line.c_str() || *end != ',' || epoch > last_epoch) {
+      dropped = true;
+      continue;
+    }
+    kept += line + '\n';
+  }
+  if (!dropped) return;
+  fsutil::write_text_durably(path, kept);
+}
+
+void prove_writable(const std::string& run_dir) {
+  // access(W_OK) is not enough: it ignores read-only mounts and quotas. Create a file.
+  const std::string probe = run_dir + "/.write-probe";
+  std::FILE* file = std::fopen(probe.c_str(), "w");
+  if (file == nullptr) throw IoError(run_dir + ": not writable: " + std::strerror(errno));
+  std::fclose(file);
+  std::remove(probe.c_str());
+}
+
 }  // namespace
+
+void RunLog::prepare_resume(std::int64_t completed_epochs) const {
+  make_directories(run_dir_);
+  prove_writable(run_dir_);
+  keep_rows_up_to(metrics_path(), completed_epochs);
+  keep_rows_up_to(timing_path(), completed_epochs);
+  keep_rows_up_to(allreduce_path(), completed_epochs);
+}
+
+void RunLog::append_start(const std::string& line) const {
+  std::ofstream out(runs_path(), std::ios::app);
+  if (!out) throw IoError(runs_path() + ": cannot open for appending: " + std::strerror(errno));
+  out << line << '\n';
+  out.flush();
+  if (!out) throw IoError(runs_path() + ": write failed: " + std::strerror(errno));
+}
 
 void RunLog::prepare() const {
   make_directories(run_dir_);
   if (exists(metrics_path()))
-    throw UsageError(run_dir_ + ": already holds a run (metrics.csv); choose another --out");
-  // access(W_OK) is not enough: it ignores read-only mounts and quotas. Create a file.
-  const std::string probe = run_dir_ + "/.write-probe";
-  std::FILE* file = std::fopen(probe.c_str(), "w");
-  if (file == nullptr) throw IoError(run_dir_ + ": not writable: " + std::strerror(errno));
-  std::fclose(file);
-  std::remove(probe.c_str());
+    throw UsageError(run_dir_ + ": already holds a run (metrics.csv); choose another --out, or continue it with "
+                     "--resume auto");
+  prove_writable(run_dir_);
 }
 
 void RunLog::append_epoch(const EpochMetrics& m, const std::vector<PhaseSpread>& phases) const {
@@ -76,6 +129,21 @@ void RunLog::append_epoch(const EpochMetrics& m, const std::vector<PhaseSpread>&
     timing << m.epoch << ',' << phase_name(p.phase) << ',' << p.min << ',' << p.mean << ',' << p.max << ','
            << p.max_rank << '\n';
   append_line(timing_path(), kTimingHeader, timing.str());
+}
+
+void RunLog::append_epoch(const EpochMetrics& m, const std::vector<PhaseSpread>& phases, const RankSpread& step) const {
+  append_epoch(m, phases);
+  std::ostringstream row;
+  row << std::setprecision(6) << m.epoch << ',' << kStepRowName << ',' << step.min << ',' << step.mean << ','
+      << step.max << ',' << step.max_rank << '\n';
+  append_line(timing_path(), kTimingHeader, row.str());
+}
+
+void RunLog::append_allreduce(const AllreduceStats& a) const {
+  std::ostringstream row;
+  row << std::setprecision(6) << a.epoch << ',' << a.ranks << ',' << a.bytes_per_step << ',' << a.steps << ','
+      << a.mean_s << ',' << a.algbw_GBps << ',' << a.busbw_GBps << '\n';
+  append_line(allreduce_path(), kAllreduceHeader, row.str());
 }
 
 }  // namespace cnn

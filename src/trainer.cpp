@@ -2,15 +2,23 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <sstream>
 
 #include "cnn/backend.hpp"
+#include "cnn/checkpointer.hpp"
 #include "cnn/collective_errors.hpp"
 #include "cnn/dataset.hpp"
 #include "cnn/model.hpp"
+#include "cnn/progress.hpp"
+#include "cnn/resume.hpp"
 #include "cnn/run_log.hpp"
 #include "cnn/sampler.hpp"
+#include "cnn/signals.hpp"
+#include "cnn/timing_stats.hpp"
+#include "cnn/trace.hpp"
 #include "cnn/train_step.hpp"
 
 namespace cnn {
@@ -21,21 +29,14 @@ namespace {
 std::vector<PhaseSpread> reduce_phases(const MpiWorld& world, const PhaseTimes& mine) {
   std::vector<PhaseSpread> spreads;
   for (int p = 0; p < kPhaseCount; ++p) {
-    const std::vector<double> all = world.gather_to_root(mine.seconds[static_cast<std::size_t>(p)]);
+    const RankSpread r = reduce_over_ranks(world, mine.seconds[static_cast<std::size_t>(p)]);
     if (world.rank() != 0) continue;
     PhaseSpread s;
     s.phase = static_cast<Phase>(p);
-    s.min = s.max = all[0];
-    double sum = 0.0;
-    for (std::size_t r = 0; r < all.size(); ++r) {
-      sum += all[r];
-      if (all[r] < s.min) s.min = all[r];
-      if (all[r] > s.max) {
-        s.max = all[r];
-        s.max_rank = static_cast<int>(r);
-      }
-    }
-    s.mean = sum / static_cast<double>(all.size());
+    s.min = r.min;
+    s.mean = r.mean;
+    s.max = r.max;
+    s.max_rank = r.max_rank;
     spreads.push_back(s);
   }
   return spreads;
@@ -47,23 +48,47 @@ std::string percent(double fraction) {
   return text;
 }
 
+// runs.log: one line per start, so a requeued SLURM job's history is readable in one place.
+std::string start_line(int ranks, const ResumePoint& resume) {
+  char when[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* restart = std::getenv("SLURM_RESTART_COUNT");
+  std::ostringstream line;
+  line << when << ", slurm_job=" << (job ? job : "-") << ", restart=" << (restart ? restart : "0")
+       << ", ranks=" << ranks << ", resumed_from=" << (resume.resumed ? resume.path : std::string("fresh"));
+  return line.str();
+}
+
+// The epoch's train stats so far, summed over ranks (collective).
+BatchStats sum_over_ranks(const MpiWorld& world, const BatchStats& mine) {
+  double sums[1] = {mine.loss_sum};
+  std::int64_t counts[2] = {mine.correct, mine.count};
+  world.allreduce_sum(sums, 1);
+  world.allreduce_sum(counts, 2);
+  return BatchStats{sums[0], counts[0], counts[1]};
+}
+
 }  // namespace
 
-TrainSummary train(const TrainConfig& config, const MpiWorld& world) {
+DataSplits load_training_data(const TrainConfig& config) {
+  DataSplits data = load_dataset(config.dataset, config.data_dir);
+  if (config.train_samples > 0 && config.train_samples < data.train.count()) data.train.truncate(config.train_samples);
+  if (config.test_samples > 0 && config.test_samples < data.test.count()) data.test.truncate(config.test_samples);
+  return data;
+}
+
+TrainSummary train(const TrainConfig& config, const MpiWorld& world, double process_start,
+                   std::future<DataSplits> early_data) {
   const bool root = world.rank() == 0;
   const double run_start = wall_seconds();
 
   // Every rank reads the data itself; all must succeed before anyone goes on.
   DataSplits data;
-  agree_or_stop(world, [&] {
-    data = load_dataset(config.dataset, config.data_dir);
-    if (config.train_samples > 0 && config.train_samples < data.train.count()) data.train.truncate(config.train_samples);
-    if (config.test_samples > 0 && config.test_samples < data.test.count()) data.test.truncate(config.test_samples);
-  });
-  const RunLog log(config.out_dir);
-  agree_or_stop(world, [&] {
-    if (root) log.prepare();
-  });
+  agree_or_stop(world, [&] { data = early_data.valid() ? early_data.get() : load_training_data(config); });
 
   const SeedModel model = make_model(config.model, config.filters, data.train.shape, data.train.classes);
   const ParamLayout layout = model.layout();
@@ -71,6 +96,29 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world) {
   optimizer.kind = parse_optimizer(config.optimizer);
   optimizer.lr = static_cast<float>(config.lr);
   optimizer.momentum = static_cast<float>(config.momentum);
+
+  // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
+  const CheckpointConfig saved_config = checkpoint_config_for(config, model, data.train);
+  const ResumePoint resume = resolve_resume(config, world, saved_config, layout);
+  const CheckpointProgress& from = resume.state.progress;
+  TrainSummary summary;
+  if (resume.resumed && from.epoch >= config.epochs) {
+    // SLURM requeue scripts run the same command again; a finished run must be a quiet success.
+    if (root) std::printf("run already complete (epoch %lld of %d)\n", static_cast<long long>(from.epoch), config.epochs);
+    summary.already_complete = true;
+    return summary;
+  }
+
+  // Unwritable run or checkpoint directories are found now, not at the first save hours later.
+  const RunLog log(config.out_dir);
+  agree_or_stop(world, [&] {
+    if (!root) return;
+    if (config.resume.empty()) log.prepare();
+    else log.prepare_resume(from.epoch);
+    CheckpointDir(config.out_dir).prepare();
+    log.append_start(start_line(world.size(), resume));
+  });
+  const Checkpointer checkpointer(world, config, saved_config, layout);
 
   BackendOptions backend_options;
   backend_options.kind = config.backend;
@@ -85,11 +133,17 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world) {
     comm = make_communicator(world, *backend);
   });
 
-  // Rank 0 draws the initial parameters and every rank takes them, so all start identical.
-  std::vector<float> params(static_cast<std::size_t>(layout.total()));
-  if (root) initialize_params(params.data(), layout, config.seed);
-  world.broadcast(params.data(), layout.total() * static_cast<std::int64_t>(sizeof(float)));
-  backend->upload_params(params);
+  if (resume.resumed) {
+    // resolve_resume gave every rank rank 0's reading, so all continue identical.
+    backend->upload_params(resume.state.params);
+    if (!resume.state.optimizer_state.empty()) backend->upload_optimizer_state(resume.state.optimizer_state);
+  } else {
+    // Rank 0 draws the initial parameters and every rank takes them, so all start identical.
+    std::vector<float> params(static_cast<std::size_t>(layout.total()));
+    if (root) initialize_params(params.data(), layout, config.seed);
+    world.broadcast(params.data(), layout.total() * static_cast<std::int64_t>(sizeof(float)));
+    backend->upload_params(params);
+  }
 
   if (root) {
     std::cout << "cnn_mpi " << CNN_VERSION << "\n" << describe(config) << "  model_detail: " << model.describe()
@@ -106,24 +160,95 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world) {
 
   const Sampler sampler(config.seed, data.train.count());
   const std::int64_t steps = batches_per_epoch(data.train.count(), config.batch);
-  TrainSummary summary;
-  for (std::int64_t epoch = 0; epoch < config.epochs; ++epoch) {
-    PhaseTimes times;
-    backend->begin_epoch(sampler.permutation(epoch));
+  const StopAfterStepsHook stop_hook(world.rank());
+  CheckpointProgress progress = from;
+  CheckpointMetrics last_metrics = resume.state.metrics;
+  // The unfinished epoch's train stats: this rank's own since the last save, plus (on rank 0 only)
+  // what the resumed checkpoint had summed over all ranks before the stop.
+  BatchStats epoch_stats;
+  if (root) epoch_stats = BatchStats{from.epoch_loss_sum, from.epoch_correct, from.epoch_samples};
+  std::int64_t steps_run = 0;  // by this process, for the start-up line and the test hook
+  PhaseTimes times;
+  // The wall time of this epoch's steps (timing.csv's "step" row) and how many ran here (allreduce.csv).
+  double step_seconds = 0.0;
+  std::int64_t epoch_steps = 0;
+  const std::int64_t gradient_bytes = layout.total() * static_cast<std::int64_t>(sizeof(float));
+  ProgressLine live(root ? progress_mode_for_stdout(config.quiet) : ProgressMode::kOff, stdout, steps, config.epochs,
+                    config.batch);
+  std::unique_ptr<TraceRecorder> trace;
+  if (!config.trace.empty()) {
+    world.barrier();  // every rank takes its time origin on leaving it, so the ranks' tracks line up
+    trace = std::make_unique<TraceRecorder>(parse_trace_window(config.trace_steps), wall_seconds());
+  }
+
+  // Mid-epoch saves carry the partial epoch's stats summed over ranks, so a resume logs the exact loss.
+  auto save_mid_epoch = [&] {
+    epoch_stats += backend->take_train_stats();
+    const BatchStats total = sum_over_ranks(world, epoch_stats);
+    CheckpointProgress at = progress;
+    at.epoch_loss_sum = total.loss_sum;
+    at.epoch_correct = total.correct;
+    at.epoch_samples = total.count;
+    return checkpointer.save(*backend, at, last_metrics, times);
+  };
+
+  for (std::int64_t epoch = from.epoch; epoch < config.epochs; ++epoch) {
+    backend->begin_epoch(sampler.permutation(epoch));  // a pure function of (seed, epoch): resumable mid-epoch
     world.barrier();
     const double epoch_start = wall_seconds();
-    for (std::int64_t step = 0; step < steps; ++step)
-      train_step(*backend, *comm, optimizer, layout.total(),
-                 global_batch_range(step, data.train.count(), config.batch), times);
-    backend->synchronize();
+    const std::int64_t first_step = epoch == from.epoch ? from.step_in_epoch : 0;
+    live.begin_epoch(epoch, first_step, epoch_start);
+    for (std::int64_t step = first_step; step < steps; ++step) {
+      if (steps_run == 0 && root) {
+        std::printf("startup: %.3f s to first step\n", wall_seconds() - process_start);
+        std::fflush(stdout);
+      }
+      const Range batch = global_batch_range(step, data.train.count(), config.batch);
+      // A traced step reads its own phases: take what came before it, and wait for its device work.
+      const bool traced = trace && trace->recording(progress.global_step);
+      if (traced) times += backend->take_phase_times();
+      const PhaseTimes before = times;
+      const double step_start = wall_seconds();
+      train_step(*backend, *comm, optimizer, layout.total(), batch, times);
+      if (traced) backend->synchronize();
+      const double step_wall = wall_seconds() - step_start;
+      step_seconds += step_wall;
+      ++epoch_steps;
+      if (traced) {
+        times += backend->take_phase_times();
+        PhaseTimes own = times;
+        for (std::size_t p = 0; p < own.seconds.size(); ++p) own.seconds[p] -= before.seconds[p];
+        trace->record_step(progress.global_step, step_start, step_wall, own);
+      }
+      ++steps_run;
+      progress.step_in_epoch = step + 1;
+      progress.global_step += 1;
+      progress.samples_seen += batch.count;
+      stop_hook.after_step(steps_run);
+      // Every rank reaches the window's end at the same step: the gather is collective.
+      if (trace && trace->window_done(progress.global_step)) trace->gather_and_write(world, config.trace);
+      live.update(step + 1, wall_seconds());
+      if (step + 1 == steps) break;  // the epoch's end below saves and stops, with the epoch's metrics
+      // One int allreduce per step: a signal on any rank stops all at the same step (cost: CHECKPOINT.md).
+      if (const int signo = agree_on_stop(world)) {
+        stop_for_signal(world, signo, epoch + 1, step + 1, save_mid_epoch());
+      }
+      if (checkpointer.due_after_step(progress.global_step)) save_mid_epoch();
+    }
+    const double sync_start = wall_seconds();
+    backend->synchronize();  // device work queued by the steps is step time too
+    step_seconds += wall_seconds() - sync_start;
     const double epoch_seconds = world.allreduce_max(wall_seconds() - epoch_start);
+    live.end_epoch();
+    const RankSpread step_spread = reduce_over_ranks(world, step_seconds);
+    const std::int64_t allreduce_count = epoch_steps;
+    step_seconds = 0.0;
+    epoch_steps = 0;
 
-    BatchStats train_stats = backend->take_train_stats();
-    double train_sums[1] = {train_stats.loss_sum};
-    std::int64_t train_counts[1] = {train_stats.count};
-    world.allreduce_sum(train_sums, 1);
-    world.allreduce_sum(train_counts, 1);
-    const double train_loss = train_sums[0] / static_cast<double>(train_counts[0]);
+    epoch_stats += backend->take_train_stats();
+    const BatchStats train_stats = sum_over_ranks(world, epoch_stats);
+    epoch_stats = BatchStats{};
+    const double train_loss = train_stats.loss_sum / static_cast<double>(train_stats.count);
     if (!std::isfinite(train_loss)) {
       std::ostringstream message;
       message << "training diverged in epoch " << epoch + 1 << ": mean train loss is " << train_loss
@@ -131,7 +256,11 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world) {
       throw DivergedError(message.str());
     }
 
+    const double eval_start = wall_seconds();
     const BatchStats test = evaluate_test_set(*backend, world, data.test.count());
+    // Shown in the trace after the epoch's last step when that step is in the window.
+    if (trace)
+      trace->record(progress.global_step - 1, static_cast<int>(Phase::kEval), eval_start, wall_seconds() - eval_start);
     times += backend->take_phase_times();
 
     EpochMetrics metrics;
@@ -143,8 +272,14 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world) {
     metrics.images_per_second = static_cast<double>(data.train.count()) / epoch_seconds;
     metrics.wall_seconds = wall_seconds() - run_start;
     const std::vector<PhaseSpread> phases = reduce_phases(world, times);
+    times = PhaseTimes{};  // the epoch-end checkpoint below is counted in the next epoch's row
+    // The row is written before the checkpoint: a resume from an older checkpoint drops later rows,
+    // while a row missing after its checkpoint could never be recovered.
     if (root) {
-      log.append_epoch(metrics, phases);
+      log.append_epoch(metrics, phases, step_spread);
+      if (world.size() > 1)
+        log.append_allreduce(allreduce_stats(metrics.epoch, world.size(), gradient_bytes, allreduce_count,
+                                             phases[static_cast<std::size_t>(Phase::kAllreduce)].mean));
       if (!config.quiet || epoch + 1 == config.epochs) {
         std::printf("epoch %lld/%d  train_loss %.4f  test_loss %.4f  test_acc %s  images/s %.0f  epoch %.2fs\n",
                     static_cast<long long>(epoch + 1), config.epochs, metrics.train_loss, metrics.test_loss,
@@ -152,10 +287,22 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world) {
         std::fflush(stdout);
       }
     }
+    last_metrics = CheckpointMetrics{metrics.train_loss, metrics.test_loss, metrics.test_accuracy};
+    progress.epoch = epoch + 1;
+    progress.step_in_epoch = 0;
+
+    const int signo = agree_on_stop(world);  // also catches a signal that came during the evaluation
+    std::string path;
+    if (signo != 0 || checkpointer.due_after_epoch(progress.epoch, progress.global_step))
+      path = checkpointer.save(*backend, progress, last_metrics, times);
+    // A signal after the last epoch changes nothing: the run is complete and says so with exit 0.
+    if (signo != 0 && progress.epoch < config.epochs) stop_for_signal(world, signo, epoch + 1, steps, path);
+
     summary.final_test_accuracy = metrics.test_accuracy;
     summary.final_test_loss = metrics.test_loss;
     summary.final_train_loss = metrics.train_loss;
   }
+  if (trace) trace->gather_and_write(world, config.trace);  // a window past the run's end: what was recorded
   summary.params = backend->download_params();
   return summary;
 }

@@ -3,10 +3,13 @@
 // Layout (docs/CHECKPOINT.md):
 //   /                        attrs format="cnn_mpi-checkpoint", version=1, created, program_version
 //   /config                  attrs model, filters, input_shape, classes, global_batch, lr, optimizer,
-//                            momentum, seed, dataset, dataset_digest, train_samples
+//                            momentum, seed, dataset, dataset_digest, train_samples, epochs
+//                            (epochs: optional, the --epochs the run aimed at)
 //   /model/<layer>/<param>   float32, natural shape (e.g. /model/conv1/weight [d,1,3,3])
 //   /optimizer/<layer>/<param>/<state>   (momentum: "velocity"); attr step on /optimizer
-//   /progress                attrs epoch, step_in_epoch, global_step, samples_seen, world_size_at_save
+//   /progress                attrs epoch, step_in_epoch, global_step, samples_seen, world_size_at_save,
+//                            epoch_loss_sum, epoch_correct, epoch_samples (optional: the unfinished epoch's
+//                            train loss sum, correct count and samples over all ranks, so its logged loss is exact)
 //   /rng                     attrs seed, sampler ("fisher-yates/mix64"), init ("uniform-fan-in/mix64")
 //   /metrics                 attrs train_loss, test_loss, test_accuracy
 // Every dataset carries a "checksum" attribute (FNV-1a 64 of its raw bytes), verified on load.
@@ -36,6 +39,7 @@ struct CheckpointConfig {
   std::string dataset;          // "fashion"
   std::uint64_t dataset_digest = 0;
   std::int64_t train_samples = 0;  // training images per epoch actually used
+  std::int64_t epochs = 0;         // --epochs of the run that wrote it (0: not recorded)
 };
 
 struct CheckpointProgress {
@@ -44,6 +48,10 @@ struct CheckpointProgress {
   std::int64_t global_step = 0;
   std::int64_t samples_seen = 0;
   int world_size_at_save = 1;
+  // Train stats of the unfinished epoch so far, summed over ranks (all 0 at an epoch boundary).
+  double epoch_loss_sum = 0.0;
+  std::int64_t epoch_correct = 0;
+  std::int64_t epoch_samples = 0;
 };
 
 struct CheckpointMetrics {

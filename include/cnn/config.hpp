@@ -6,6 +6,9 @@
 
 namespace cnn {
 
+// --resume value that picks the newest valid checkpoint of the run directory.
+inline constexpr const char* kResumeAuto = "auto";
+
 // Where the default data set lives once Debian's dataset-fashion-mnist package is installed.
 inline constexpr const char* kDefaultFashionDir = "/usr/share/datasets/fashion-mnist";
 
@@ -36,8 +39,19 @@ struct TrainConfig {
   int threads = 0;                      // threads per rank for `threads`; 0: all cores this rank may use
 
   // Output
-  std::string out_dir;                  // empty: runs/<UTC timestamp>
+  std::string out_dir;                  // empty: runs/<UTC timestamp> (or the run of --resume PATH)
   bool quiet = false;
+  std::string trace;                    // Chrome trace file of --trace-steps (docs/LOGS.md); empty: none
+  std::string trace_steps = "10:20";    // global steps A:B, B excluded
+
+  // Checkpoints (docs/CHECKPOINT.md). A final checkpoint is always written when training completes.
+  int checkpoint_every = 1;             // epochs between checkpoints; 0: only the final one
+  std::int64_t checkpoint_every_steps = 0;  // also every N global steps (0: off), for long epochs
+  int keep = 3;                         // newest checkpoints kept in RUN_DIR/checkpoints
+  std::string resume;                   // "", "auto" (newest valid in --out) or a checkpoint path
+
+  // `eval`
+  std::string checkpoint;               // the checkpoint to evaluate
 
   // Resolved at start-up, not options
   int world_size = 1;

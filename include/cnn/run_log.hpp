@@ -1,6 +1,9 @@
 // The run directory's logs, written by rank 0 only:
 //   metrics.csv  epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds
-//   timing.csv   epoch,phase,min_s,mean_s,max_s,max_rank   (per phase, over ranks, seconds per epoch)
+//   timing.csv   epoch,phase,min_s,mean_s,max_s,max_rank   (per phase, over ranks, seconds per epoch;
+//                plus a "step" row: the wall time of the epoch's training steps, to check phases against)
+//   allreduce.csv epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps   (runs of 2+ ranks)
+//   runs.log     one line per start: "UTC time, slurm_job=<id|->, restart=<n>, ranks=<N>, resumed_from=<path|fresh>"
 // Formats are documented in docs/LOGS.md.
 #pragma once
 
@@ -9,6 +12,7 @@
 #include <vector>
 
 #include "cnn/phase_times.hpp"
+#include "cnn/timing_stats.hpp"
 
 namespace cnn {
 
@@ -38,10 +42,24 @@ class RunLog {
   // Throws IoError (cannot create or write) or UsageError (holds a run).
   void prepare() const;
 
+  // For a resumed run (or --resume auto): the directory may hold a run already. Rows of epochs after
+  // `completed_epochs` (written after the checkpoint being resumed) are dropped, by an atomic rewrite
+  // of metrics.csv and timing.csv, so the appended rows never repeat an epoch. Throws IoError.
+  void prepare_resume(std::int64_t completed_epochs) const;
+
+  // Appends one line (plus newline) to runs.log and flushes it.
+  void append_start(const std::string& line) const;
+
   void append_epoch(const EpochMetrics& metrics, const std::vector<PhaseSpread>& phases) const;
+  // As above, plus the "step" row after the phases: the epoch's step wall time over ranks.
+  void append_epoch(const EpochMetrics& metrics, const std::vector<PhaseSpread>& phases, const RankSpread& step) const;
+  // One row of allreduce.csv (the trainer writes it only for runs of 2+ ranks).
+  void append_allreduce(const AllreduceStats& stats) const;
 
   std::string metrics_path() const { return run_dir_ + "/metrics.csv"; }
   std::string timing_path() const { return run_dir_ + "/timing.csv"; }
+  std::string allreduce_path() const { return run_dir_ + "/allreduce.csv"; }
+  std::string runs_path() const { return run_dir_ + "/runs.log"; }
   const std::string& dir() const { return run_dir_; }
 
  private:

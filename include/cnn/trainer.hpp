@@ -1,11 +1,14 @@
 // The training loop. It reads like the algorithm:
-//   for each epoch: global permutation -> for each global batch: train_step -> evaluate -> log.
+//   for each epoch: global permutation -> for each global batch: train_step -> evaluate -> log
+//   -> checkpoint when due; a stop signal seen by any rank ends it at a step boundary, with a checkpoint.
 #pragma once
 
+#include <future>
 #include <vector>
 
 #include "cnn/communicator.hpp"
 #include "cnn/config.hpp"
+#include "cnn/dataset.hpp"
 
 namespace cnn {
 
@@ -13,10 +16,19 @@ struct TrainSummary {
   double final_test_accuracy = 0.0;
   double final_test_loss = 0.0;
   double final_train_loss = 0.0;
-  std::vector<float> params;  // final parameters (host copy)
+  bool already_complete = false;  // --resume found a checkpoint covering all --epochs: nothing trained
+  std::vector<float> params;      // final parameters (host copy)
 };
 
-// Runs `config` (already resolved) on this rank. Throws cnn::Error subclasses on failures.
-TrainSummary train(const TrainConfig& config, const MpiWorld& world);
+// The splits of --dataset in --data, cut to --train-samples / --test-samples. Needs no MPI, so main()
+// can run it on a thread while MPI_Init runs.
+DataSplits load_training_data(const TrainConfig& config);
+
+// Runs `config` (already resolved) on this rank. `process_start` is wall_seconds() at the top of
+// main(), for the "startup: X s to first step" line. `data` is load_training_data() started early,
+// or an empty future to load here. Throws cnn::Error subclasses on failures, and
+// AlreadyReported(kStoppedBySignal) after a stop signal's checkpoint.
+TrainSummary train(const TrainConfig& config, const MpiWorld& world, double process_start,
+                   std::future<DataSplits> data = {});
 
 }  // namespace cnn

@@ -1,0 +1,50 @@
+// Continuing a run from a checkpoint (--resume PATH | auto).
+//
+// Rank 0 finds and reads the checkpoint and checks it against this run's settings; every rank then
+// receives the same state by broadcast, so all continue from identical parameters and progress.
+// What may change between the stop and the resume is decided here (docs/CHECKPOINT.md, "Resuming"):
+//   refused (exit 2): model, filters, input shape, classes (the parameters would not fit);
+//                     seed, global batch, optimizer, data (the continuation would not be exact)
+//   allowed, printed: lr, momentum, epochs, output directory
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cnn/checkpoint.hpp"
+#include "cnn/communicator.hpp"
+#include "cnn/config.hpp"
+#include "cnn/dataset.hpp"
+
+namespace cnn {
+
+// What this run would write into /config; compared with a checkpoint's.
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, const Dataset& train);
+
+// FNV-1a of the training split's labels then images: identifies the data a run trains on. The test
+// split is left out on purpose, so that --test-samples may change on resume.
+std::uint64_t training_data_digest(const Dataset& train);
+
+struct ResumeVerdict {
+  std::string refusal;             // empty: compatible
+  std::vector<std::string> notes;  // "resume: lr 0.1 -> 0.05", one per allowed change
+};
+
+// Compares the checkpoint's /config (`saved`) with this run's (`now`). Pure: no I/O.
+ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig& now);
+
+struct ResumePoint {
+  bool resumed = false;
+  std::string path;       // the checkpoint resumed from ("" when fresh)
+  CheckpointState state;  // progress all zero when fresh
+};
+
+// Resolves config.resume on rank 0 and hands the result to every rank. Throws AlreadyReported
+// (the message printed once) for a missing or invalid file given as PATH (exit 3 / 2) and for a
+// refused change of settings (exit 2). With `auto`, a corrupt newest file is skipped with one
+// warning line and the one before it is tried; none at all means a fresh start, said once.
+ResumePoint resolve_resume(const TrainConfig& config, const MpiWorld& world, const CheckpointConfig& now,
+                           const ParamLayout& layout);
+
+}  // namespace cnn

@@ -1,0 +1,44 @@
+// Stopping on a signal with a checkpoint. SIGTERM (SLURM's warning before the kill, mpirun's
+// forward of its own SIGTERM/SIGINT), SIGINT (Ctrl-C) and SIGUSR1 (forwarded by mpirun without a
+// SIGKILL behind it) only set a flag. At each step boundary the ranks reduce the flag with MPI_MAX,
+// so a signal that reached ANY rank stops them all at the same step; then they write a checkpoint
+// and exit with ExitCode::kStoppedBySignal. A second signal, 2 s or more after the first, means
+// "now": the default action is restored and the process _exits with 128 + signo (the last checkpoint
+// stays whole: it is only ever replaced by an atomic rename). A repeat within 2 s is the same request
+// delivered twice (SLURM signals every process and mpirun forwards its own copy) and is ignored.
+#pragma once
+
+#include <cstdint>
+
+#include "cnn/communicator.hpp"
+
+namespace cnn {
+
+// Installs the handlers for SIGTERM, SIGINT and SIGUSR1. Call once, after MPI_Init (Open MPI may
+// install its own handlers during init; ours must win).
+void install_stop_handlers();
+
+// The first stop signal received by this process, or 0.
+int local_stop_signal();
+
+// "SIGTERM", "SIGINT", "SIGUSR1", or "signal N".
+const char* signal_name(int signo);
+
+// The stop signal any rank has seen (the largest signal number among them), or 0. Collective: every
+// rank calls it at the same step boundary. One MPI_Allreduce of one int (cost: docs/CHECKPOINT.md).
+int agree_on_stop(const MpiWorld& world);
+
+// Test hook: CNN_TEST_STOP_AFTER_STEPS=N raises SIGUSR1 in this process once it has run N steps
+// (on rank CNN_TEST_STOP_RANK, default 0), so tests can stop a run at a chosen step without racing
+// a real signal. Unset: never fires.
+class StopAfterStepsHook {
+ public:
+  explicit StopAfterStepsHook(int rank);
+  // Call after each step with the steps this process has run.
+  void after_step(std::int64_t steps_run) const;
+
+ private:
+  std::int64_t stop_after_ = 0;  // 0: off
+};
+
+}  // namespace cnn

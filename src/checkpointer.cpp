@@ -1,0 +1,68 @@
+#include "cnn/checkpointer.hpp"
+
+#include <cstdio>
+
+#include "cnn/collective_errors.hpp"
+#include "cnn/signals.hpp"
+
+namespace cnn {
+
+Checkpointer::Checkpointer(const MpiWorld& world, const TrainConfig& config, CheckpointConfig saved_config,
+                           const ParamLayout& layout)
+    : world_(world),
+      dir_(config.out_dir),
+      saved_config_(std::move(saved_config)),
+      layout_(layout),
+      every_epochs_(config.checkpoint_every),
+      every_steps_(config.checkpoint_every_steps),
+      epochs_(config.epochs),
+      keep_(config.keep),
+      verbose_(!config.quiet) {}
+
+bool Checkpointer::due_after_step(std::int64_t global_step) const {
+  return every_steps_ > 0 && global_step % every_steps_ == 0;
+}
+
+bool Checkpointer::due_after_epoch(std::int64_t epochs_done, std::int64_t global_step) const {
+  return epochs_done >= epochs_ || (every_epochs_ > 0 && epochs_done % every_epochs_ == 0) ||
+         due_after_step(global_step);
+}
+
+std::string Checkpointer::save(Backend& backend, const CheckpointProgress& progress,
+                               const CheckpointMetrics& metrics, PhaseTimes& times) const {
+  backend.synchronize();
+  const double start = wall_seconds();
+  std::string path;
+  agree_or_stop(world_, [&] {
+    if (world_.rank() != 0) return;
+    CheckpointState state;
+    state.config = saved_config_;
+    state.progress = progress;
+    state.progress.world_size_at_save = world_.size();
+    state.metrics = metrics;
+    state.params = backend.download_params();
+    state.optimizer_state = backend.download_optimizer_state();
+    state.optimizer_step = progress.global_step;  // one update per step
+    path = dir_.save(state, layout_, keep_);
+  });
+  const double seconds = wall_seconds() - start;
+  times.add(Phase::kCheckpoint, seconds);
+  if (world_.rank() == 0 && verbose_) {
+    std::printf("checkpoint: %s (%.1f ms)\n", path.c_str(), 1e3 * seconds);
+    std::fflush(stdout);
+  }
+  return path;
+}
+
+void stop_for_signal(const MpiWorld& world, int signo, std::int64_t epoch, std::int64_t step,
+                     const std::string& path) {
+  if (world.rank() == 0) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "stopped by %s at epoch %lld step %lld; checkpoint %s\n", signal_name(signo),
+                 static_cast<long long>(epoch), static_cast<long long>(step), path.c_str());
+    std::fflush(stderr);
+  }
+  throw AlreadyReported(ExitCode::kStoppedBySignal);
+}
+
+}  // namespace cnn

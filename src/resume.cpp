@@ -1,0 +1,186 @@
+#include "cnn/resume.hpp"
+
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <type_traits>
+
+#include "cnn/collective_errors.hpp"
+#include "cnn/errors.hpp"
+
+namespace cnn {
+
+namespace {
+
+// FNV-1a 64, the same hash as DataSplits::digest(), so a run on the whole data set and the digest of
+// a DataSplits with an empty test split agree.
+constexpr std::uint64_t kFnvOffsetBasis = 14695981039346656037ULL;
+constexpr std::uint64_t kFnvPrime = 1099511628211ULL;
+
+std::uint64_t fnv1a(std::uint64_t hash, const std::vector<std::uint8_t>& bytes) {
+  for (const std::uint8_t b : bytes) hash = (hash ^ b) * kFnvPrime;
+  return hash;
+}
+
+template <typename T>
+std::string text(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+std::string shape_text(const TensorShape& s) {
+  return text(s.channels) + "x" + text(s.height) + "x" + text(s.width);
+}
+
+// A checkpoint written by a run lives in RUN_DIR/checkpoints/NAME.h5.
+std::string run_dir_of(const std::string& checkpoint_path) {
+  namespace fs = std::filesystem;
+  std::error_code ignored;
+  return fs::weakly_canonical(fs::path(checkpoint_path).parent_path().parent_path(), ignored).string();
+}
+
+std::string canonical_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ignored;
+  return fs::weakly_canonical(fs::path(dir), ignored).string();
+}
+
+// Reads and checks one candidate on rank 0. Refusals throw UsageError; damaged files InputError/IoError.
+CheckpointState load_candidate(const std::string& path, const CheckpointConfig& now, const ParamLayout& layout,
+                               std::vector<std::string>& notes) {
+  const CheckpointConfig saved = read_checkpoint_config(path);
+  const ResumeVerdict verdict = check_resume(saved, now);
+  if (!verdict.refusal.empty()) throw UsageError("cannot resume from " + path + ": " + verdict.refusal);
+  CheckpointState state = read_checkpoint(path, layout);  // layout of `now`, which matches `saved` now
+  notes = verdict.notes;
+  return state;
+}
+
+// The rank-0 half of resolve_resume: which file, read and checked. Prints notes and warnings.
+ResumePoint find_on_root(const TrainConfig& config, const CheckpointConfig& now, const ParamLayout& layout) {
+  ResumePoint point;
+  std::vector<std::string> notes;
+  if (config.resume != kResumeAuto) {
+    point.state = load_candidate(config.resume, now, layout, notes);
+    point.path = config.resume;
+  } else {
+    for (const std::string& candidate : CheckpointDir(config.out_dir).list()) {
+      try {
+        point.state = load_candidate(candidate, now, layout, notes);
+        point.path = candidate;
+        break;
+      } catch (const InputError& e) {
+        std::cerr << "warning: skipping unreadable checkpoint: " << e.what() << "\n";
+      } catch (const IoError& e) {
+        std::cerr << "warning: skipping unreadable checkpoint: " << e.what() << "\n";
+      }
+    }
+    if (point.path.empty()) {
+      std::cout << "resume: no valid checkpoint in " << CheckpointDir(config.out_dir).dir()
+                << ", starting fresh\n";
+      return point;
+    }
+  }
+  point.resumed = true;
+  const std::string from_dir = run_dir_of(point.path);
+  if (from_dir != canonical_dir(config.out_dir)) notes.push_back("resume: out " + from_dir + " -> " + config.out_dir);
+  for (const std::string& note : notes) std::cout << note << "\n";
+  const CheckpointProgress& p = point.state.progress;
+  std::cout << "resume: from " << point.path << " (epochs done " << p.epoch << ", step in epoch " << p.step_in_epoch
+            << ", global step " << p.global_step << ", saved by " << p.world_size_at_save << " rank(s))\n";
+  std::cout.flush();
+  return point;
+}
+
+template <typename T>
+void broadcast_pod(const MpiWorld& world, T& value) {
+  static_assert(std::is_trivially_copyable_v<T>, "broadcast as bytes");
+  world.broadcast(&value, static_cast<std::int64_t>(sizeof(T)));
+}
+
+void broadcast_floats(const MpiWorld& world, std::vector<float>& values) {
+  std::int64_t count = static_cast<std::int64_t>(values.size());
+  broadcast_pod(world, count);
+  values.resize(static_cast<std::size_t>(count));
+  world.broadcast(values.data(), count * static_cast<std::int64_t>(sizeof(float)));
+}
+
+}  // namespace
+
+std::uint64_t training_data_digest(const Dataset& train) {
+  return fnv1a(fnv1a(kFnvOffsetBasis, train.labels), train.images);
+}
+
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, const Dataset& train) {
+  CheckpointConfig c;
+  c.model = config.model;
+  c.filters = model.filters;
+  c.input = model.input;
+  c.classes = model.classes;
+  c.global_batch = config.batch;
+  c.lr = config.lr;
+  c.optimizer = config.optimizer;
+  c.momentum = config.momentum;
+  c.seed = config.seed;
+  c.dataset = config.dataset;
+  c.dataset_digest = training_data_digest(train);
+  c.train_samples = train.count();
+  c.epochs = config.epochs;
+  return c;
+}
+
+ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig& now) {
+  ResumeVerdict v;
+  auto refuse = [&](const std::string& what, const std::string& was, const std::string& is, const char* why) {
+    if (v.refusal.empty()) v.refusal = what + " was " + was + ", this run has " + is + " (" + why + ")";
+  };
+  constexpr const char* kShape = "the saved parameters would not fit the model";
+  constexpr const char* kExact = "the continuation would not be exact; start a new run with another --out";
+  if (saved.model != now.model) refuse("model", saved.model, now.model, kShape);
+  if (saved.filters != now.filters) refuse("filters", text(saved.filters), text(now.filters), kShape);
+  if (saved.input.channels != now.input.channels || saved.input.height != now.input.height ||
+      saved.input.width != now.input.width)
+    refuse("input shape", shape_text(saved.input), shape_text(now.input), kShape);
+  if (saved.classes != now.classes) refuse("classes", text(saved.classes), text(now.classes), kShape);
+  if (saved.seed != now.seed) refuse("seed", text(saved.seed), text(now.seed), kExact);
+  if (saved.global_batch != now.global_batch)
+    refuse("global batch", text(saved.global_batch), text(now.global_batch), kExact);
+  if (saved.optimizer != now.optimizer) refuse("optimizer", saved.optimizer, now.optimizer, kExact);
+  if (saved.dataset != now.dataset) refuse("dataset", saved.dataset, now.dataset, kExact);
+  if (saved.train_samples != now.train_samples)
+    refuse("training images", text(saved.train_samples), text(now.train_samples), kExact);
+  if (saved.dataset_digest != now.dataset_digest)
+    refuse("training data digest", text(saved.dataset_digest), text(now.dataset_digest), kExact);
+
+  if (saved.lr != now.lr) v.notes.push_back("resume: lr " + text(saved.lr) + " -> " + text(now.lr));
+  if (saved.optimizer == "momentum" && saved.momentum != now.momentum)
+    v.notes.push_back("resume: momentum " + text(saved.momentum) + " -> " + text(now.momentum));
+  if (saved.epochs != 0 && saved.epochs != now.epochs)
+    v.notes.push_back("resume: epochs " + text(saved.epochs) + " -> " + text(now.epochs));
+  return v;
+}
+
+ResumePoint resolve_resume(const TrainConfig& config, const MpiWorld& world, const CheckpointConfig& now,
+                           const ParamLayout& layout) {
+  ResumePoint point;
+  if (config.resume.empty()) return point;
+  agree_or_stop(world, [&] {
+    if (world.rank() == 0) point = find_on_root(config, now, layout);
+  });
+  // Everyone continues from rank 0's reading: the same bytes, so the same parameters.
+  int resumed = point.resumed ? 1 : 0;
+  broadcast_pod(world, resumed);
+  point.resumed = resumed != 0;
+  if (!point.resumed) return point;
+  point.path = world.broadcast_string(point.path);
+  broadcast_pod(world, point.state.progress);
+  broadcast_pod(world, point.state.metrics);
+  broadcast_pod(world, point.state.optimizer_step);
+  broadcast_floats(world, point.state.params);
+  broadcast_floats(world, point.state.optimizer_state);
+  if (world.rank() != 0) point.state.config = now;  // checked equal where it matters, on rank 0
+  return point;
+}
+
+}  // namespace cnn

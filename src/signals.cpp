@@ -1,0 +1,96 @@
+#include "cnn/signals.hpp"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <ctime>
+#include <cstdlib>
+#include <cstring>
+
+#include "cnn/errors.hpp"
+#include <cerrno>
+
+namespace cnn {
+
+namespace {
+
+// The only state a handler may touch: async-signal-safe by definition.
+volatile std::sig_atomic_t g_stop_signal = 0;
+volatile std::sig_atomic_t g_first_signal_second = 0;  // CLOCK_MONOTONIC seconds of the first signal
+
+// One request often arrives twice: SLURM signals every process of the job and mpirun forwards its own
+// copy; Ctrl-C reaches mpirun and the ranks of its process group, and mpirun then sends SIGTERM.
+// A repeat within this window is that same request; a later one is the user insisting.
+constexpr long kDuplicateWindowSeconds = 2;
+
+long monotonic_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe (POSIX.1-2008)
+  return static_cast<long>(now.tv_sec);
+}
+
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGUSR1};
+constexpr int kShellSignalBase = 128;  // what a shell reports for a death by signal N
+
+extern "C" void on_stop_signal(int signo) {
+  if (g_stop_signal != 0) {
+    if (monotonic_seconds() - g_first_signal_second < kDuplicateWindowSeconds) return;
+    // The second signal: the user (or the scheduler) will not wait for the checkpoint. _exit is
+    // async-signal-safe; a write in progress only ever left NAME.h5.tmp, which the next start removes.
+    std::signal(signo, SIG_DFL);
+    _exit(kShellSignalBase + signo);
+  }
+  g_first_signal_second = static_cast<std::sig_atomic_t>(monotonic_seconds());
+  g_stop_signal = signo;
+}
+
+// Parses a positive integer; 0 when unset or malformed (a test hook, never user input).
+std::int64_t positive_env(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return 0;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  return (end != text && *end == '\0' && value > 0) ? value : 0;
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // SA_RESTART: a read() or MPI progress poll interrupted by the signal carries on; the flag is
+  // looked at between steps, never inside a library call.
+  action.sa_flags = SA_RESTART;
+  for (const int signo : kStopSignals) {
+    if (sigaction(signo, &action, nullptr) != 0)
+      fail_call("libc", "sigaction", std::strerror(errno), __FILE__, __LINE__);
+  }
+}
+
+int local_stop_signal() { return g_stop_signal; }
+
+const char* signal_name(int signo) {
+  switch (signo) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal";
+  }
+}
+
+int agree_on_stop(const MpiWorld& world) {
+  if (world.size() == 1) return local_stop_signal();
+  return world.allreduce_max(static_cast<int>(local_stop_signal()));
+}
+
+StopAfterStepsHook::StopAfterStepsHook(int rank) {
+  const std::int64_t hook_rank = positive_env("CNN_TEST_STOP_RANK");
+  if (rank == hook_rank) stop_after_ = positive_env("CNN_TEST_STOP_AFTER_STEPS");
+}
+
+void StopAfterStepsHook::after_step(std::int64_t steps_run) const {
+  if (stop_after_ > 0 && steps_run == stop_after_) std::raise(SIGUSR1);
+}
+
+}  // namespace cnn

@@ -1,0 +1,110 @@
+#!/bin/bash
+# Exact resume (docs/CHECKPOINT.md, "Resuming"): a run stopped at an epoch boundary or in the middle
+# of an epoch and resumed ends with a final checkpoint whose datasets are bitwise those of an
+# uninterrupted run; resumed on another rank count, within 1e-5; --resume auto skips a corrupt newest
+# file; refused and allowed changes of settings; a finished run is a no-op.
+# Usage: resume_test.sh BUILD_DIR SOURCE_DIR
+BUILD_DIR=$1
+SOURCE_DIR=$2
+source "$SOURCE_DIR/tests/checkpoint_test_lib.sh"
+
+# The reference: 3 epochs, uninterrupted, one rank.
+run_as ref "$CNN" "${SMALL[@]}" --epochs 3 --out "$WORK/ref"
+expect_rc ref 0
+REF=$(latest "$WORK/ref")
+expect_grep ref "$WORK/ref/runs.log" "slurm_job=-, restart=0, ranks=1, resumed_from=fresh"
+
+# Stopped at an epoch boundary (a run of 1 epoch), continued to 3.
+run_as boundary1 "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/boundary"
+run_as boundary "$CNN" "${SMALL[@]}" --epochs 3 --out "$WORK/boundary" --resume auto
+expect_rc boundary 0
+expect_grep boundary "$WORK/boundary.out" "resume: epochs 1 -> 3"
+same_bits "epoch-boundary resume" "$REF" "$(latest "$WORK/boundary")"
+expect_grep boundary "$WORK/boundary/runs.log" "resumed_from=.*ckpt-e0001-s00000020.h5"
+
+# Stopped in the middle of epoch 2 (test hook: SIGUSR1 after 27 steps), with step checkpoints too.
+run_as mid1 env CNN_TEST_STOP_AFTER_STEPS=27 "$CNN" "${SMALL[@]}" --epochs 3 --checkpoint-every-steps 10 \
+  --out "$WORK/mid"
+expect_rc mid1 "$EXIT_STOPPED"
+expect_grep mid1 "$WORK/mid1.err" "^stopped by SIGUSR1 at epoch 2 step 7; checkpoint .*ckpt-e0001-s00000027.h5"
+[ "$(wc -l <"$WORK/mid1.err")" -eq 1 ] && pass "mid1: one line on stderr" || fail "mid1: stderr not one line"
+run_as mid "$CNN" "${SMALL[@]}" --epochs 3 --checkpoint-every-steps 10 --out "$WORK/mid" --resume auto
+expect_rc mid 0
+same_bits "mid-epoch resume" "$REF" "$(latest "$WORK/mid")"
+# metrics.csv: each epoch once, and epoch 2's train loss (half before the stop) as uninterrupted.
+if [ "$(cut -d, -f1 "$WORK/mid/metrics.csv" | tr '\n' ' ')" = "epoch 1 2 3 " ]; then pass "mid: metrics rows 1 2 3"
+else fail "mid: metrics rows: $(cut -d, -f1 "$WORK/mid/metrics.csv" | tr '\n' ' ')"; fi
+if "$PY" - "$WORK/ref/metrics.csv" "$WORK/mid/metrics.csv" <<'PYEOF'
+import csv, sys
+a, b = ([float(r["train_loss"]) for r in csv.DictReader(open(p))] for p in sys.argv[1:3])
+sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 1e-12 * abs(x) for x, y in zip(a, b)) else 1)
+PYEOF
+then pass "mid: train losses as uninterrupted"; else fail "mid: train losses differ"; fi
+
+# Another rank count, same global batch: 4 -> 2 and 1 -> 3, each compared with an uninterrupted run on
+# the rank count it started with. (Runs on 1 and 4 ranks drift apart by ~1e-3 over 3 epochs on
+# their own: summation order differences grow with training; that is not the resume's doing.)
+run_as np4ref mpi 4 "$CNN" "${SMALL[@]}" --epochs 2 --out "$WORK/np4ref"
+expect_rc np4ref 0
+run_as np4 mpi 4 "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/np4"
+expect_rc np4 0
+run_as np4to2 mpi 2 "$CNN" "${SMALL[@]}" --epochs 2 --out "$WORK/np4" --resume auto
+expect_rc np4to2 0
+expect_grep np4to2 "$WORK/np4to2.out" "saved by 4 rank(s)"
+close_to "resume 4 -> 2 ranks" "$(latest "$WORK/np4ref")" "$(latest "$WORK/np4")"
+mkdir -p "$WORK/np1/checkpoints"
+cp "$WORK/boundary/checkpoints/ckpt-e0001-s00000020.h5" "$WORK/np1/checkpoints/"
+run_as np1to3 mpi 3 "$CNN" "${SMALL[@]}" --epochs 3 --out "$WORK/np1" --resume auto
+expect_rc np1to3 0
+close_to "resume 1 -> 3 ranks" "$REF" "$(latest "$WORK/np1")"
+
+# --resume auto: a corrupt newest checkpoint is skipped with one warning; the one before is used.
+cp -r "$WORK/ref" "$WORK/corrupt"
+NEWEST=$(latest "$WORK/corrupt")
+"$PY" - "$NEWEST" <<'PYEOF'
+import h5py, sys
+with h5py.File(sys.argv[1], "r") as f:
+    offset = f["/model/fc/weight"].id.get_offset()
+with open(sys.argv[1], "r+b") as f:
+    f.seek(offset + 100)
+    b = f.read(4)
+    f.seek(offset + 100)
+    f.write(bytes(x ^ 0xFF for x in b))
+PYEOF
+run_as corrupt "$CNN" "${SMALL[@]}" --epochs 3 --out "$WORK/corrupt" --resume auto
+expect_rc corrupt 0
+expect_grep corrupt "$WORK/corrupt.err" "^warning: skipping unreadable checkpoint: .*ckpt-e0003-s00000060.h5: checksum mismatch"
+expect_grep corrupt "$WORK/corrupt.out" "resume: from .*ckpt-e0002-s00000040.h5"
+same_bits "auto after a corrupt newest" "$REF" "$(latest "$WORK/corrupt")"
+
+# --resume auto with nothing to resume starts fresh and says so.
+run_as fresh "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/fresh" --resume auto
+expect_rc fresh 0
+expect_grep fresh "$WORK/fresh.out" "no valid checkpoint in .*, starting fresh"
+
+# A finished run: nothing to do, exit 0 (SLURM requeue scripts rely on it).
+run_as complete "$CNN" "${SMALL[@]}" --epochs 3 --out "$WORK/ref" --resume auto
+expect_rc complete 0
+expect_grep complete "$WORK/complete.out" "^run already complete (epoch 3 of 3)"
+
+# Settings: the model shape (and seed, batch, optimizer, data) must match; lr may change.
+E1="$WORK/boundary/checkpoints/ckpt-e0001-s00000020.h5"
+run_as shape "$CNN" "${SMALL[@]}" --filters 16 --epochs 2 --out "$WORK/shape" --resume "$E1"
+expect_rc shape "$EXIT_USAGE"
+expect_grep shape "$WORK/shape.err" "filters was 8, this run has 16"
+run_as seed "$CNN" "${SMALL[@]}" --seed 7 --epochs 2 --out "$WORK/seed" --resume "$E1"
+expect_rc seed "$EXIT_USAGE"
+expect_grep seed "$WORK/seed.err" "seed was 1, this run has 7"
+run_as batch "$CNN" "${SMALL[@]}" --batch 200 --epochs 2 --out "$WORK/batch" --resume "$E1"
+expect_rc batch "$EXIT_USAGE"
+expect_grep batch "$WORK/batch.err" "global batch was 100, this run has 200"
+run_as lr "$CNN" "${SMALL[@]}" --lr 0.05 --epochs 2 --out "$WORK/lr" --resume "$E1"
+expect_rc lr 0
+expect_grep lr "$WORK/lr.out" "^resume: lr 0.1 -> 0.05"
+expect_grep lr "$WORK/lr.out" "^resume: out .*boundary -> .*lr"
+
+# An existing run directory is refused without --resume (its logs are never overwritten).
+run_as again "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/ref"
+expect_rc again "$EXIT_USAGE"
+
+finish

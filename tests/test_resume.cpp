@@ -1,0 +1,121 @@
+// What may change between a stop and a resume (check_resume), and the run log's resume mode
+// (rows after the checkpoint's epoch dropped, the rest kept; runs.log appended).
+#define BOOST_TEST_MODULE resume
+#include "boost_test.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "cnn/errors.hpp"
+#include "cnn/resume.hpp"
+#include "cnn/run_log.hpp"
+
+namespace fs = std::filesystem;
+using namespace cnn;
+
+namespace {
+
+CheckpointConfig saved_config() {
+  CheckpointConfig c;
+  c.model = "seed";
+  c.filters = 8;
+  c.input = {1, 28, 28};
+  c.classes = 10;
+  c.global_batch = 100;
+  c.lr = 0.1;
+  c.optimizer = "momentum";
+  c.momentum = 0.9;
+  c.seed = 1;
+  c.dataset = "fashion";
+  c.dataset_digest = 1234;
+  c.train_samples = 2000;
+  c.epochs = 3;
+  return c;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(identical_settings_resume_silently) {
+  const ResumeVerdict v = check_resume(saved_config(), saved_config());
+  BOOST_TEST(v.refusal.empty());
+  BOOST_TEST(v.notes.empty());
+}
+
+BOOST_AUTO_TEST_CASE(model_shape_changes_are_refused_by_name) {
+  CheckpointConfig now = saved_config();
+  now.filters = 16;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "filters was 8, this run has 16"));
+  now = saved_config();
+  now.input = {3, 32, 32};
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "input shape was 1x28x28, this run has 3x32x32"));
+  now = saved_config();
+  now.classes = 100;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "classes was 10"));
+}
+
+BOOST_AUTO_TEST_CASE(changes_that_break_exact_continuation_are_refused) {
+  CheckpointConfig now = saved_config();
+  now.seed = 2;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "seed was 1, this run has 2"));
+  now = saved_config();
+  now.global_batch = 200;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "global batch was 100"));
+  now = saved_config();
+  now.optimizer = "sgd";
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "optimizer was momentum"));
+  now = saved_config();
+  now.dataset_digest = 99;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "training data digest"));
+}
+
+BOOST_AUTO_TEST_CASE(lr_and_epochs_may_change_and_are_printed) {
+  CheckpointConfig now = saved_config();
+  now.lr = 0.05;
+  now.epochs = 5;
+  const ResumeVerdict v = check_resume(saved_config(), now);
+  BOOST_TEST(v.refusal.empty());
+  BOOST_REQUIRE(v.notes.size() == 2u);
+  BOOST_TEST(v.notes[0] == "resume: lr 0.1 -> 0.05");
+  BOOST_TEST(v.notes[1] == "resume: epochs 3 -> 5");
+}
+
+BOOST_AUTO_TEST_CASE(training_digest_matches_the_data_sets_own) {
+  DataSplits splits;
+  splits.train.labels = {1, 2, 3};
+  splits.train.images = {9, 8, 7, 6, 5, 4};
+  BOOST_TEST(training_data_digest(splits.train) == splits.digest());  // empty test split adds nothing
+}
+
+BOOST_AUTO_TEST_CASE(prepare_resume_drops_rows_after_the_checkpoint) {
+  std::string pattern = (fs::temp_directory_path() / "cnn_resume_XXXXXX").string();
+  BOOST_REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+  const fs::path dir = pattern;
+  const RunLog log(dir.string());
+  log.prepare();
+  for (int epoch = 1; epoch <= 3; ++epoch) {
+    EpochMetrics m;
+    m.epoch = epoch;
+    log.append_epoch(m, {PhaseSpread{}});
+  }
+  BOOST_CHECK_THROW(log.prepare(), UsageError);  // a fresh start never overwrites a run
+  log.prepare_resume(2);
+  const std::string metrics = read_all(log.metrics_path());
+  BOOST_TEST(contains(metrics, "\n1,"));
+  BOOST_TEST(contains(metrics, "\n2,"));
+  BOOST_TEST(!contains(metrics, "\n3,"));
+  BOOST_TEST(!contains(read_all(log.timing_path()), "\n3,"));
+  log.append_start("a");
+  log.append_start("b");
+  BOOST_TEST(read_all(log.runs_path()) == "a\nb\n");
+  fs::remove_all(dir);
+}
