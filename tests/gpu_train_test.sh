@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU path end to end, through the real binary (label gpu; exit 77 = skipped where no GPU is usable):
+#   1. learning: Fashion-MNIST >= 82% after 1 epoch, MNIST >= 95.5% after 2 (d=32, batch 100, SGD 0.1)
+#   2. determinism: two identical GPU runs give bitwise identical final checkpoints
+#   3. with 2+ GPUs: 2 ranks (NCCL) against 1 GPU, same global batch, 20 steps: rel err <= 1e-5
+#   4. compute-sanitizer memcheck and racecheck clean on a short training run (when installed)
+# Usage: gpu_train_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, CNN_MNIST_DIR, PYTHON)
+set -uo pipefail
+build=$1
+source_dir=$2
+binary=${CNN_BINARY:-$build/cnn_mpi}
+fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+mnist=${CNN_MNIST_DIR:-${CNN_SHARED_DIR:-$source_dir/../shared}/data/mnist}
+python=${PYTHON:-python3}
+compare="$source_dir/tests/ckpt_compare.py"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [[ $gpus -eq 0 ]]; then
+  echo "SKIP: no usable GPU (nvidia-smi lists none)"
+  exit 77
+fi
+if grep -q 'CNN_ENABLE_CUDA:STRING=OFF' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "SKIP: this build has no CUDA backend"
+  exit 77
+fi
+if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
+  echo "SKIP: Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"
+  exit 77
+fi
+"$python" -c "import h5py" 2>/dev/null || { echo "SKIP: $python has no h5py (set PYTHON)"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+pass() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
+final_accuracy() { awk -F, 'NR > 1 { acc = $4 } END { printf "%.2f", 100 * acc }' "$1/metrics.csv"; }
+at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
+
+# 1. Learning.
+if "$binary" --device gpu --data "$fashion" --filters 32 --batch 100 --epochs 1 --out "$work/fashion" --quiet; then
+  acc=$(final_accuracy "$work/fashion")
+  at_least "$acc" 82 && pass "fashion on GPU: $acc% after 1 epoch (>= 82%)" || fail "fashion on GPU: $acc% < 82%"
+else
+  fail "fashion GPU run exited $?"
+fi
+if [[ -d $mnist ]]; then
+  if "$binary" --device gpu --dataset mnist --data "$mnist" --filters 32 --batch 100 --epochs 2 --out "$work/mnist" --quiet; then
+    acc=$(final_accuracy "$work/mnist")
+    at_least "$acc" 95.5 && pass "mnist on GPU: $acc% after 2 epochs (>= 95.5%)" || fail "mnist on GPU: $acc% < 95.5%"
+  else
+    fail "mnist GPU run exited $?"
+  fi
+else
+  echo "skip - MNIST part: $mnist not present"
+fi
+
+# 2. Determinism: 20 steps twice.
+small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1 --quiet)
+"$binary" "${small[@]}" --out "$work/det1" >/dev/null && "$binary" "${small[@]}" --out "$work/det2" >/dev/null ||
+  fail "determinism runs failed"
+if out=$("$python" "$compare" exact "$(latest "$work/det1")" "$(latest "$work/det2")" 2>&1); then
+  pass "two identical GPU runs: $out"
+else
+  fail "two identical GPU runs differ: $out"
+fi
+
+# 3. Two GPU ranks (NCCL) against one GPU, same global batch of 100, 20 steps.
+if [[ $gpus -ge 2 ]]; then
+  if mpirun -np 2 --oversubscribe -x NCCL_NVLS_ENABLE "$binary" "${small[@]}" --out "$work/two" >"$work/two.log" 2>&1; then
+    grep -q "NCCL" "$work/two.log" && pass "2-rank run used NCCL: $(grep -m1 'allreduce' "$work/two.log" | xargs)" ||
+      fail "2-rank run did not report NCCL"
+    if out=$("$python" "$compare" rel=1e-5 "$(latest "$work/two")" "$(latest "$work/det1")" 2>&1); then
+      pass "2 GPU ranks vs 1 GPU after 20 steps: $out"
+    else
+      fail "2 GPU ranks vs 1 GPU: $out"
+    fi
+  else
+    fail "2-rank GPU run failed: $(tail -3 "$work/two.log")"
+  fi
+else
+  echo "skip - 2-rank part: only $gpus GPU"
+fi
+
+# 4. compute-sanitizer on a short run (5 steps, no graphs so each kernel is checked as launched, and with).
+if command -v compute-sanitizer >/dev/null; then
+  tiny=(--device gpu --data "$fashion" --train-samples 500 --test-samples 200 --filters 32 --batch 100 --epochs 1 --quiet)
+  for tool in memcheck racecheck initcheck; do
+    for graphs in 1 0; do
+      if CNN_CUDA_GRAPHS=$graphs compute-sanitizer --tool "$tool" --error-exitcode 99 "$binary" "${tiny[@]}" \
+          --out "$work/san-$tool-$graphs" >"$work/san.log" 2>&1; then
+        pass "compute-sanitizer $tool (graphs=$graphs): $(grep -m1 'ERROR SUMMARY' "$work/san.log" | xargs)"
+      else
+        fail "compute-sanitizer $tool (graphs=$graphs): $(grep -m3 -E 'ERROR|Invalid|Race|Uninit' "$work/san.log" | xargs)"
+      fi
+    done
+  done
+else
+  echo "skip - compute-sanitizer not installed"
+fi
+
+if ((failures > 0)); then echo "gpu_train_test: $failures failure(s)"; exit 1; fi
+echo "gpu_train_test: passed"
