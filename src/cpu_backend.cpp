@@ -222,9 +222,10 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // Phases inside the parallel region are the mean over threads; the final reduction counts as backward.
+  // Phases inside the parallel region are the mean over threads, scaled to fill the region's wall time
+  // (thread start-up and waits for the slowest thread included), so that the phases of a step add up
+  // to its wall time (docs/LOGS.md). The final reduction counts as backward.
   void record_thread_times(double reduce_seconds, double total_seconds) {
-    (void)total_seconds;
     ThreadTimes mean;
     for (ThreadTimes& t : thread_times_) {
       mean.data += t.data / threads_;
@@ -232,9 +233,12 @@ class CpuBackend final : public Backend {
       mean.backward += t.backward / threads_;
       t = {};
     }
-    phase_times_.add(Phase::kData, mean.data);
-    phase_times_.add(Phase::kForward, mean.forward);
-    phase_times_.add(Phase::kBackward, mean.backward + reduce_seconds);
+    const double measured = mean.data + mean.forward + mean.backward;
+    const double region = total_seconds - reduce_seconds;
+    const double scale = measured > 0.0 && region > 0.0 ? region / measured : 1.0;
+    phase_times_.add(Phase::kData, mean.data * scale);
+    phase_times_.add(Phase::kForward, mean.forward * scale);
+    phase_times_.add(Phase::kBackward, mean.backward * scale + reduce_seconds);
   }
 
   std::int64_t conv_w() const { return layout_.views()[0].offset; }
