@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // One block per filter f: sums the conv rows of the partial buffer over splits and pool cells,
-// in a fixed order (each thread a strided run, then a pairwise tree), and writes (or adds to) the
+// in a fixed order (each thread a strided run, then block_sum_rows), and writes (or adds to) the
 // filter's weight and bias gradients. blockDim.x must be kBlockThreads.
 template <int C>
 __device__ void conv_grad_finalize_block(float* __restrict__ grad_weight /*[F, C*9]*/,
@@ -176,11 +176,12 @@ __device__ void conv_grad_finalize_block(float* __restrict__ grad_weight /*[F, C
                                          const float* __restrict__ partial /*[splits, rows, F*P]*/, int rows,
                                          std::int64_t splits, int filters, int P, int f, bool accumulate) {
   constexpr int kConvRows = conv_grad_rows<C>();
-  __shared__ float scratch[kBlockThreads];
+  constexpr int kPad = (kConvRows + 15) / 16 * 16;  // block_sum_rows sums multiples of 16
+  __shared__ float scratch[kBlockThreads / 32 * kPad];
   const std::int64_t columns = static_cast<std::int64_t>(filters) * P;
-  float acc[kConvRows];
+  float acc[kPad];
 #pragma unroll
-  for (int r = 0; r < kConvRows; ++r) acc[r] = 0.0f;
+  for (int r = 0; r < kPad; ++r) acc[r] = 0.0f;
   const std::int64_t items = splits * P;
   for (std::int64_t e = threadIdx.x; e < items; e += blockDim.x) {
     const std::int64_t split = e / P;
@@ -189,13 +190,11 @@ __device__ void conv_grad_finalize_block(float* __restrict__ grad_weight /*[F, C
 #pragma unroll
     for (int r = 0; r < kConvRows; ++r) acc[r] += src[r * columns];
   }
-#pragma unroll
-  for (int r = 0; r < kConvRows; ++r) {
-    const float total = block_sum(acc[r], scratch);
-    if (threadIdx.x == 0) {
-      float* dst = r < kConvRows - 1 ? grad_weight + static_cast<std::int64_t>(f) * (kConvRows - 1) + r : grad_bias + f;
-      *dst = accumulate ? *dst + total : total;
-    }
+  const float total = block_sum_rows<kPad>(acc, scratch);
+  const int r = static_cast<int>(threadIdx.x);
+  if (r < kConvRows) {
+    float* dst = r < kConvRows - 1 ? grad_weight + static_cast<std::int64_t>(f) * (kConvRows - 1) + r : grad_bias + f;
+    *dst = accumulate ? *dst + total : total;
   }
 }
 

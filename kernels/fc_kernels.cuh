@@ -116,18 +116,16 @@ __device__ inline void fc_bias_grad_block(float* __restrict__ grad_bias /*[O]*/,
                                           const float* __restrict__ grad_out /*[n,O]*/, std::int64_t n,
                                           bool accumulate) {
   constexpr int kO = kSeedClasses;
-  __shared__ float scratch[kBlockThreads];
-  float acc[kO];
+  constexpr int kPad = 16;  // block_sum_rows sums multiples of 16
+  __shared__ float scratch[kBlockThreads / 32 * kPad];
+  float acc[kPad];
 #pragma unroll
-  for (int o = 0; o < kO; ++o) acc[o] = 0.0f;
+  for (int o = 0; o < kPad; ++o) acc[o] = 0.0f;
   for (std::int64_t s = threadIdx.x; s < n; s += blockDim.x)
 #pragma unroll
     for (int o = 0; o < kO; ++o) acc[o] += grad_out[s * kO + o];
-#pragma unroll
-  for (int o = 0; o < kO; ++o) {
-    const float total = block_sum(acc[o], scratch);
-    if (threadIdx.x == 0) grad_bias[o] = accumulate ? grad_bias[o] + total : total;
-  }
+  const float total = block_sum_rows<kPad>(acc, scratch);
+  if (threadIdx.x < kO) grad_bias[threadIdx.x] = accumulate ? grad_bias[threadIdx.x] + total : total;
 }
 
 // grad_weight[o,j] (+)= sum over splits of partial[split, row0 + o, j], splits in order. Grid-stride

@@ -59,4 +59,42 @@ __device__ __forceinline__ int halving_base(unsigned lane) {
          ((lane & 2) ? N / 16 : 0);
 }
 
+// Sums each of N values (N % 16 == 0) over the block: warp_halving_sum in each warp, then the
+// warps' sums in warp order. Thread r < N returns total r (other threads return garbage). One
+// barrier pair instead of the log2(blockDim) barriers per value of block_sum. `scratch` holds
+// (blockDim.x / 32) * N floats; blockDim.x must be a multiple of 32. The order is fixed by the block
+// size alone, so results repeat bit for bit.
+template <int N>
+__device__ float block_sum_rows(float (&v)[N], float* scratch) {
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x / 32;
+  warp_halving_sum<N>(v, lane);
+  if ((lane & 1u) == 0) {
+    const int base = halving_base<N>(lane);
+#pragma unroll
+    for (int i = 0; i < N / 16; ++i) scratch[warp * N + base + i] = v[i];
+  }
+  __syncthreads();
+  float total = 0.0f;
+  if (threadIdx.x < N)
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) total += scratch[w * N + threadIdx.x];
+  __syncthreads();  // scratch may be reused by the caller right away
+  return total;
+}
+
+// Sum of `value` over the block, valid in thread 0: a butterfly in each warp, then the warps in
+// order. scratch holds blockDim.x / 32 elements; blockDim.x a multiple of 32.
+template <class T>
+__device__ T block_sum_shuffle(T value, T* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(kFullWarp, value, offset);
+  if ((threadIdx.x & 31u) == 0) scratch[threadIdx.x / 32] = value;
+  __syncthreads();
+  T total = T(0);
+  if (threadIdx.x == 0)
+    for (unsigned w = 0; w < blockDim.x / 32; ++w) total += scratch[w];
+  __syncthreads();
+  return total;
+}
+
 }  // namespace cnn::cuda

@@ -49,16 +49,16 @@ __device__ __forceinline__ void softmax_cross_entropy_sample(const float (&z)[kS
 __device__ inline void add_batch_stats_block(double* __restrict__ loss_sum, std::int64_t* __restrict__ correct,
                                              const float* __restrict__ sample_loss /*[n]*/,
                                              const int* __restrict__ sample_correct /*[n]*/, std::int64_t n) {
-  __shared__ double loss_scratch[kBlockThreads];
-  __shared__ long long correct_scratch[kBlockThreads];
+  __shared__ double loss_scratch[kBlockThreads / 32];
+  __shared__ long long correct_scratch[kBlockThreads / 32];
   double loss = 0.0;
   long long hits = 0;
   for (std::int64_t s = threadIdx.x; s < n; s += blockDim.x) {
     loss += static_cast<double>(sample_loss[s]);
     hits += sample_correct[s];
   }
-  const double loss_total = block_sum(loss, loss_scratch);
-  const long long hits_total = block_sum(hits, correct_scratch);
+  const double loss_total = block_sum_shuffle(loss, loss_scratch);
+  const long long hits_total = block_sum_shuffle(hits, correct_scratch);
   if (threadIdx.x == 0) {
     *loss_sum += loss_total;
     *correct += hits_total;
