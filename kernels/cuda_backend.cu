@@ -215,23 +215,17 @@ SeedStepTensors CudaBackend::step_tensors() const {
 // The whole step, in stream order. `indices` is this step's slice of the permutation; copying it
 // first (device to device) lets the rest of the step read fixed addresses, so a graph can replay it
 // with only this copy's source changed.
-void CudaBackend::enqueue_train_step(const SeedStepPlan& plan, const std::int32_t* indices, const SplitEvents* split) {
+void CudaBackend::enqueue_train_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed) {
   const std::int64_t n = plan.n;
   const SeedStepTensors t = step_tensors();
   CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
                                  cudaMemcpyDeviceToDevice, stream_));
   seed_data_stage(t, model_, plan, stream_);
-  if (split != nullptr)
-    CNN_CHECK_CUDA(cudaEventRecordWithFlags(split->data_end, stream_, cudaEventRecordExternal));
-  else
-    timer_->close(Phase::kData);
+  if (timed) timer_->close(Phase::kData);
   seed_forward_stage(t, model_, plan, stream_);
-  if (split != nullptr)
-    CNN_CHECK_CUDA(cudaEventRecordWithFlags(split->forward_end, stream_, cudaEventRecordExternal));
-  else
-    timer_->close(Phase::kForward);
+  if (timed) timer_->close(Phase::kForward);
   seed_backward_stage(t, model_, plan, stream_);
-  if (split == nullptr) timer_->close(Phase::kBackward);
+  if (timed) timer_->close(Phase::kBackward);
 }
 
 CudaBackend::StepGraph& CudaBackend::graph_for(std::int64_t n) {
@@ -241,11 +235,9 @@ CudaBackend::StepGraph& CudaBackend::graph_for(std::int64_t n) {
   // Owned by graphs_ from the start, so that drop_graphs() frees whatever exists on every path.
   StepGraph& step = graphs_.emplace(n, StepGraph{}).first->second;
   try {
-    CNN_CHECK_CUDA(cudaEventCreate(&step.split.data_end));
-    CNN_CHECK_CUDA(cudaEventCreate(&step.split.forward_end));
     CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue_train_step(plan, permutation_.get(), &step.split);
+      enqueue_train_step(plan, permutation_.get(), false);
     } catch (...) {
       cudaGraph_t broken = nullptr;
       (void)cudaStreamEndCapture(stream_, &broken);  // ends the capture; the first error is the one to report
@@ -275,8 +267,6 @@ void CudaBackend::drop_graphs() noexcept {
   for (auto& [n, entry] : graphs_) {
     if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
     if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
-    if (entry.split.data_end != nullptr) (void)cudaEventDestroy(entry.split.data_end);
-    if (entry.split.forward_end != nullptr) (void)cudaEventDestroy(entry.split.forward_end);
   }
   graphs_.clear();
 }
@@ -292,17 +282,23 @@ void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
   }
   ensure_batch_capacity(count);
   const std::int32_t* indices = permutation_.get() + first;
-  if (use_graphs_) {
+  // The first step of each batch size runs eagerly, phase by phase: it measures the split that graph
+  // replays of that size are charged with (step_timer.hpp), and the graph is captured after it.
+  if (use_graphs_ && graphs_.count(count) == 0) {
+    timer_->open();
+    enqueue_train_step(plan_seed_step(model_, count, fused_forward_), indices, true);
+    graph_for(count);
+  } else if (use_graphs_) {
     StepGraph& step = graph_for(count);
     CNN_CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(step.exec, step.index_copy, batch_indices_.get(), indices,
                                                       static_cast<std::size_t>(count) * sizeof(std::int32_t),
                                                       cudaMemcpyDeviceToDevice));
     timer_->open();
     CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream_));
-    timer_->close_graph_step(step.split);
+    timer_->close_graph_step();
   } else {
     timer_->open();
-    enqueue_train_step(plan_seed_step(model_, count, fused_forward_), indices, nullptr);
+    enqueue_train_step(plan_seed_step(model_, count, fused_forward_), indices, true);
   }
   train_samples_ += count;
 }

@@ -61,13 +61,12 @@ class CudaBackend final : public Backend {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     cudaGraphNode_t index_copy = nullptr;
-    SplitEvents split;  // recorded by the graph between its phases
   };
 
   void ensure_batch_capacity(std::int64_t n);
-  // split: events to record between phases when capturing; null when queued directly (the
-  // timer then marks the phases itself).
-  void enqueue_train_step(const SeedStepPlan& plan, const std::int32_t* indices, const SplitEvents* split);
+  // Queues one step on the stream. `timed`: close a StepTimer phase after each stage (eager steps);
+  // false while capturing a graph, whose replays are timed as one interval.
+  void enqueue_train_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed);
   StepGraph& graph_for(std::int64_t n);
   void drop_graphs() noexcept;
   SeedStepTensors step_tensors() const;

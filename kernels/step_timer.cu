@@ -33,41 +33,39 @@ cudaEvent_t StepTimer::record() {
 
 void StepTimer::open() {
   if (marks_.size() >= kMaxMarks) harvest();
-  marks_.push_back({record(), kOpens, {}});
+  marks_.push_back({record(), kOpens});
 }
 
-void StepTimer::close(Phase phase) { marks_.push_back({record(), static_cast<int>(phase), {}}); }
+void StepTimer::close(Phase phase) { marks_.push_back({record(), static_cast<int>(phase)}); }
 
-void StepTimer::close_graph_step(const SplitEvents& split) { marks_.push_back({record(), kGraphStep, split}); }
+void StepTimer::close_graph_step() { marks_.push_back({record(), kGraphStep}); }
 
 void StepTimer::harvest() {
   if (marks_.empty()) return;
   CNN_CHECK_CUDA(cudaEventSynchronize(marks_.back().event));
   double graph_seconds = 0.0;
-  const Mark* last_graph = nullptr;
-  const Mark* last_graph_start = nullptr;
   for (std::size_t i = 1; i < marks_.size(); ++i) {
     const Mark& mark = marks_[i];
     if (mark.phase == kOpens) continue;
     const double dt = seconds_between(marks_[i - 1].event, mark.event);
     if (mark.phase == kGraphStep) {
       graph_seconds += dt;
-      last_graph = &mark;
-      last_graph_start = &marks_[i - 1];
     } else {
       harvested_.add(static_cast<Phase>(mark.phase), dt);
+      if (mark.phase == static_cast<int>(Phase::kData) || mark.phase == static_cast<int>(Phase::kForward) ||
+          mark.phase == static_cast<int>(Phase::kBackward))
+        eager_steps_.add(static_cast<Phase>(mark.phase), dt);
     }
   }
-  if (last_graph != nullptr && graph_seconds > 0.0) {
-    // The graph's own events hold their latest replay, the last graph step, which has completed.
-    const double data = seconds_between(last_graph_start->event, last_graph->split.data_end);
-    const double forward = seconds_between(last_graph->split.data_end, last_graph->split.forward_end);
-    const double backward = seconds_between(last_graph->split.forward_end, last_graph->event);
-    const double whole = data + forward + backward;
+  const double data = eager_steps_.get(Phase::kData), forward = eager_steps_.get(Phase::kForward);
+  const double whole = data + forward + eager_steps_.get(Phase::kBackward);
+  if (graph_seconds > 0.0) {
     if (whole > 0.0) {
       harvested_.add(Phase::kData, graph_seconds * data / whole);
       harvested_.add(Phase::kForward, graph_seconds * forward / whole);
-      harvested_.add(Phase::kBackward, graph_seconds * backward / whole);
+      harvested_.add(Phase::kBackward, graph_seconds * (whole - data - forward) / whole);
+    } else {
+      harvested_.add(Phase::kBackward, graph_seconds);  // no eager step measured yet: charge it whole
     }
   }
   // Keep the last mark when it opens an interval still to be closed.

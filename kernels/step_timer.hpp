@@ -3,10 +3,11 @@
 // to the phase, and whatever ran on the stream in between brackets (the allreduce, which the trainer
 // times itself) is not. take() waits once for the last mark and adds every interval.
 //
-// A captured step (one CUDA graph) is one interval on the stream. It is split into data, forward and
-// backward by events the graph itself records (split_events), read from the graph's latest replay:
-// the split of the last step is applied to the total of all graph steps since the last take(), an
-// estimate that is exact while the batch size does not change.
+// A captured step (one CUDA graph) is one interval on the stream, timed by events recorded on the
+// stream around its launch. It is split into data, forward and backward in the proportions measured
+// on the eager steps (the backend runs the first step of every batch size eagerly, phase by phase,
+// before capturing it). Events recorded inside a graph are not used: timing them against stream
+// events failed on the device (cudaEventElapsedTime: invalid device context).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,11 +19,6 @@
 
 namespace cnn::cuda {
 
-// Events a graph records after its data phase and after its forward phase.
-struct SplitEvents {
-  cudaEvent_t data_end = nullptr;
-  cudaEvent_t forward_end = nullptr;
-};
 
 class StepTimer {
  public:
@@ -33,8 +29,8 @@ class StepTimer {
 
   void open();
   void close(Phase phase);
-  // Closes an interval that was one replay of a graph recording `split`.
-  void close_graph_step(const SplitEvents& split);
+  // Closes an interval that was one replay of a captured step.
+  void close_graph_step();
   // Sums since the last call (waits for the stream to reach the last mark).
   PhaseTimes take();
 
@@ -42,7 +38,6 @@ class StepTimer {
   struct Mark {
     cudaEvent_t event = nullptr;
     int phase = kOpens;           // a Phase, or kOpens / kGraphStep
-    SplitEvents split;            // for kGraphStep
   };
   static constexpr int kOpens = -1;
   static constexpr int kGraphStep = -2;
@@ -56,6 +51,7 @@ class StepTimer {
   std::vector<cudaEvent_t> spare_;
   std::vector<Mark> marks_;
   PhaseTimes harvested_;
+  PhaseTimes eager_steps_;  // all eager data/forward/backward time so far: the split for graph steps
 };
 
 }  // namespace cnn::cuda

@@ -111,6 +111,7 @@ void MpiCommunicator::broadcast(float* data, std::int64_t count, int root) {
 }
 
 std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend) {
+  if (world.size() == 1) return std::make_unique<SingleRankCommunicator>(backend.memory_space());
   if (backend.memory_space() == MemorySpace::kHost) return std::make_unique<MpiCommunicator>(world);
 #ifdef CNN_HAVE_CUDA
   return make_device_communicator(world, backend);

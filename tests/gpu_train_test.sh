@@ -92,9 +92,10 @@ if command -v compute-sanitizer >/dev/null; then
     for graphs in $graph_modes; do
       if CNN_CUDA_GRAPHS=$graphs compute-sanitizer --tool "$tool" --error-exitcode 99 "$binary" "${tiny[@]}" \
           --out "$work/san-$tool-$graphs" >"$work/san.log" 2>&1; then
-        pass "compute-sanitizer $tool (graphs=$graphs): $(grep -m1 'ERROR SUMMARY' "$work/san.log" | xargs)"
+        pass "compute-sanitizer $tool (graphs=$graphs): $(grep -E 'SUMMARY' "$work/san.log" | tail -1 | xargs)"
       else
-        fail "compute-sanitizer $tool (graphs=$graphs): $(grep -m3 -E 'ERROR|Invalid|Race|Uninit' "$work/san.log" | xargs)"
+        fail "compute-sanitizer $tool (graphs=$graphs): $(grep -m3 -E 'ERROR|Invalid|Race|Uninit|Program hit' "$work/san.log" | xargs)"
+        cp "$work/san.log" "${CNN_TEST_LOG_DIR:-$work}/sanitizer-$tool-$graphs.log" 2>/dev/null
       fi
     done
   done

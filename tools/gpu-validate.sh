@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 data=${1:-.carry}
 out=${OUT:-gpu-out}
 mkdir -p "$out"
+log_dir=$(cd "$out" && pwd)
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CNN_FASHION_DIR=$PWD/$data/fashion-mnist CNN_MNIST_DIR=$PWD/$data/mnist
 nvidia-smi -L | tee "$out/gpus.txt"
@@ -19,7 +20,13 @@ echo "build: $(($(date +%s) - start)) s"
 grep -E "CUDA backend|NCCL|Boost.Test" "$out/cmake.log"
 
 status=0
-(cd build && ctest -L gpu --output-on-failure --timeout 500) 2>&1 | tee "$out/ctest-gpu.log" | tail -40 || status=1
+echo "--- smoke: one short GPU training run, and compute-sanitizer memcheck on it (full logs in \$OUT)"
+smoke=(--device gpu --data "$CNN_FASHION_DIR" --train-samples 300 --test-samples 100 --filters 32 --batch 100 --epochs 1)
+./build/cnn_mpi "${smoke[@]}" --out runs/smoke >"$out/smoke.log" 2>&1; echo "smoke exit $?"; tail -4 "$out/smoke.log"
+compute-sanitizer --tool memcheck "./build/cnn_mpi" "${smoke[@]}" --out runs/smoke-memcheck >"$out/memcheck.log" 2>&1
+echo "memcheck exit $?"; grep -E "=========" "$out/memcheck.log" | head -30
+
+(cd build && CNN_TEST_LOG_DIR="$log_dir" ctest -L gpu --output-on-failure --timeout 500) 2>&1 | tee "$out/ctest-gpu.log" | tail -40 || status=1
 
 echo "--- SLURM GPU script: the mpirun launch line it generates, run as printed"
 gpus=$(nvidia-smi -L | grep -c '^GPU')
@@ -43,7 +50,7 @@ for setting in 1000:64 1000:256 100:64 100:256; do
 done
 
 anchor=$data/anchors/torch_seed_cnn.py
-if [[ -f $anchor ]] && python3 -c "import torch" 2>/dev/null; then
+if [[ -f $anchor && -z ${SKIP_PYTORCH:-} ]] && python3 -c "import torch" 2>/dev/null; then
   echo "--- PyTorch reference on this machine (same workload, data on the GPU)"
   timeout 240 python3 "$anchor" cuda 60000 '[[1000, 64], [1000, 256], [100, 64], [100, 256]]' 2>&1 |
     grep -v "^strict\|filters= *[0-9]* mode=.*strict" | tee "$out/pytorch.txt" | head -12

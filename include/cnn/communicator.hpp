@@ -88,8 +88,27 @@ class MpiCommunicator : public Communicator {
   const MpiWorld& world_;
 };
 
-// The communicator that suits the backend: MPI for host memory; for device memory NCCL when built
-// with it, otherwise MPI through host staging. The choice is printed by the trainer.
+// A world of one rank: nothing to reduce, so no library is set up (no NCCL communicator, no staging
+// buffers). Works for either memory space.
+class SingleRankCommunicator : public Communicator {
+ public:
+  explicit SingleRankCommunicator(MemorySpace space) : space_(space) {}
+  std::string name() const override { return "none (a single rank)"; }
+  MemorySpace memory_space() const override { return space_; }
+  void allreduce_sum(float*, std::int64_t) override {}
+  void broadcast(float*, std::int64_t, int) override {}
+  void barrier() override {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+
+ private:
+  MemorySpace space_;
+};
+
+// The communicator that suits the world and the backend: none for a single rank; MPI for host
+// memory; for device memory NCCL when built with it, otherwise MPI through host staging. The choice
+// is printed by the trainer.
 std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend);
 
 }  // namespace cnn
