@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU path end to end, through the real binary (label gpu; exit 77 = skipped where no GPU is usable):
 #   1. learning: Fashion-MNIST >= 82% after 1 epoch, MNIST >= 95.5% after 2 (d=32, batch 100, SGD 0.1)
-#   2. determinism: two identical GPU runs give bitwise identical final checkpoints
+#   2. determinism: two identical GPU runs give bitwise identical final checkpoints, and a run stopped
+#      mid-epoch and resumed ends bitwise equal to an uninterrupted one
 #   3. with 2+ GPUs: 2 ranks (NCCL) against 1 GPU, same global batch, 20 steps: rel err <= 1e-5
 #   4. compute-sanitizer memcheck and racecheck clean on a short training run (when installed)
 # Usage: gpu_train_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, CNN_MNIST_DIR, PYTHON)
@@ -64,6 +65,22 @@ if out=$("$python" "$compare" exact "$(latest "$work/det1")" "$(latest "$work/de
   pass "two identical GPU runs: $out"
 else
   fail "two identical GPU runs differ: $out"
+fi
+
+# 2b. Exact resume on the GPU: stop in the middle of epoch 2 (test hook: SIGUSR1 after 27 steps),
+#     resume, and end bitwise equal to an uninterrupted run with the same settings.
+resume=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 32 --batch 100 --epochs 3
+        --optimizer momentum --quiet)
+"$binary" "${resume[@]}" --out "$work/whole" >/dev/null 2>&1 || fail "uninterrupted GPU run failed"
+CNN_TEST_STOP_AFTER_STEPS=27 "$binary" "${resume[@]}" --out "$work/stopped" >/dev/null 2>&1
+stopped_code=$?
+"$binary" "${resume[@]}" --out "$work/stopped" --resume auto >/dev/null 2>&1 || fail "GPU resume failed"
+if [[ $stopped_code -ne 5 ]]; then
+  fail "GPU run with a stop after 27 steps exited $stopped_code, expected 5"
+elif out=$("$python" "$compare" exact "$(latest "$work/whole")" "$(latest "$work/stopped")" 2>&1); then
+  pass "GPU stop at step 27 + resume vs uninterrupted: $out"
+else
+  fail "GPU resume differs from the uninterrupted run: $out"
 fi
 
 # 3. Two GPU ranks (NCCL) against one GPU, same global batch of 100, 20 steps.
