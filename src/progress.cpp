@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace cnn {
 
@@ -19,7 +20,14 @@ ProgressMode progress_mode(bool quiet, bool stdout_is_terminal) {
   return stdout_is_terminal ? ProgressMode::kLive : ProgressMode::kPlain;
 }
 
-ProgressMode progress_mode_for_stdout(bool quiet) { return progress_mode(quiet, isatty(STDOUT_FILENO) == 1); }
+// Open MPI's mpirun hands its ranks a pseudo-terminal whatever its own stdout is (a SLURM log file,
+// a pipe), so under mpirun isatty() says nothing about where the output ends up: print plain lines
+// there. OMPI_COMM_WORLD_SIZE is set by mpirun's launcher (not by a singleton run without mpirun).
+static bool stdout_is_real_terminal() {
+  return isatty(STDOUT_FILENO) == 1 && std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr;
+}
+
+ProgressMode progress_mode_for_stdout(bool quiet) { return progress_mode(quiet, stdout_is_real_terminal()); }
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0.0) return "?";

@@ -2,13 +2,15 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <csignal>
-#include <ctime>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <thread>
 
 #include "cnn/errors.hpp"
-#include <cerrno>
 
 namespace cnn {
 
@@ -87,9 +89,11 @@ int agree_on_stop(const MpiWorld& world) {
 StopAfterStepsHook::StopAfterStepsHook(int rank) {
   const std::int64_t hook_rank = positive_env("CNN_TEST_STOP_RANK");
   if (rank == hook_rank) stop_after_ = positive_env("CNN_TEST_STOP_AFTER_STEPS");
+  step_delay_ms_ = positive_env("CNN_TEST_STEP_DELAY_MS");
 }
 
 void StopAfterStepsHook::after_step(std::int64_t steps_run) const {
+  if (step_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(step_delay_ms_));
   if (stop_after_ > 0 && steps_run == stop_after_) std::raise(SIGUSR1);
 }
 

@@ -26,5 +26,13 @@ grep -q "^epoch 2/2 .*test_acc" "$work/pipe.out" && echo "ok: plain epoch lines 
 if grep -q $'\r' "$work/pipe.out" || grep -q "ETA" "$work/pipe.out"; then fail "live line written to a pipe"; else
   echo "ok: no live line through a pipe"; fi
 grep -q "ETA" "$work/quiet.out" && fail "--quiet still shows the live line" || echo "ok: --quiet has no live line"
+# Under mpirun the ranks get a pseudo-terminal even when mpirun writes to a file (a SLURM log):
+# plain lines there.
+if command -v mpirun >/dev/null; then
+  mpirun --oversubscribe -np 2 $binary $args --out "$work/mpi" >"$work/mpi.out" 2>&1 || fail "mpirun run"
+  if grep -q "ETA" "$work/mpi.out"; then fail "live line under mpirun into a file"; else
+    echo "ok: plain lines under mpirun into a file"; fi
+  grep -q "^epoch 2/2 .*test_acc" "$work/mpi.out" || fail "no plain epoch line under mpirun"
+fi
 [[ $failures -eq 0 ]] || { echo "$failures failure(s)"; exit 1; }
 echo "all progress checks passed"

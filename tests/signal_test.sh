@@ -21,7 +21,9 @@ LONG=(--epochs 30)
 run_as np2ref mpi 2 "$CNN" "${SMALL[@]}" "${LONG[@]}" --out "$WORK/np2ref"
 expect_rc np2ref 0
 # mpirun itself in the background (not a shell function, whose subshell would take the signal).
-"$MPIRUN" --oversubscribe -np 2 "$CNN" "${SMALL[@]}" "${LONG[@]}" --out "$WORK/term" >"$WORK/term.out" 2>"$WORK/term.err" &
+# CNN_TEST_STEP_DELAY_MS (test hook, timing only) makes the run last seconds on any machine.
+# (`env` execs mpirun, so $! is mpirun's own PID.)
+env CNN_TEST_STEP_DELAY_MS=10 "$MPIRUN" --oversubscribe -np 2 -x CNN_TEST_STEP_DELAY_MS "$CNN" "${SMALL[@]}" "${LONG[@]}" --out "$WORK/term" >"$WORK/term.out" 2>"$WORK/term.err" &
 MPIRUN_PID=$!
 wait_for "$WORK/term.out" "^startup:" || fail "term: the run did not start"
 sleep 0.3
@@ -35,7 +37,7 @@ expect_rc term_resume 0
 same_bits "SIGTERM to mpirun, then resume" "$(latest "$WORK/np2ref")" "$(latest "$WORK/term")"
 
 # --- SIGUSR1 to mpirun is forwarded without a SIGKILL behind it; mpirun passes on the ranks' exit 5.
-"$MPIRUN" --oversubscribe -np 2 "$CNN" "${SMALL[@]}" "${LONG[@]}" --out "$WORK/usr1" >"$WORK/usr1.out" 2>"$WORK/usr1.err" &
+env CNN_TEST_STEP_DELAY_MS=10 "$MPIRUN" --oversubscribe -np 2 -x CNN_TEST_STEP_DELAY_MS "$CNN" "${SMALL[@]}" "${LONG[@]}" --out "$WORK/usr1" >"$WORK/usr1.out" 2>"$WORK/usr1.err" &
 MPIRUN_PID=$!
 wait_for "$WORK/usr1.out" "^startup:" || fail "usr1: the run did not start"
 kill -USR1 "$MPIRUN_PID"

@@ -38,7 +38,9 @@ class StopAfterStepsHook {
   void after_step(std::int64_t steps_run) const;
 
  private:
-  std::int64_t stop_after_ = 0;  // 0: off
+  std::int64_t stop_after_ = 0;     // 0: off
+  std::int64_t step_delay_ms_ = 0;  // CNN_TEST_STEP_DELAY_MS: slows every step (timing only), so a
+                                    // test's signal surely arrives mid-run however fast the machine
 };
 
 }  // namespace cnn
