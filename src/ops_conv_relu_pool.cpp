@@ -29,6 +29,35 @@ int window_offsets(int* offsets /*[C*K*K]*/, const SeedModel& m) {
   return t;
 }
 
+// The geometry both directions share: filters padded up to whole SIMD vectors, and each tap's
+// input offset.
+struct LaneGeometry {
+  int window = 0;   // C*K*K taps
+  int vectors = 0;  // SIMD vectors covering the filters
+  int padded = 0;   // filters rounded up to whole vectors
+  int cells = 0;    // pool cells per filter
+  std::vector<int> offsets;
+
+  explicit LaneGeometry(const SeedModel& m)
+      : window(m.input.channels * m.kernel * m.kernel),
+        vectors((m.filters + simd::kLanes - 1) / simd::kLanes),
+        padded(vectors * simd::kLanes),
+        cells(m.pooled().height * m.pooled().width),
+        offsets(static_cast<std::size_t>(window)) {
+    window_offsets(offsets.data(), m);
+  }
+};
+
+// The window inputs of the four conv positions of pool cell (py, px): dst[q][t] for candidate
+// q = a*2 + b at conv position (2py + a, 2px + b).
+void gather_cell_windows(float* dst /*[4, window]*/, const float* image /*[C,H,W]*/, int py, int px,
+                         const LaneGeometry& g, const SeedModel& m) {
+  for (int q = 0; q < kPoolCandidates; ++q) {
+    const int origin = (kPoolSize * py + q / kPoolSize) * m.input.width + kPoolSize * px + q % kPoolSize;
+    for (int t = 0; t < g.window; ++t) dst[q * g.window + t] = image[origin + g.offsets[static_cast<std::size_t>(t)]];
+  }
+}
+
 }  // namespace
 
 // Forward, vectorised across filters: for each pool cell, the K*K window inputs of its four conv
@@ -39,13 +68,8 @@ void conv_relu_pool_forward(float* pooled, std::uint8_t* argmax, const float* in
                             const float* bias, std::int64_t n, const SeedModel& m) {
   using simd::Vec;
   const TensorShape p = m.pooled();
-  const int width_in = m.input.width;
-  const int window = m.input.channels * m.kernel * m.kernel;
-  const int vectors = (m.filters + simd::kLanes - 1) / simd::kLanes;
-  const int padded = vectors * simd::kLanes;
-  const int cells = p.height * p.width;
-  std::vector<int> offsets(static_cast<std::size_t>(window));
-  window_offsets(offsets.data(), m);
+  const LaneGeometry geometry(m);
+  const int window = geometry.window, vectors = geometry.vectors, padded = geometry.padded, cells = geometry.cells;
   // weight_t[t][f] = weight[f][t]; bias_t likewise, zero-padded to whole vectors.
   std::vector<float> weight_t(static_cast<std::size_t>(window) * padded, 0.0f), bias_t(padded, 0.0f);
   for (int f = 0; f < m.filters; ++f) {
@@ -59,11 +83,7 @@ void conv_relu_pool_forward(float* pooled, std::uint8_t* argmax, const float* in
     const float* image = in + s * m.input.size();
     for (int py = 0; py < p.height; ++py)
       for (int px = 0; px < p.width; ++px) {
-        // Candidate q = a*2 + b sits at conv position (2py + a, 2px + b).
-        for (int q = 0; q < kPoolCandidates; ++q) {
-          const int origin = (kPoolSize * py + q / kPoolSize) * width_in + kPoolSize * px + q % kPoolSize;
-          for (int t = 0; t < window; ++t) window_in[q * window + t] = image[origin + offsets[t]];
-        }
+        gather_cell_windows(window_in.data(), image, py, px, geometry, m);
         const std::size_t cell = static_cast<std::size_t>(py * p.width + px) * padded;
         for (int v = 0; v < vectors; ++v) {
           const int f0 = v * simd::kLanes;
@@ -107,13 +127,8 @@ void conv_relu_pool_backward(float* grad_weight, float* grad_bias, const float* 
                              const std::uint8_t* argmax, const float* in, std::int64_t n, const SeedModel& m) {
   using simd::Vec;
   const TensorShape p = m.pooled();
-  const int width_in = m.input.width;
-  const int window = m.input.channels * m.kernel * m.kernel;
-  const int vectors = (m.filters + simd::kLanes - 1) / simd::kLanes;
-  const int padded = vectors * simd::kLanes;
-  const int cells = p.height * p.width;
-  std::vector<int> offsets(static_cast<std::size_t>(window));
-  window_offsets(offsets.data(), m);
+  const LaneGeometry geometry(m);
+  const int window = geometry.window, vectors = geometry.vectors, padded = geometry.padded, cells = geometry.cells;
   std::vector<float> grad_t(static_cast<std::size_t>(cells) * padded);   // [cell][filter], masked by ReLU
   std::vector<float> which_t(grad_t.size());                            // [cell][filter], 0..3
   std::vector<float> window_in(static_cast<std::size_t>(cells) * kPoolCandidates * window);  // [cell][q][t]
@@ -130,11 +145,8 @@ void conv_relu_pool_backward(float* grad_weight, float* grad_bias, const float* 
     }
     for (int py = 0; py < p.height; ++py)
       for (int px = 0; px < p.width; ++px)
-        for (int q = 0; q < kPoolCandidates; ++q) {
-          const int origin = (kPoolSize * py + q / kPoolSize) * width_in + kPoolSize * px + q % kPoolSize;
-          float* dst = &window_in[(static_cast<std::size_t>(py * p.width + px) * kPoolCandidates + q) * window];
-          for (int t = 0; t < window; ++t) dst[t] = image[origin + offsets[t]];
-        }
+        gather_cell_windows(&window_in[static_cast<std::size_t>(py * p.width + px) * kPoolCandidates * window], image,
+                            py, px, geometry, m);
     for (int v = 0; v < vectors; ++v) {
       const int f0 = v * simd::kLanes;
       for (Vec& a : acc) a = simd::splat(0.0f);

@@ -37,17 +37,10 @@ inline Dataset random_dataset(std::int64_t count, TensorShape shape, std::uint32
   return data;
 }
 
-// A world of one: the reference that N-rank runs are compared with, computed inside each rank.
-class LocalCommunicator : public Communicator {
+// A world of one (the reference that N-rank runs are compared with, computed inside each rank).
+class LocalCommunicator : public SingleRankCommunicator {
  public:
-  std::string name() const override { return "local"; }
-  MemorySpace memory_space() const override { return MemorySpace::kHost; }
-  void allreduce_sum(float*, std::int64_t) override {}
-  void broadcast(float*, std::int64_t, int) override {}
-  void barrier() override {}
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  int local_rank() const override { return 0; }
+  LocalCommunicator() : SingleRankCommunicator(MemorySpace::kHost) {}
 };
 
 inline std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float scale) {
