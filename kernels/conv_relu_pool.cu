@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "conv_backward.cuh"
+#include "conv_pool_cell.cuh"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
 #include "launch.hpp"
@@ -39,11 +40,7 @@ __global__ void __launch_bounds__(kConvThreads)
 
   const int f0 = blockIdx.y * kFiltersPerBlock;
   const int nf = min(kFiltersPerBlock, filters - f0);
-  for (int q = threadIdx.x; q < nf * kStride; q += blockDim.x) {
-    const int f = q / kStride;
-    const int t = q - f * kStride;
-    w_s[q] = t < kTaps ? weight[(f0 + f) * kTaps + t] : (t == kTaps ? bias[f0 + f] : 0.0f);
-  }
+  stage_filters(w_s, weight, bias, f0, nf, kTaps, kStride);
   __syncthreads();
 
   const int P = pooled_height * pooled_width;
@@ -69,38 +66,10 @@ __global__ void __launch_bounds__(kConvThreads)
     std::uint8_t* out_arg = argmax + (s * filters + f0) * P + cell;
     for (int f = 0; f < nf; ++f) {
       float w[kStride];
-      const float4* w4 = reinterpret_cast<const float4*>(w_s + f * kStride);
-#pragma unroll
-      for (int q = 0; q < kStride / 4; ++q) {
-        const float4 v = w4[q];
-        w[4 * q] = v.x;
-        w[4 * q + 1] = v.y;
-        w[4 * q + 2] = v.z;
-        w[4 * q + 3] = v.w;
-      }
-      float best = 0.0f;
-      int winner = 0;
-#pragma unroll
-      for (int a = 0; a < kPoolWindow; ++a)
-#pragma unroll
-        for (int b = 0; b < kPoolWindow; ++b) {
-          // bias + sum over (c,i,k) in that order, as the CPU twin sums.
-          float z = w[kTaps];
-#pragma unroll
-          for (int c = 0; c < C; ++c)
-#pragma unroll
-            for (int i = 0; i < kSeedKernel; ++i)
-#pragma unroll
-              for (int k = 0; k < kSeedKernel; ++k)
-                z = fmaf(w[c * kTaps1 + i * kSeedKernel + k], patch[c][a + i][b + k], z);
-          // First maximum in the order a*2+b, as the CPU twin.
-          if ((a == 0 && b == 0) || z > best) {
-            best = z;
-            winner = a * kPoolWindow + b;
-          }
-        }
-      out[static_cast<std::int64_t>(f) * P] = fmaxf(best, 0.0f);
-      out_arg[static_cast<std::int64_t>(f) * P] = static_cast<std::uint8_t>(winner);
+      load_float4s(w, w_s + f * kStride);
+      const PoolWinner best = conv_pool_max<C>(w, patch);
+      out[static_cast<std::int64_t>(f) * P] = fmaxf(best.value, 0.0f);
+      out_arg[static_cast<std::int64_t>(f) * P] = static_cast<std::uint8_t>(best.which);
     }
   }
 }

@@ -1,9 +1,17 @@
-// make_device_communicator: NCCL when the build has it, otherwise MPI through host staging.
+// make_device_communicator: NCCL when the build has it, otherwise MPI through host staging; and what
+// the two share.
 #include "cnn/cuda_backend.hpp"
 #include "cnn/errors.hpp"
+#include "cuda_check.hpp"
 #include "device_communicators.hpp"
 
 namespace cnn {
+
+// Queued collectives count as done only once the stream has run them.
+void cuda::StreamCommunicator::barrier() {
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  world_.barrier();
+}
 
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend) {
   auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);

@@ -14,12 +14,11 @@ namespace {
 // MPI counts are int.
 constexpr std::int64_t kMaxMpiCount = INT_MAX;
 
-class HostStagedCommunicator final : public Communicator {
+class HostStagedCommunicator final : public StreamCommunicator {
  public:
-  HostStagedCommunicator(const MpiWorld& world, CudaBackend& backend) : world_(world), stream_(backend.stream()) {}
+  HostStagedCommunicator(const MpiWorld& world, CudaBackend& backend) : StreamCommunicator(world, backend) {}
 
   std::string name() const override { return "MPI_Allreduce via pinned host memory (device memory)"; }
-  MemorySpace memory_space() const override { return MemorySpace::kDevice; }
 
   void allreduce_sum(float* data, std::int64_t count) override {
     if (world_.size() == 1 || count == 0) return;
@@ -44,15 +43,6 @@ class HostStagedCommunicator final : public Communicator {
     to_device(data, count);
   }
 
-  void barrier() override {
-    CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-    world_.barrier();
-  }
-
-  int rank() const override { return world_.rank(); }
-  int size() const override { return world_.size(); }
-  int local_rank() const override { return world_.local_rank(); }
-
  private:
   // Waits for the copy: MPI reads the host buffer next.
   void to_host(const float* data, std::int64_t count) {
@@ -68,8 +58,6 @@ class HostStagedCommunicator final : public Communicator {
                                    cudaMemcpyHostToDevice, stream_));
   }
 
-  const MpiWorld& world_;
-  cudaStream_t stream_;
   PinnedBuffer<float> staging_;
 };
 

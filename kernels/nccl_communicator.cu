@@ -12,9 +12,9 @@
 namespace cnn::cuda {
 namespace {
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public StreamCommunicator {
  public:
-  NcclCommunicator(const MpiWorld& world, CudaBackend& backend) : world_(world), stream_(backend.stream()) {
+  NcclCommunicator(const MpiWorld& world, CudaBackend& backend) : StreamCommunicator(world, backend) {
     // Rank 0 makes the id; every rank needs the same one before ncclCommInitRank, which blocks until
     // all ranks have joined.
     ncclUniqueId id{};
@@ -34,7 +34,6 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::string name() const override { return name_; }
-  MemorySpace memory_space() const override { return MemorySpace::kDevice; }
 
   void allreduce_sum(float* data, std::int64_t count) override {
     if (world_.size() == 1 || count == 0) return;  // the sum over one rank is the buffer itself
@@ -46,19 +45,7 @@ class NcclCommunicator final : public Communicator {
     CNN_CHECK_NCCL(ncclBroadcast(data, data, static_cast<std::size_t>(count), ncclFloat, root, comm_, stream_));
   }
 
-  // Queued collectives count as done only once the stream has run them.
-  void barrier() override {
-    CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-    world_.barrier();
-  }
-
-  int rank() const override { return world_.rank(); }
-  int size() const override { return world_.size(); }
-  int local_rank() const override { return world_.local_rank(); }
-
  private:
-  const MpiWorld& world_;
-  cudaStream_t stream_;
   ncclComm_t comm_ = nullptr;
   std::string name_;
 };

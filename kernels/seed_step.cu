@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "conv_backward.cuh"
+#include "conv_pool_cell.cuh"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
 #include "fc_kernels.cuh"
@@ -65,11 +66,7 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
   const std::int64_t group = blockIdx.y;
   const int f0 = static_cast<int>(group) * filters_per_group;
   const int nf = min(filters_per_group, filters - f0);
-  for (int q = threadIdx.x; q < nf * kStride; q += blockDim.x) {
-    const int f = q / kStride;
-    const int t = q - f * kStride;
-    w_s[q] = t < kTaps ? conv_weight[(f0 + f) * kTaps + t] : (t == kTaps ? conv_bias[f0 + f] : 0.0f);
-  }
+  stage_filters(w_s, conv_weight, conv_bias, f0, nf, kTaps, kStride);
   __syncthreads();
 
   const int P = pooled_height * pooled_width;
@@ -98,45 +95,19 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
     }
     for (int f = 0; f < nf; ++f) {
       float w[kStride];
-      const float4* w4 = reinterpret_cast<const float4*>(w_s + f * kStride);
-#pragma unroll
-      for (int q = 0; q < kStride / 4; ++q) {
-        const float4 v = w4[q];
-        w[4 * q] = v.x;
-        w[4 * q + 1] = v.y;
-        w[4 * q + 2] = v.z;
-        w[4 * q + 3] = v.w;
-      }
+      load_float4s(w, w_s + f * kStride);
       const std::int64_t column = static_cast<std::int64_t>(f0 + f) * P + cell;
       float w_fc[kO];
 #pragma unroll
       for (int o = 0; o < kO; ++o) w_fc[o] = __ldg(fc_weight + o * columns + column);
 #pragma unroll
       for (int si = 0; si < kS; ++si) {
-        float best = 0.0f;
-        int winner = 0;
-#pragma unroll
-        for (int a = 0; a < kPoolWindow; ++a)
-#pragma unroll
-          for (int b = 0; b < kPoolWindow; ++b) {
-            float z = w[kTaps];  // bias, then the taps in (c, i, k) order, as the twin
-#pragma unroll
-            for (int c = 0; c < C; ++c)
-#pragma unroll
-              for (int i = 0; i < kSeedKernel; ++i)
-#pragma unroll
-                for (int k = 0; k < kSeedKernel; ++k)
-                  z = fmaf(w[c * kTaps1 + i * kSeedKernel + k], patch[si][c][a + i][b + k], z);
-            if ((a == 0 && b == 0) || z > best) {  // first maximum in the order a*2+b
-              best = z;
-              winner = a * kPoolWindow + b;
-            }
-          }
-        const float value = fmaxf(best, 0.0f);
+        const PoolWinner best = conv_pool_max<C>(w, patch[si]);
+        const float value = fmaxf(best.value, 0.0f);
         if (s0 + si < n) {
           const std::int64_t at = (s0 + si) * columns + column;
           pooled[at] = value;
-          argmax[at] = static_cast<std::uint8_t>(winner);
+          argmax[at] = static_cast<std::uint8_t>(best.which);
         }
 #pragma unroll
         for (int o = 0; o < kO; ++o) acc[si * kO + o] = fmaf(w_fc[o], value, acc[si * kO + o]);
@@ -336,15 +307,7 @@ __global__ void __launch_bounds__(kBlockThreads, staged_blocks_per_multiprocesso
     for (int k = 0; k < kK; ++k) {
       if (k >= count) break;
       float gl[kStagedLogitStride];
-      const float4* g4 = reinterpret_cast<const float4*>(gl_s[k]);
-#pragma unroll
-      for (int i = 0; i < kStagedLogitStride / 4; ++i) {
-        const float4 v = g4[i];
-        gl[4 * i] = v.x;
-        gl[4 * i + 1] = v.y;
-        gl[4 * i + 2] = v.z;
-        gl[4 * i + 3] = v.w;
-      }
+      load_float4s(gl, gl_s[k]);
       float patch[C][kPatch][kPatch];
       const float* img = img_s + k * image + origin;
 #pragma unroll
