@@ -162,6 +162,7 @@ void CudaBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
                                  cudaMemcpyHostToDevice, stream_));
   CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
   permutation_size_ = size;
+  eager_overlapped_step_ = true;  // one timed, eager overlapped step per epoch (overlap fraction)
 }
 
 void CudaBackend::ensure_batch_capacity(std::int64_t n) {
@@ -269,6 +270,11 @@ void CudaBackend::drop_graphs() noexcept {
     if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
   }
   graphs_.clear();
+  for (auto& [n, entry] : overlapped_graphs_) {
+    if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
+    if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
+  }
+  overlapped_graphs_.clear();
 }
 
 void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {

@@ -17,6 +17,7 @@
 #include "device_buffer.hpp"
 #include "seed_step.hpp"
 #include "step_timer.hpp"
+#include "timing_event_pair.hpp"
 
 namespace cnn::cuda {
 
@@ -40,6 +41,12 @@ class CudaBackend final : public Backend {
   float* grads() override { return grads_.get(); }
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;
   void compute_gradients(std::int64_t first, std::int64_t count) override;
+  // The overlapped step (cuda_backend_overlap.cu): the last backward kernel in two launches, the
+  // listener told between them (fc gradients final) and at the end; with a stream-ordered listener
+  // (NCCL) the whole step, communication included, is one CUDA graph per batch size. The first step
+  // of each epoch runs eagerly, so that the communicator's events can time it (overlap fraction).
+  void compute_gradients_overlapped(std::int64_t first, std::int64_t count, GradientReadyListener& listener) override;
+  std::vector<GradientReadyPoint> gradient_ready_points() override;
   void apply_update(const OptimizerSettings& settings, float grad_scale) override;
   BatchStats take_train_stats() override;
   BatchStats evaluate(std::int64_t first, std::int64_t count) override;
@@ -116,6 +123,14 @@ class CudaBackend final : public Backend {
   std::int64_t train_samples_ = 0;
 
   std::map<std::int64_t, StepGraph> graphs_;  // by batch size
+  // The overlapped step (cuda_backend_overlap.cu).
+  void enqueue_overlapped_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed,
+                               GradientReadyListener& listener);
+  StepGraph& overlapped_graph_for(std::int64_t n, GradientReadyListener& listener);
+  std::map<std::int64_t, StepGraph> overlapped_graphs_;  // by batch size, for listener generation below
+  std::uint64_t overlapped_generation_ = 0;
+  bool eager_overlapped_step_ = true;  // the next overlapped step runs eagerly (set by begin_epoch)
+  TimingEventPair conv_finalize_;      // the conv part of the last eager overlapped step
   std::unique_ptr<StepTimer> timer_;
 };
 

@@ -24,4 +24,24 @@ std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Ba
 #endif
 }
 
+std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path) {
+  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
+  if (cuda_backend == nullptr)
+    throw Error(ExitCode::kFailure, "internal error: a device communicator needs the cuda backend, not " + backend.name());
+  if (path == "mpi") return cuda::make_host_staged_communicator(world, *cuda_backend);
+#ifdef CNN_HAVE_NCCL
+  if (path == "nccl") return cuda::make_nccl_communicator(world, *cuda_backend);
+#endif
+  throw UsageError("--allreduce " + path + ": not available in this build (available: " +
+                   (device_nccl_available() ? "nccl, mpi" : "mpi") + ")");
+}
+
+bool device_nccl_available() {
+#ifdef CNN_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 }  // namespace cnn

@@ -370,18 +370,26 @@ std::size_t staged_sweep_smem(const SeedModel& m) {
 // Blocks [0, weight_blocks): the fc weight gradient from the sweep's splits. The next F blocks: one
 // filter's conv gradients each. The last block: the fc bias gradient and the batch's loss and
 // correct count. Everything overwrites, so no memset of the gradient buffer is needed.
+// The overlapped step launches it in two parts, the fc layer's blocks (weight, then the bias-and-stats
+// block) and then the conv layer's, so that the fc gradients' allreduce can start between them. A
+// block's work depends only on its logical index, so the parts compute the very same bits.
+enum FinalizePart : int { kFinalizeAll, kFinalizeFc, kFinalizeConv };
+
 template <int C>
 __global__ void __launch_bounds__(kBlockThreads)
     seed_backward_finalize_kernel(SeedStepTensors t, std::int64_t n, std::int64_t splits, int filters, int P,
-                                  unsigned weight_blocks) {
+                                  unsigned weight_blocks, int part) {
   constexpr int kRows = conv_grad_rows<C>() + kSeedClasses;
   const std::int64_t columns = static_cast<std::int64_t>(filters) * P;
-  if (blockIdx.x < weight_blocks) {
+  unsigned block = blockIdx.x;
+  if (part == kFinalizeConv) block += weight_blocks;
+  else if (part == kFinalizeFc && block == weight_blocks) block = weight_blocks + static_cast<unsigned>(filters);
+  if (block < weight_blocks) {
     fc_weight_grad_from_splits(t.grad_fc_weight, t.sweep_partial, kRows, conv_grad_rows<C>(), splits, columns,
-                               blockIdx.x, weight_blocks, /*accumulate=*/false);
-  } else if (blockIdx.x < weight_blocks + filters) {
+                               block, weight_blocks, /*accumulate=*/false);
+  } else if (block < weight_blocks + filters) {
     conv_grad_finalize_block<C>(t.grad_conv_weight, t.grad_conv_bias, t.sweep_partial, kRows, splits, filters, P,
-                                static_cast<int>(blockIdx.x - weight_blocks), /*accumulate=*/false);
+                                static_cast<int>(block - weight_blocks), /*accumulate=*/false);
   } else {
     fc_bias_grad_block(t.grad_fc_bias, t.grad_logits, n, /*accumulate=*/false);
     add_batch_stats_block(t.loss_sum, t.correct, t.sample_loss, t.sample_correct, n);
@@ -429,7 +437,7 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
 
 template <int C>
 void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const std::function<void()>& fc_ready) {
   const TensorShape p = m.pooled();
   const std::int64_t image = m.input.size();
   const dim3 sweep_grid(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits));
@@ -460,8 +468,19 @@ void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const S
         sweep_shape(m, plan));
   CNN_CHECK_LAUNCH();
   const unsigned weight_blocks = grid_for(kSeedClasses * m.fc_inputs());
-  seed_backward_finalize_kernel<C><<<weight_blocks + m.filters + 1, kBlockThreads, 0, stream>>>(
-      t, plan.n, plan.sweep.splits, m.filters, p.height * p.width, weight_blocks);
+  const int P = p.height * p.width;
+  if (!fc_ready) {
+    seed_backward_finalize_kernel<C><<<weight_blocks + m.filters + 1, kBlockThreads, 0, stream>>>(
+        t, plan.n, plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeAll);
+    CNN_CHECK_LAUNCH();
+    return;
+  }
+  seed_backward_finalize_kernel<C><<<weight_blocks + 1, kBlockThreads, 0, stream>>>(
+      t, plan.n, plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeFc);
+  CNN_CHECK_LAUNCH();
+  fc_ready();
+  seed_backward_finalize_kernel<C><<<m.filters, kBlockThreads, 0, stream>>>(
+      t, plan.n, plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeConv);
   CNN_CHECK_LAUNCH();
 }
 
@@ -580,11 +599,12 @@ void seed_forward_stage(const SeedStepTensors& t, const SeedModel& m, const Seed
     forward_for_channels<3>(t, m, plan, stream);
 }
 
-void seed_backward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream) {
+void seed_backward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream,
+                         const std::function<void()>& fc_ready) {
   if (m.input.channels == 1)
-    backward_for_channels<1>(t, m, plan, stream);
+    backward_for_channels<1>(t, m, plan, stream, fc_ready);
   else
-    backward_for_channels<3>(t, m, plan, stream);
+    backward_for_channels<3>(t, m, plan, stream, fc_ready);
 }
 
 }  // namespace cnn::cuda

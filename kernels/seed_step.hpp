@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "cnn/model.hpp"
 #include "conv_backward.cuh"
@@ -83,7 +84,10 @@ void seed_data_stage(const SeedStepTensors& t, const SeedModel& m, const SeedSte
 // forward: pooled, argmax and the logits' partial sums (and, when the sweep is not staged, dL/dlogits
 // and the per-sample losses; the staged sweep computes those in the backward stage).
 void seed_forward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
-// backward: every gradient (overwritten) and the batch's loss and correct count (added).
-void seed_backward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
+// backward: every gradient (overwritten) and the batch's loss and correct count (added). With
+// `fc_ready`, the last kernel runs in two launches and fc_ready() is called between them, when the fc
+// layer's gradients (weight and bias) are final in stream order and the conv layer's are not yet.
+void seed_backward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream,
+                         const std::function<void()>& fc_ready = {});
 
 }  // namespace cnn::cuda

@@ -48,6 +48,10 @@ void validate(const TrainConfig& c) {
     require(gpu_backend == (c.device == "gpu"),
             "--backend " + c.backend + " does not run on --device " + c.device);
   }
+  require(c.overlap == "on" || c.overlap == "off" || c.overlap == "auto",
+          "--overlap: unknown value '" + c.overlap + "' (available: on, off, auto)");
+  require(c.allreduce == "nccl" || c.allreduce == "mpi" || c.allreduce == "auto",
+          "--allreduce: unknown path '" + c.allreduce + "' (available: nccl, mpi, auto)");
   require(c.threads >= 0, "--threads must be at least 1, or 0 for automatic (got " + str(c.threads) + ")");
   require(c.train_samples >= 0, "--train-samples must be 0 (all) or positive (got " + str(c.train_samples) + ")");
   require(c.test_samples >= 0, "--test-samples must be 0 (all) or positive (got " + str(c.test_samples) + ")");
@@ -133,6 +137,13 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--threads", c.threads,
                  "threads per rank for the threads backend (0: $SLURM_CPUS_PER_TASK, $OMP_NUM_THREADS, or the "
                  "cores this rank may use)")
+      ->group("Execution");
+
+  app.add_option("--overlap", c.overlap,
+                 "on | off | auto: run the gradient allreduce under the backward (auto: measured at start-up)")
+      ->group("Execution");
+  app.add_option("--allreduce", c.allreduce,
+                 "nccl | mpi | auto: the gradient allreduce of GPU ranks (auto: the faster, timed at start-up)")
       ->group("Execution");
 
   app.add_option("--out", c.out_dir, "run directory for logs (default: runs/<UTC time>)")->group("Output");
@@ -224,6 +235,7 @@ std::string describe(const TrainConfig& c) {
        << "  backend: " << c.backend << "\n"
        << "  threads_per_rank: " << c.threads << "\n"
        << "  ranks: " << c.world_size << "\n"
+       << "  overlap: " << c.overlap << ", allreduce: " << c.allreduce << "\n"
        << "  out: " << c.out_dir << "\n"
        << "  checkpoint_every: " << (c.checkpoint_every ? str(c.checkpoint_every) + " epoch(s)" : std::string("final only"));
   if (c.checkpoint_every_steps) text << ", and every " << c.checkpoint_every_steps << " steps";

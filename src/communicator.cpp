@@ -22,6 +22,7 @@ MpiWorld::MpiWorld(int* argc, char*** argv) {
   int provided = 0;
   // FUNNELED: OpenMP threads compute, only the main thread calls MPI.
   CNN_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+  thread_level_ = provided;  // the overlapped CPU step only calls MPI_Testall from a region at FUNNELED or above
   CNN_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   CNN_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   CNN_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
@@ -104,6 +105,44 @@ void MpiCommunicator::allreduce_sum(float* data, std::int64_t count) {
     const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
     CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data + done, chunk, MPI_FLOAT, MPI_SUM, world_.comm()));
   }
+}
+
+void MpiCommunicator::start_allreduce_sum(float* data, std::int64_t count) {
+  if (first_start_ < 0.0) first_start_ = wall_seconds();
+  completed_at_ = -1.0;
+  for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
+    const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
+    MPI_Request request = MPI_REQUEST_NULL;
+    CNN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data + done, chunk, MPI_FLOAT, MPI_SUM, world_.comm(), &request));
+    pending_.push_back(request);
+  }
+}
+
+void MpiCommunicator::progress() {
+  if (pending_.empty() || completed_at_ >= 0.0 || world_.thread_level() < MPI_THREAD_FUNNELED) return;
+  int done = 0;
+  CNN_CHECK_MPI(MPI_Testall(static_cast<int>(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE));
+  if (done) completed_at_ = wall_seconds();
+}
+
+void MpiCommunicator::wait_all() {
+  if (first_start_ < 0.0) return;
+  const double wait_start = wall_seconds();
+  if (!pending_.empty())
+    CNN_CHECK_MPI(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
+  const double wait_end = wall_seconds();
+  pending_.clear();
+  times_.comm_seconds += (completed_at_ >= 0.0 ? completed_at_ : wait_end) - first_start_;
+  times_.exposed_seconds += wait_end - wait_start;
+  times_.steps += 1;
+  first_start_ = -1.0;
+  completed_at_ = -1.0;
+}
+
+AsyncAllreduceTimes MpiCommunicator::take_async_times() {
+  const AsyncAllreduceTimes t = times_;
+  times_ = {};
+  return t;
 }
 
 void MpiCommunicator::broadcast(float* data, std::int64_t count, int root) {

@@ -38,6 +38,20 @@ struct Scratch {
         grad_pooled(kMicroBatch * m.pooled().size()) {}
 };
 
+// The overlapped step keeps every sample's activations from its first pass (forward, loss, fc
+// backward) to its second (conv backward): [samples of this thread's share, F, PH, PW].
+struct HeldActivations {
+  std::vector<float> pooled, grad_pooled;
+  std::vector<std::uint8_t> argmax;
+
+  void reserve(std::size_t floats) {
+    if (pooled.size() >= floats) return;
+    pooled.resize(floats);
+    grad_pooled.resize(floats);
+    argmax.resize(floats);
+  }
+};
+
 struct ThreadTimes {
   double data = 0, forward = 0, backward = 0;
 };
@@ -96,6 +110,58 @@ class CpuBackend final : public Backend {
     sum_thread_gradients();
     for (const BatchStats& s : stats) train_stats_ += s;
     record_thread_times(wall_seconds() - reduce_start, wall_seconds() - start);
+  }
+
+  // The same sums as compute_gradients, bit for bit, in two passes: forward, loss and fc backward of
+  // every micro-batch first, so the fc gradients of the whole local batch are final (and their
+  // allreduce can start) before the conv backward runs; the master thread lets MPI progress between
+  // the conv backward's micro-batches. Costs the held activations (about 9 bytes per pooled value).
+  void compute_gradients_overlapped(std::int64_t first, std::int64_t count, GradientReadyListener& listener) override {
+    const double start = wall_seconds();
+    const std::int64_t cells = model_.pooled().size();
+    std::vector<BatchStats> stats(static_cast<std::size_t>(threads_));
+    held_.resize(static_cast<std::size_t>(threads_));
+    for_each_thread([&](int t) {
+      const Range share = rank_share(count, t);
+      float* g = thread_grads_[static_cast<std::size_t>(t)].data();
+      std::fill(g, g + layout_.total(), 0.0f);
+      HeldActivations& held = held_[static_cast<std::size_t>(t)];
+      held.reserve(static_cast<std::size_t>(std::max<std::int64_t>(share.count, 1) * cells));
+      for (std::int64_t done = 0; done < share.count; done += kMicroBatch) {
+        const std::int64_t mb = std::min(kMicroBatch, share.count - done);
+        fc_pass(permutation_.data() + first + share.begin + done, mb, g, t, stats[static_cast<std::size_t>(t)],
+                held, done * cells);
+      }
+    });
+    double reduce = wall_seconds();
+    sum_thread_gradients(fc_w(), layout_.total());
+    const double fc_ready = wall_seconds();
+    reduce = fc_ready - reduce;
+    listener.gradients_ready(fc_w(), layout_.total() - fc_w());
+    for_each_thread([&](int t) {
+      const Range share = rank_share(count, t);
+      float* g = thread_grads_[static_cast<std::size_t>(t)].data();
+      HeldActivations& held = held_[static_cast<std::size_t>(t)];
+      for (std::int64_t done = 0; done < share.count; done += kMicroBatch) {
+        const std::int64_t mb = std::min(kMicroBatch, share.count - done);
+        conv_pass(permutation_.data() + first + share.begin + done, mb, g, t, held, done * cells);
+        if (t == 0) listener.make_progress();
+      }
+    });
+    const double conv_reduce_start = wall_seconds();
+    sum_thread_gradients(0, fc_w());
+    const double end = wall_seconds();
+    reduce += end - conv_reduce_start;
+    seconds_after_fc_ready_ = end - fc_ready;
+    for (const BatchStats& s : stats) train_stats_ += s;
+    record_thread_times(reduce, end - start);
+    listener.all_gradients_ready();
+  }
+
+  // The fc layer's gradients (weight, bias: the end of the flat buffer) first, then the conv layer's.
+  std::vector<GradientReadyPoint> gradient_ready_points() override {
+    return {GradientReadyPoint{fc_w(), layout_.total() - fc_w(), seconds_after_fc_ready_},
+            GradientReadyPoint{0, fc_w(), 0.0}};
   }
 
   void apply_update(const OptimizerSettings& settings, float grad_scale) override {
@@ -207,11 +273,57 @@ class CpuBackend final : public Backend {
     times.backward += t3 - t2;
   }
 
-  // grads = thread_grads[0] + thread_grads[1] + ... in thread order, split over the threads by element.
-  void sum_thread_gradients() {
-    const std::int64_t n = layout_.total();
+  // The overlapped step's first pass over one micro-batch: as train_micro_batch up to the fc backward,
+  // with pooled, argmax and grad_pooled written to `held` at `at` (the same values, the same order of
+  // every sum into g).
+  void fc_pass(const std::int32_t* indices, std::int64_t mb, float* g, int t, BatchStats& stats,
+               HeldActivations& held, std::int64_t at) {
+    Scratch& sc = scratch_[static_cast<std::size_t>(t)];
+    ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
+    const float* p = params_.data();
+    float* pooled = held.pooled.data() + at;
+    double t0 = wall_seconds();
+    gather_normalize(sc.input.data(), train_->images.data(), indices, mb, model_.input.size());
+    gather_labels(sc.labels.data(), train_->labels.data(), indices, mb);
+    double t1 = wall_seconds();
+    conv_relu_pool_forward(pooled, held.argmax.data() + at, sc.input.data(), p + conv_w(), p + conv_b(), mb, model_);
+    fc_forward(sc.logits.data(), pooled, p + fc_w(), p + fc_b(), mb, model_.fc_inputs(), model_.classes);
+    softmax_cross_entropy(sc.grad_logits.data(), &stats.loss_sum, &stats.correct, sc.logits.data(),
+                          sc.labels.data(), mb, model_.classes);
+    stats.count += mb;
+    double t2 = wall_seconds();
+    fc_backward(held.grad_pooled.data() + at, g + fc_w(), g + fc_b(), sc.grad_logits.data(), pooled, p + fc_w(), mb,
+                model_.fc_inputs(), model_.classes);
+    double t3 = wall_seconds();
+    times.data += t1 - t0;
+    times.forward += t2 - t1;
+    times.backward += t3 - t2;
+  }
+
+  // The second pass: the conv backward of the micro-batch, its input gathered again (cheaper than
+  // holding it).
+  void conv_pass(const std::int32_t* indices, std::int64_t mb, float* g, int t, const HeldActivations& held,
+                 std::int64_t at) {
+    Scratch& sc = scratch_[static_cast<std::size_t>(t)];
+    ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
+    double t0 = wall_seconds();
+    gather_normalize(sc.input.data(), train_->images.data(), indices, mb, model_.input.size());
+    double t1 = wall_seconds();
+    conv_relu_pool_backward(g + conv_w(), g + conv_b(), held.grad_pooled.data() + at, held.pooled.data() + at,
+                            held.argmax.data() + at, sc.input.data(), mb, model_);
+    double t2 = wall_seconds();
+    times.data += t1 - t0;
+    times.backward += t2 - t1;
+  }
+
+  // grads = thread_grads[0] + thread_grads[1] + ... in thread order, split over the threads by element;
+  // over [begin, end) of the buffer (default: all of it).
+  void sum_thread_gradients() { sum_thread_gradients(0, layout_.total()); }
+  void sum_thread_gradients(std::int64_t begin, std::int64_t end) {
+    const std::int64_t n = end - begin;
     for_each_thread([&](int t) {
-      const Range share = rank_share(n, t);
+      Range share = rank_share(n, t);
+      share.begin += begin;
       float* out = grads_.data() + share.begin;
       std::memcpy(out, thread_grads_[0].data() + share.begin, static_cast<std::size_t>(share.count) * sizeof(float));
       for (int u = 1; u < threads_; ++u) {
@@ -254,6 +366,8 @@ class CpuBackend final : public Backend {
   std::vector<Scratch> scratch_;
   std::vector<std::vector<float>> thread_grads_;
   std::vector<ThreadTimes> thread_times_;
+  std::vector<HeldActivations> held_;     // overlapped step only
+  double seconds_after_fc_ready_ = 0.0;   // conv backward of the last overlapped step
   const Dataset* train_ = nullptr;
   const Dataset* test_ = nullptr;
   std::vector<std::int32_t> permutation_;

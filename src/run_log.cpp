@@ -21,7 +21,8 @@ namespace {
 constexpr const char* kMetricsHeader =
     "epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds";
 constexpr const char* kTimingHeader = "epoch,phase,min_s,mean_s,max_s,max_rank";
-constexpr const char* kAllreduceHeader = "epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps";
+constexpr const char* kAllreduceHeader =
+    "epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps,overlap,buckets,exposed_s,overlap_fraction";
 // timing.csv's row of the measured step wall time; not a Phase, so that phases sum to it.
 constexpr const char* kStepRowName = "step";
 
@@ -142,7 +143,8 @@ void RunLog::append_epoch(const EpochMetrics& m, const std::vector<PhaseSpread>&
 void RunLog::append_allreduce(const AllreduceStats& a) const {
   std::ostringstream row;
   row << std::setprecision(6) << a.epoch << ',' << a.ranks << ',' << a.bytes_per_step << ',' << a.steps << ','
-      << a.mean_s << ',' << a.algbw_GBps << ',' << a.busbw_GBps << '\n';
+      << a.mean_s << ',' << a.algbw_GBps << ',' << a.busbw_GBps << ',' << a.overlap << ',' << a.buckets << ','
+      << a.exposed_s << ',' << a.overlap_fraction << '\n';
   append_line(allreduce_path(), kAllreduceHeader, row.str());
 }
 

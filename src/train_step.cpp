@@ -4,9 +4,20 @@ namespace cnn {
 
 void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
                 Range global_batch, PhaseTimes& times) {
+  train_step(backend, comm, optimizer, param_count, global_batch, times, nullptr);
+}
+
+void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
+                Range global_batch, PhaseTimes& times, OverlapReducer* overlap) {
   const Range mine = rank_slice(global_batch, comm.rank(), comm.size());
-  backend.compute_gradients(mine.begin, mine.count);
-  if (comm.size() > 1) {
+  if (overlap != nullptr && comm.size() > 1) {
+    // The allreduce runs inside, under the backward; what the host waited for it is the phase.
+    backend.compute_gradients_overlapped(mine.begin, mine.count, *overlap);
+    times.add(Phase::kAllreduce, overlap->take_host_wait_seconds());
+  } else {
+    backend.compute_gradients(mine.begin, mine.count);
+  }
+  if (comm.size() > 1 && overlap == nullptr) {
     backend.synchronize();  // so the allreduce phase measures communication, not queued compute
     const double start = wall_seconds();
     comm.allreduce_sum(backend.grads(), param_count);

@@ -15,6 +15,7 @@
 #include "cnn/progress.hpp"
 #include "cnn/resume.hpp"
 #include "cnn/run_log.hpp"
+#include "cnn/scaling_advisor.hpp"
 #include "cnn/sampler.hpp"
 #include "cnn/signals.hpp"
 #include "cnn/timing_stats.hpp"
@@ -145,11 +146,18 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     backend->upload_params(params);
   }
 
+  // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all.
+  GradientExchange exchange = choose_gradient_exchange(
+      config, world, *backend, std::move(comm), Sampler(config.seed, data.train.count()).permutation(from.epoch),
+      global_batch_range(0, data.train.count(), config.batch), layout.total(), config.out_dir);
+  comm = std::move(exchange.comm);
+  OverlapReducer* const overlap = exchange.overlap.get();
+
   if (root) {
     std::cout << "cnn_mpi " << CNN_VERSION << "\n" << describe(config) << "  model_detail: " << model.describe()
               << ", " << layout.total() << " parameters\n"
               << "  train_images: " << data.train.count() << ", test_images: " << data.test.count() << "\n"
-              << "  gradient allreduce: " << comm->name() << "\n";
+              << "  gradient allreduce: " << comm->name() << "\n" << exchange.report;
     std::cout.flush();
   }
   world.barrier();
@@ -209,7 +217,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
       if (traced) times += backend->take_phase_times();
       const PhaseTimes before = times;
       const double step_start = wall_seconds();
-      train_step(*backend, *comm, optimizer, layout.total(), batch, times);
+      train_step(*backend, *comm, optimizer, layout.total(), batch, times, overlap);
       if (traced) backend->synchronize();
       const double step_wall = wall_seconds() - step_start;
       step_seconds += step_wall;
@@ -272,14 +280,18 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     metrics.images_per_second = static_cast<double>(data.train.count()) / epoch_seconds;
     metrics.wall_seconds = wall_seconds() - run_start;
     const std::vector<PhaseSpread> phases = reduce_phases(world, times);
+    const AsyncAllreduceTimes overlap_times = mean_over_ranks(world, comm->take_async_times());
     times = PhaseTimes{};  // the epoch-end checkpoint below is counted in the next epoch's row
     // The row is written before the checkpoint: a resume from an older checkpoint drops later rows,
     // while a row missing after its checkpoint could never be recovered.
     if (root) {
       log.append_epoch(metrics, phases, step_spread);
-      if (world.size() > 1)
-        log.append_allreduce(allreduce_stats(metrics.epoch, world.size(), gradient_bytes, allreduce_count,
-                                             phases[static_cast<std::size_t>(Phase::kAllreduce)].mean));
+      if (world.size() > 1) {
+        AllreduceStats stats = allreduce_stats(metrics.epoch, world.size(), gradient_bytes, allreduce_count,
+                                               phases[static_cast<std::size_t>(Phase::kAllreduce)].mean);
+        if (overlap) stats = with_overlap(stats, overlap_times, static_cast<int>(overlap->plan().buckets.size()));
+        log.append_allreduce(stats);
+      }
       if (!config.quiet || epoch + 1 == config.epochs) {
         std::printf("epoch %lld/%d  train_loss %.4f  test_loss %.4f  test_acc %s  images/s %.0f  epoch %.2fs\n",
                     static_cast<long long>(epoch + 1), config.epochs, metrics.train_loss, metrics.test_loss,

@@ -5,13 +5,14 @@
 - exactly epochs 1..EPOCHS, each once (no rows duplicated by a resume);
 - per epoch every phase and the "step" row, with min <= mean <= max and max_rank < RANKS;
 - the step phases (data+h2d+forward+backward+allreduce+update) add up to the step row within TOLERANCE;
-- busbw = algbw * 2(n-1)/n."""
+- busbw = algbw * 2(n-1)/n; overlap_fraction = 1 - exposed_s/mean_s (0, and exposed = mean, for plain steps)."""
 import csv
 import sys
 
 METRICS = "epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds".split(",")
 TIMING = "epoch,phase,min_s,mean_s,max_s,max_rank".split(",")
-ALLREDUCE = "epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps".split(",")
+ALLREDUCE = ("epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps,overlap,buckets,exposed_s,"
+             "overlap_fraction").split(",")
 PHASES = ["data", "h2d", "forward", "backward", "allreduce", "update", "eval", "checkpoint"]
 STEP_PHASES = ["data", "h2d", "forward", "backward", "allreduce", "update"]
 RELATIVE_EPS = 1e-5  # the CSV keeps 6 significant digits
@@ -70,6 +71,13 @@ def main():
             check(n == ranks and int(r["bytes_per_step"]) > 0 and int(r["steps"]) > 0 and alg > 0,
                   "allreduce.csv row %s" % r)
             check(abs(bus - alg * 2 * (n - 1) / n) <= 1e-4 * max(bus, 1e-12), "busbw != algbw*2(n-1)/n: %s" % r)
+            mean, exposed, fraction = float(r["mean_s"]), float(r["exposed_s"]), float(r["overlap_fraction"])
+            check(r["overlap"] in ("0", "1") and int(r["buckets"]) >= 1 and exposed >= 0 and 0 <= fraction <= 1,
+                  "allreduce.csv overlap columns: %s" % r)
+            check(abs(fraction - max(0.0, 1 - exposed / mean)) <= 1e-4 if mean > 0 else fraction == 0,
+                  "overlap_fraction != 1 - exposed_s/mean_s: %s" % r)
+            check(r["overlap"] == "1" or (fraction == 0 and abs(exposed - mean) <= 1e-5 * max(mean, 1e-12)),
+                  "a plain step's exposed_s must equal mean_s: %s" % r)
     for f in failures:
         print("FAIL: " + f)
     sys.exit(1 if failures else 0)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cnn/dataset.hpp"
+#include "cnn/gradient_ready.hpp"
 #include "cnn/model.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/phase_times.hpp"
@@ -61,6 +62,17 @@ class Backend {
   // count may be 0 (a rank with an empty slice), which writes zeros.
   // The loss and correct count are added to the train stats (read with take_train_stats()).
   virtual void compute_gradients(std::int64_t first, std::int64_t count) = 0;
+
+  // As compute_gradients, telling `listener` as soon as a range of grads() is final so that its
+  // allreduce runs under the rest of the backward (gradient_ready.hpp). Must end with
+  // listener.all_gradients_ready(). The default overlaps nothing, so every backend works unchanged.
+  virtual void compute_gradients_overlapped(std::int64_t first, std::int64_t count, GradientReadyListener& listener) {
+    compute_gradients(first, count);
+    listener.all_gradients_ready();
+  }
+  // The ranges compute_gradients_overlapped reports, in the order it finishes them; empty when it
+  // reports none (the default). Read after a step, so seconds_after can be measured ones.
+  virtual std::vector<GradientReadyPoint> gradient_ready_points() { return {}; }
 
   // params -= optimizer step using grads() * grad_scale.
   virtual void apply_update(const OptimizerSettings& settings, float grad_scale) = 0;

@@ -31,6 +31,8 @@ class MpiWorld {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   const std::string& host() const { return host_; }
+  // What MPI_Init_thread provided (MPI_THREAD_SINGLE .. MPI_THREAD_MULTIPLE).
+  int thread_level() const { return thread_level_; }
   MPI_Comm comm() const { return MPI_COMM_WORLD; }
 
   void barrier() const;
@@ -53,7 +55,17 @@ class MpiWorld {
   int local_rank_ = 0;
   int local_size_ = 1;
   std::string host_;
+  int thread_level_ = MPI_THREAD_SINGLE;
   MPI_Comm local_comm_ = MPI_COMM_NULL;
+};
+
+// The non-blocking allreduces of the steps since the last take_async_times(): per step, `comm` runs
+// from the first start to the last completion and `exposed` is how long the step waited for them
+// after its own compute had ended (wait_all). Overlap hid comm - exposed.
+struct AsyncAllreduceTimes {
+  double comm_seconds = 0.0;
+  double exposed_seconds = 0.0;
+  std::int64_t steps = 0;  // steps these sums cover (stream-ordered communicators sample some steps)
 };
 
 class Communicator {
@@ -66,6 +78,18 @@ class Communicator {
   virtual void allreduce_sum(float* data, std::int64_t count) = 0;
   virtual void broadcast(float* data, std::int64_t count, int root) = 0;
   virtual void barrier() = 0;
+
+  // Non-blocking allreduce (the overlapped step, gradient_overlap.hpp): starts the in-place sum over
+  // ranks of [data, data + count); it is complete after wait_all() - on return for host memory, for
+  // work queued after it when stream_ordered(). The defaults are the blocking allreduce_sum.
+  virtual void start_allreduce_sum(float* data, std::int64_t count) { allreduce_sum(data, count); }
+  // Lets started reductions move on; cheap; from the thread that started them.
+  virtual void progress() {}
+  virtual void wait_all() {}
+  // True when start/wait only queue work on the backend's stream (and may be captured in a graph).
+  virtual bool stream_ordered() const { return false; }
+  virtual AsyncAllreduceTimes take_async_times() { return {}; }
+
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int local_rank() const = 0;
@@ -80,12 +104,22 @@ class MpiCommunicator : public Communicator {
   void allreduce_sum(float* data, std::int64_t count) override;
   void broadcast(float* data, std::int64_t count, int root) override;
   void barrier() override { world_.barrier(); }
+  // MPI_Iallreduce; progress() is MPI_Testall (skipped below MPI_THREAD_FUNNELED, since it is called
+  // inside an OpenMP region), wait_all() is MPI_Waitall. Timed on the host clock.
+  void start_allreduce_sum(float* data, std::int64_t count) override;
+  void progress() override;
+  void wait_all() override;
+  AsyncAllreduceTimes take_async_times() override;
   int rank() const override { return world_.rank(); }
   int size() const override { return world_.size(); }
   int local_rank() const override { return world_.local_rank(); }
 
  private:
   const MpiWorld& world_;
+  std::vector<MPI_Request> pending_;
+  double first_start_ = -1.0;  // of this step's reductions; < 0: none started
+  double completed_at_ = -1.0; // when progress() saw them all done; < 0: not yet
+  AsyncAllreduceTimes times_;
 };
 
 // A world of one rank: nothing to reduce, so no library is set up (no NCCL communicator, no staging

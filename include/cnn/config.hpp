@@ -37,6 +37,8 @@ struct TrainConfig {
   std::string device = "auto";          // cpu | gpu | auto
   std::string backend;                  // seq | threads | cuda; empty: chosen from --device
   int threads = 0;                      // threads per rank for `threads`; 0: all cores this rank may use
+  std::string overlap = "auto";         // on | off | auto: allreduce under the backward (scaling_advisor.hpp)
+  std::string allreduce = "auto";       // nccl | mpi | auto: the gradient path (GPU ranks; CPU ranks: mpi)
 
   // Output
   std::string out_dir;                  // empty: runs/<UTC timestamp> (or the run of --resume PATH)

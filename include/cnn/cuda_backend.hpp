@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "cnn/backend.hpp"
 #include "cnn/communicator.hpp"
@@ -21,5 +22,10 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const 
 // Allreduce of device buffers for a backend made by make_cuda_backend: NCCL on the backend's stream
 // when built with NCCL (CNN_HAVE_NCCL), otherwise MPI_Allreduce through pinned host memory.
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend);
+// One path by name, for the scaling advisor: "nccl" (UsageError in a build without NCCL) or "mpi"
+// (MPI_Allreduce through pinned host memory).
+std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path);
+// Whether this build has NCCL.
+bool device_nccl_available();
 
 }  // namespace cnn

@@ -2,7 +2,9 @@
 //   metrics.csv  epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds
 //   timing.csv   epoch,phase,min_s,mean_s,max_s,max_rank   (per phase, over ranks, seconds per epoch;
 //                plus a "step" row: the wall time of the epoch's training steps, to check phases against)
-//   allreduce.csv epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps   (runs of 2+ ranks)
+//   allreduce.csv epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps,overlap,buckets,exposed_s,
+//                overlap_fraction   (runs of 2+ ranks)
+//   scaling.log  one line per start of 2+ ranks: the scaling advisor's measurements and choices
 //   runs.log     one line per start: "UTC time, slurm_job=<id|->, restart=<n>, ranks=<N>, resumed_from=<path|fresh>"
 // Formats are documented in docs/LOGS.md.
 #pragma once

@@ -33,6 +33,12 @@ struct AllreduceStats {
   double mean_s = 0.0;              // seconds per allreduce, mean over ranks
   double algbw_GBps = 0.0;          // bytes_per_step / mean_s, in 1e9 bytes/s
   double busbw_GBps = 0.0;          // algbw * 2(ranks-1)/ranks
+  // The overlapped step (gradient_overlap.hpp): mean_s is then the allreduces' own duration per step
+  // and exposed_s the part a step waited for after its compute; plain steps wait for all of it.
+  int overlap = 0;                  // 1: overlapped with the backward
+  int buckets = 1;                  // allreduces per step
+  double exposed_s = 0.0;           // seconds per step not hidden under compute
+  double overlap_fraction = 0.0;    // 1 - exposed_s / mean_s
 };
 
 // mean_total_seconds: the allreduce phase of the epoch, mean over ranks. Bandwidths are 0 when

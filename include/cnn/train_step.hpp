@@ -6,6 +6,7 @@
 
 #include "cnn/backend.hpp"
 #include "cnn/communicator.hpp"
+#include "cnn/gradient_overlap.hpp"
 #include "cnn/phase_times.hpp"
 #include "cnn/sampler.hpp"
 
@@ -15,6 +16,11 @@ namespace cnn {
 // param_count is the length of the flat buffer (ParamLayout::total()).
 void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
                 Range global_batch, PhaseTimes& times);
+// As above, with the allreduce overlapped with the backward through `overlap` (its communicator's
+// non-blocking collectives) when it is not null and there are 2+ ranks. The parameters end bitwise
+// equal to the plain step's for 2 ranks (an elementwise sum of two values is the same in any order).
+void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
+                Range global_batch, PhaseTimes& times, OverlapReducer* overlap);
 
 // Loss and accuracy over the first `count` test samples, split over ranks and summed on all of them.
 BatchStats evaluate_test_set(Backend& backend, const MpiWorld& world, std::int64_t count);

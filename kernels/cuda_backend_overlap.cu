@@ -1,0 +1,121 @@
+// CudaBackend's overlapped step (see cuda_backend.hpp and include/cnn/gradient_ready.hpp).
+//
+// The fused step computes the fc and conv weight gradients in one sweep; only its last kernel,
+// which adds the sweep's partial sums, is split: the fc part first (weight, bias), then the conv
+// part. So the fc gradients' allreduce can start as early as this design allows, under the conv
+// part, and the bucket planner decides from measured times whether that beats one allreduce at
+// the end. Either way the communication sits in the step's CUDA graph: no host synchronisation and
+// no host launch between the backward and the allreduce, or between the allreduce and the update.
+#include "cnn/errors.hpp"
+#include "cuda_backend.hpp"
+#include "cuda_check.hpp"
+
+namespace cnn::cuda {
+
+void CudaBackend::enqueue_overlapped_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed,
+                                          GradientReadyListener& listener) {
+  const std::int64_t n = plan.n;
+  const SeedStepTensors t = step_tensors();
+  CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
+                                 cudaMemcpyDeviceToDevice, stream_));
+  seed_data_stage(t, model_, plan, stream_);
+  if (timed) timer_->close(Phase::kData);
+  seed_forward_stage(t, model_, plan, stream_);
+  if (timed) timer_->close(Phase::kForward);
+  const std::int64_t fc_offset = layout_.find("fc.weight").offset;
+  seed_backward_stage(t, model_, plan, stream_, [&] {
+    listener.gradients_ready(fc_offset, layout_.total() - fc_offset);
+    if (timed) conv_finalize_.start(stream_);
+  });
+  if (timed) conv_finalize_.end(stream_);
+  listener.all_gradients_ready();
+  if (timed) timer_->close(Phase::kBackward);
+}
+
+CudaBackend::StepGraph& CudaBackend::overlapped_graph_for(std::int64_t n, GradientReadyListener& listener) {
+  if (listener.generation() != overlapped_generation_) {
+    for (auto& [size, entry] : overlapped_graphs_) {
+      if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
+      if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
+    }
+    overlapped_graphs_.clear();
+    overlapped_generation_ = listener.generation();
+  }
+  auto found = overlapped_graphs_.find(n);
+  if (found != overlapped_graphs_.end()) return found->second;
+  const SeedStepPlan plan = plan_seed_step(model_, n, fused_forward_);
+  StepGraph& step = overlapped_graphs_.emplace(n, StepGraph{}).first->second;
+  try {
+    CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_overlapped_step(plan, permutation_.get(), false, listener);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(stream_, &broken);
+      if (broken != nullptr) (void)cudaGraphDestroy(broken);
+      throw;
+    }
+    CNN_CHECK_CUDA(cudaStreamEndCapture(stream_, &step.graph));
+    // The index copy is the step's first node, as in graph_for; the communication stream forks later.
+    std::size_t roots = 0;
+    CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nullptr, &roots));
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    if (roots == 1) {
+      CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, &step.index_copy, &roots));
+      CNN_CHECK_CUDA(cudaGraphNodeGetType(step.index_copy, &type));
+    }
+    if (roots != 1 || type != cudaGraphNodeTypeMemcpy)
+      throw Error(ExitCode::kFailure, "internal error: the captured overlapped step does not start with its index "
+                                      "copy HINT: rerun with --overlap off and report this");
+    CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, 0));
+  } catch (...) {
+    if (step.exec != nullptr) (void)cudaGraphExecDestroy(step.exec);
+    if (step.graph != nullptr) (void)cudaGraphDestroy(step.graph);
+    overlapped_graphs_.erase(n);
+    throw;
+  }
+  return step;
+}
+
+void CudaBackend::compute_gradients_overlapped(std::int64_t first, std::int64_t count,
+                                               GradientReadyListener& listener) {
+  if (count == 0 || !listener.stream_ordered()) {
+    // Nothing to overlap (an empty slice), or a host-side reduction (MPI through host memory) that
+    // cannot run under device work without blocking the host: the plain step, then all at once.
+    compute_gradients(first, count);
+    listener.all_gradients_ready();
+    return;
+  }
+  if (first < 0 || first + count > permutation_size_)
+    throw Error(ExitCode::kFailure, "internal error: samples [" + std::to_string(first) + ", " +
+                                        std::to_string(first + count) + ") lie outside this epoch's order of " +
+                                        std::to_string(permutation_size_) + " (was begin_epoch called?)");
+  ensure_batch_capacity(count);
+  const std::int32_t* indices = permutation_.get() + first;
+  const bool have_graph = overlapped_generation_ == listener.generation() && overlapped_graphs_.count(count) != 0;
+  if (!use_graphs_ || eager_overlapped_step_ || !have_graph) {
+    // Eager: the first step of an epoch or of a batch size (timed phase by phase, and its
+    // communication by the communicator's events), or every step with CNN_CUDA_GRAPHS=0.
+    timer_->open();
+    enqueue_overlapped_step(plan_seed_step(model_, count, fused_forward_), indices, true, listener);
+    eager_overlapped_step_ = false;
+    if (use_graphs_) overlapped_graph_for(count, listener);
+  } else {
+    StepGraph& step = overlapped_graph_for(count, listener);
+    CNN_CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(step.exec, step.index_copy, batch_indices_.get(), indices,
+                                                      static_cast<std::size_t>(count) * sizeof(std::int32_t),
+                                                      cudaMemcpyDeviceToDevice));
+    timer_->open();
+    CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream_));
+    timer_->close_graph_step();
+  }
+  train_samples_ += count;
+}
+
+std::vector<GradientReadyPoint> CudaBackend::gradient_ready_points() {
+  const std::int64_t fc_offset = layout_.find("fc.weight").offset;
+  const double after = conv_finalize_.measured() ? conv_finalize_.seconds() : 0.0;
+  return {GradientReadyPoint{fc_offset, layout_.total() - fc_offset, after}, GradientReadyPoint{0, fc_offset, 0.0}};
+}
+
+}  // namespace cnn::cuda
