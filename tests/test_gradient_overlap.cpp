@@ -1,0 +1,114 @@
+// The overlap planner (gradient_overlap.hpp): the allreduce cost fit, the choice of buckets by
+// predicted exposed time, and OverlapReducer starting each bucket when its last range is final.
+#define BOOST_TEST_MODULE gradient_overlap
+#include <string>
+
+#include "boost_test.hpp"
+#include "cnn/errors.hpp"
+#include "cnn/gradient_overlap.hpp"
+
+namespace {
+
+// Layout of the seed model: conv [0, 100), fc [100, 1100); the fc gradients are final first.
+std::vector<cnn::GradientReadyPoint> seed_points(double conv_seconds) {
+  return {cnn::GradientReadyPoint{100, 1000, conv_seconds}, cnn::GradientReadyPoint{0, 100, 0.0}};
+}
+
+// Records start/wait calls; reduces nothing.
+class FakeCommunicator : public cnn::SingleRankCommunicator {
+ public:
+  FakeCommunicator() : cnn::SingleRankCommunicator(cnn::MemorySpace::kHost) {}
+  void start_allreduce_sum(float* data, std::int64_t count) override {
+    calls += "S" + std::to_string(data - base) + "+" + std::to_string(count) + " ";
+  }
+  void wait_all() override { calls += "W"; }
+  const float* base = nullptr;
+  std::string calls;
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(fit_recovers_latency_and_bandwidth) {
+  // 10 us + bytes / 2 GB/s, exactly.
+  const std::vector<double> bytes = {1e3, 1e5, 1e6};
+  std::vector<double> seconds;
+  for (double b : bytes) seconds.push_back(10e-6 + b / 2e9);
+  const cnn::AllreduceCost cost = cnn::fit_allreduce_cost(bytes, seconds);
+  BOOST_TEST(cost.latency_s == 10e-6, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(cost.seconds_per_byte == 0.5e-9, boost::test_tools::tolerance(1e-6));
+  // One size: all latency; never negative terms.
+  const cnn::AllreduceCost single = cnn::fit_allreduce_cost({1e3}, {5e-6});
+  BOOST_TEST(single.latency_s == 5e-6, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(single.seconds_per_byte == 0.0);
+  const cnn::AllreduceCost falling = cnn::fit_allreduce_cost({1e3, 1e6}, {9e-6, 1e-6});
+  BOOST_TEST(falling.seconds_per_byte == 0.0);
+  BOOST_TEST(falling.latency_s >= 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(long_compute_after_the_fc_gradients_hides_their_allreduce) {
+  // fc bucket: 10 us + 4000 B / 1 GB/s = 14 us, hidden under 1 ms of conv backward; the conv bucket
+  // (10.4 us) is exposed. One bucket would expose 10 + 4.4 = 14.4 us.
+  const cnn::AllreduceCost cost{10e-6, 1e-9};
+  const cnn::BucketPlan plan = cnn::plan_buckets(seed_points(1e-3), 1100, cost);
+  BOOST_TEST_REQUIRE(plan.buckets.size() == 2u);
+  BOOST_TEST(plan.buckets[0].offset == 100);
+  BOOST_TEST(plan.buckets[0].count == 1000);
+  BOOST_TEST(plan.buckets[0].last_point == 0);
+  BOOST_TEST(plan.buckets[1].offset == 0);
+  BOOST_TEST(plan.buckets[1].count == 100);
+  BOOST_TEST(plan.buckets[1].last_point == -1);
+  BOOST_TEST(plan.predicted_exposed_s == 10.4e-6, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(plan.predicted_serial_s == 14.4e-6, boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(plan.cuts == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(short_compute_after_the_fc_gradients_keeps_one_bucket) {
+  // 1 us of conv work hides almost nothing; a second allreduce would pay its latency again.
+  const cnn::AllreduceCost cost{10e-6, 1e-9};
+  const cnn::BucketPlan plan = cnn::plan_buckets(seed_points(1e-6), 1100, cost);
+  BOOST_TEST_REQUIRE(plan.buckets.size() == 1u);
+  BOOST_TEST(plan.buckets[0].offset == 0);
+  BOOST_TEST(plan.buckets[0].count == 1100);
+  BOOST_TEST(plan.predicted_exposed_s == plan.predicted_serial_s);
+  BOOST_TEST(plan.cuts == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(no_points_or_a_gap_gives_one_bucket) {
+  const cnn::AllreduceCost cost{1e-6, 1e-9};
+  BOOST_TEST(cnn::plan_buckets({}, 1100, cost).buckets.size() == 1u);
+  // Ranges that do not cover the buffer: the planner does not guess.
+  const std::vector<cnn::GradientReadyPoint> gap = {{100, 900, 1e-3}, {0, 100, 0.0}};
+  BOOST_TEST(cnn::plan_buckets(gap, 1100, cost).buckets.size() == 1u);
+  // Two points that are not adjacent cannot share a bucket; cuts outside the range fall back.
+  const std::vector<cnn::GradientReadyPoint> split = {{0, 10, 1e-3}, {20, 10, 5e-4}, {10, 10, 0.0}};
+  const cnn::BucketPlan merged_first = cnn::plan_with_cuts(split, 30, cost, 2);  // {0..10, 20..30} together: no
+  BOOST_TEST(merged_first.cuts == 0u);
+  BOOST_TEST(merged_first.buckets.size() == 1u);
+  BOOST_TEST(cnn::plan_with_cuts(split, 30, cost, 8).buckets.size() == 1u);
+  BOOST_TEST(cnn::plan_with_cuts(split, 30, cost, 3).buckets.size() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(reducer_starts_each_bucket_once_its_ranges_are_final) {
+  FakeCommunicator comm;
+  std::vector<float> grads(1100);
+  comm.base = grads.data();
+  cnn::OverlapReducer reducer(comm, grads.data(), 1100);
+  const std::uint64_t before = reducer.generation();
+  reducer.set_plan(cnn::plan_with_cuts(seed_points(1e-3), 1100, cnn::AllreduceCost{}, 1));
+  BOOST_TEST(reducer.generation() != before);  // graphs that captured the old plan must be captured again
+  reducer.gradients_ready(100, 1000);
+  BOOST_TEST(comm.calls == "S100+1000 ");
+  reducer.all_gradients_ready();
+  BOOST_TEST(comm.calls == "S100+1000 S0+100 W");
+  // The next step starts afresh; a plan of one bucket starts only at the end.
+  comm.calls.clear();
+  reducer.set_plan(cnn::plan_with_cuts(seed_points(1e-3), 1100, cnn::AllreduceCost{}, 0));
+  reducer.gradients_ready(100, 1000);
+  BOOST_TEST(comm.calls.empty());
+  reducer.all_gradients_ready();
+  BOOST_TEST(comm.calls == "S0+1100 W");
+  // A plan must cover the buffer.
+  cnn::BucketPlan bad;
+  bad.buckets.push_back(cnn::GradientBucket{0, 10, -1});
+  BOOST_CHECK_THROW(reducer.set_plan(bad), cnn::Error);
+}
