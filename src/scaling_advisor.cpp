@@ -1,6 +1,7 @@
 #include "cnn/scaling_advisor.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -141,6 +142,8 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
     backend.synchronize();
     const std::vector<GradientReadyPoint> points = backend.gradient_ready_points();
     std::uint32_t cuts = plan_buckets(points, param_count, cost).cuts;
+    // CNN_OVERLAP_CUTS forces a grouping (tests and A/B: 0 = one bucket, 1 = fc first for the seed model).
+    if (const char* forced = std::getenv("CNN_OVERLAP_CUTS")) cuts = static_cast<std::uint32_t>(std::strtoul(forced, nullptr, 10));
     world.broadcast(&cuts, sizeof(cuts));
     reducer->set_plan(plan_with_cuts(points, param_count, cost, cuts));
     plan_text = reducer->plan().describe();

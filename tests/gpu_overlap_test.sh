@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The overlapped GPU step (label gpu; exit 77 = skipped with fewer than 2 GPUs): 2 ranks, one per GPU,
+# NCCL, 20 steps (2000 images, batch 100). With --overlap on, the parameters equal those of
+# --overlap off BITWISE, for each bucket grouping (CNN_OVERLAP_CUTS: 1 = the fc bucket's allreduce
+# starts before the conv part of the backward finishes, 0 = one bucket) and both with the step
+# captured as a CUDA graph (communication inside) and eagerly (CNN_CUDA_GRAPHS=0). The logs hold the
+# overlap: allreduce.csv says overlap=1 with the buckets used, and scaling.log names the choice.
+# Usage: gpu_overlap_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
+set -uo pipefail
+build=$1
+source_dir=$2
+binary=${CNN_BINARY:-$build/cnn_mpi}
+fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+python=${PYTHON:-python3}
+compare="$source_dir/tests/ckpt_compare.py"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
+source "$source_dir/tools/mpi-env.sh"
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+if [[ $gpus -lt 2 ]]; then
+  echo "SKIP: the overlap test needs 2 GPUs (nvidia-smi lists $gpus)"
+  exit 77
+fi
+if grep -q 'CNN_ENABLE_CUDA:STRING=OFF' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "SKIP: this build has no CUDA backend"
+  exit 77
+fi
+if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
+  echo "SKIP: Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"
+  exit 77
+fi
+"$python" -c "import h5py" 2>/dev/null || { echo "SKIP: $python has no h5py (set PYTHON)"; exit 77; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+pass() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
+latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
+
+small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1
+       --allreduce nccl --quiet)
+run() {  # run NAME [env assignments...] -- [extra options...]
+  local name=$1; shift
+  local envs=()
+  while [[ $# -gt 0 && $1 != -- ]]; do envs+=(-x "$1"); export "${1%%=*}=${1#*=}"; shift; done
+  shift
+  if mpirun -np 2 -x NCCL_NVLS_ENABLE "${envs[@]}" "$binary" "${small[@]}" "$@" --out "$work/$name" >"$work/$name.log" 2>&1; then
+    return 0
+  fi
+  fail "$name: exit $?: $(tail -3 "$work/$name.log" | xargs)"
+  return 1
+}
+
+run off CNN_OVERLAP_CUTS=0 -- --overlap off || { echo "gpu_overlap_test: the reference run failed"; exit 1; }
+for graphs in 1 0; do
+  for cuts in 1 0; do
+    name="on-graphs$graphs-cuts$cuts"
+    run "$name" CNN_CUDA_GRAPHS=$graphs CNN_OVERLAP_CUTS=$cuts -- --overlap on || continue
+    buckets=$(awk -F, 'NR == 2 { print $8 ":" $9 }' "$work/$name/allreduce.csv")
+    expected="1:$((cuts == 1 ? 2 : 1))"
+    [[ $buckets == "$expected" ]] && pass "$name: allreduce.csv overlap:buckets $buckets" ||
+      fail "$name: allreduce.csv overlap:buckets $buckets, expected $expected"
+    if out=$("$python" "$compare" exact "$(latest "$work/$name")" "$(latest "$work/off")" 2>&1); then
+      pass "$name vs --overlap off after 20 steps: $out"
+    else
+      fail "$name differs from --overlap off: $out"
+    fi
+  done
+done
+unset CNN_CUDA_GRAPHS CNN_OVERLAP_CUTS
+grep -q "path=nccl" "$work/on-graphs1-cuts1/scaling.log" 2>/dev/null && grep -q "overlap=on" "$work/on-graphs1-cuts1/scaling.log" &&
+  pass "scaling.log: $(cut -c1-160 "$work/on-graphs1-cuts1/scaling.log")" || fail "scaling.log lacks the choice"
+grep -h "scaling advisor\|overlap:\|predicted" "$work/on-graphs1-cuts1.log" | sed 's/^/     /'
+awk -F, 'NR == 2 { printf "     allreduce.csv: mean_s %s busbw %s exposed_s %s overlap_fraction %s\n", $5, $7, $10, $11 }' \
+  "$work/on-graphs1-cuts1/allreduce.csv"
+
+if ((failures > 0)); then echo "gpu_overlap_test: $failures failure(s)"; exit 1; fi
+echo "gpu_overlap_test: passed"
