@@ -6,6 +6,9 @@
 // part, and the bucket planner decides from measured times whether that beats one allreduce at
 // the end. Either way the communication sits in the step's CUDA graph: no host synchronisation and
 // no host launch between the backward and the allreduce, or between the allreduce and the update.
+#include <string>
+#include <vector>
+
 #include "cnn/errors.hpp"
 #include "cuda_backend.hpp"
 #include "cuda_check.hpp"
@@ -56,17 +59,23 @@ CudaBackend::StepGraph& CudaBackend::overlapped_graph_for(std::int64_t n, Gradie
       throw;
     }
     CNN_CHECK_CUDA(cudaStreamEndCapture(stream_, &step.graph));
-    // The index copy is the step's first node, as in graph_for; the communication stream forks later.
+    // The index copy is a root of the graph, as in graph_for; NCCL's captured work may add roots of
+    // its own, so the copy is found by its destination rather than as the only root.
     std::size_t roots = 0;
     CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nullptr, &roots));
-    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
-    if (roots == 1) {
-      CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, &step.index_copy, &roots));
-      CNN_CHECK_CUDA(cudaGraphNodeGetType(step.index_copy, &type));
+    std::vector<cudaGraphNode_t> nodes(roots);
+    if (roots > 0) CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nodes.data(), &roots));
+    for (cudaGraphNode_t node : nodes) {
+      cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+      CNN_CHECK_CUDA(cudaGraphNodeGetType(node, &type));
+      if (type != cudaGraphNodeTypeMemcpy) continue;
+      cudaMemcpy3DParms copy{};
+      CNN_CHECK_CUDA(cudaGraphMemcpyNodeGetParams(node, &copy));
+      if (copy.dstPtr.ptr == static_cast<void*>(batch_indices_.get())) step.index_copy = node;
     }
-    if (roots != 1 || type != cudaGraphNodeTypeMemcpy)
-      throw Error(ExitCode::kFailure, "internal error: the captured overlapped step does not start with its index "
-                                      "copy HINT: rerun with --overlap off and report this");
+    if (step.index_copy == nullptr)
+      throw Error(ExitCode::kFailure, "internal error: the captured overlapped step has no index copy among its " +
+                                          std::to_string(roots) + " roots HINT: rerun with --overlap off and report this");
     CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, 0));
   } catch (...) {
     if (step.exec != nullptr) (void)cudaGraphExecDestroy(step.exec);

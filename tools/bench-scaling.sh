@@ -21,7 +21,7 @@ epochs=${EPOCHS:-5}
 overlaps=${OVERLAPS:-auto}
 binary=${BINARY:-build/cnn_mpi}
 out=${OUT:-bench-out}
-mkdir -p "$out"
+mkdir -p "$out/runs"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
 source tools/mpi-env.sh
 
