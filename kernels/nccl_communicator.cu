@@ -40,6 +40,9 @@ class NcclCommunicator final : public StreamCommunicator {
     if (comm_stream_ != nullptr) (void)cudaStreamDestroy(comm_stream_);
   }
 
+  // Destroy after every CUDA graph that captured this communicator's collectives (the backend's
+  // overlapped step graphs): ncclCommDestroy waits until those graphs are gone.
+  //
   // The overlapped step: each bucket's allreduce goes on a second stream once the backend's stream
   // has reached the point where the bucket is final (an event), and the backend's stream waits for
   // the second one at wait_all (another event). Only stream work: it is captured into the backend's

@@ -126,8 +126,10 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   backend_options.threads = config.threads;
   backend_options.local_rank = world.local_rank();
   backend_options.optimizer = optimizer.kind;
-  std::unique_ptr<Backend> backend;
+  // comm is declared first so that it is destroyed last: ncclCommDestroy waits until every CUDA graph
+  // that captured a collective of the communicator (the overlapped step's) has been destroyed.
   std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Backend> backend;
   agree_or_stop(world, [&] {
     backend = make_backend(backend_options, model);
     backend->bind_data(data.train, data.test);

@@ -10,7 +10,7 @@
 # Env: DATA (fashion-mnist dir, default .carry/fashion-mnist), ANCHOR (default .carry/anchors/
 #      torch_ddp_seed_cnn.py), EPOCHS (default 5), OVERLAPS (--overlap values, default "auto"; e.g.
 #      "on off"), BINARY (default build/cnn_mpi, built if missing), OUT (logs; default bench-out),
-#      SKIP_DDP=1 to skip the anchor, EXTRA (more cnn_mpi options).
+#      SKIP_DDP=1 to skip the anchor, EXTRA (more cnn_mpi options), RUN_TIMEOUT (seconds per run, 180).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 gpu_counts=("$@")
@@ -58,7 +58,7 @@ for n in "${gpu_counts[@]}"; do
         ((n == 1)) && [[ $mode != "${overlaps%% *}" ]] && continue
         run="$out/runs/n$n-d$d-$scaling-$mode"
         rm -rf "$run"
-        CUDA_VISIBLE_DEVICES=$visible mpirun -np "$n" --bind-to none -x NCCL_NVLS_ENABLE -x CUDA_VISIBLE_DEVICES \
+        CUDA_VISIBLE_DEVICES=$visible timeout "${RUN_TIMEOUT:-180}" mpirun -np "$n" --bind-to none -x NCCL_NVLS_ENABLE -x CUDA_VISIBLE_DEVICES \
           "$binary" --device gpu --data "$data" --filters "$d" --batch "$batch" --epochs "$epochs" \
           --test-samples 1000 --checkpoint-every 0 --overlap "$mode" --quiet --out "$run" ${EXTRA:-} \
           >"$run.log" 2>&1 || { echo "FAILED: n=$n d=$d $scaling $mode: $(tail -2 "$run.log" | xargs)"; continue; }
