@@ -112,3 +112,27 @@ BOOST_AUTO_TEST_CASE(reducer_starts_each_bucket_once_its_ranges_are_final) {
   bad.buckets.push_back(cnn::GradientBucket{0, 10, -1});
   BOOST_CHECK_THROW(reducer.set_plan(bad), cnn::Error);
 }
+
+BOOST_AUTO_TEST_CASE(overlapped_rows_of_allreduce_csv) {
+  // Plain row from the phase: 10 steps, 0.01 s in all. Overlapped samples: 4 steps, 80 us of
+  // allreduce each, 20 us of it exposed: 75% hidden, bandwidths from the 80 us.
+  const cnn::AllreduceStats plain = cnn::allreduce_stats(1, 2, 400000, 10, 0.01);
+  BOOST_TEST(plain.exposed_s == plain.mean_s);
+  BOOST_TEST(plain.overlap_fraction == 0.0);
+  cnn::AsyncAllreduceTimes samples;
+  samples.comm_seconds = 4 * 80e-6;
+  samples.exposed_seconds = 4 * 20e-6;
+  samples.steps = 4;
+  const cnn::AllreduceStats a = cnn::with_overlap(plain, samples, 2);
+  BOOST_TEST(a.overlap == 1);
+  BOOST_TEST(a.buckets == 2);
+  BOOST_TEST(a.mean_s == 80e-6, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(a.exposed_s == 20e-6, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(a.overlap_fraction == 0.75, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(a.algbw_GBps == 5.0, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(a.busbw_GBps == 5.0, boost::test_tools::tolerance(1e-9));  // 2 ranks: 2(n-1)/n = 1
+  // No samples: the plain figures stay, marked as overlapped.
+  const cnn::AllreduceStats none = cnn::with_overlap(plain, cnn::AsyncAllreduceTimes{}, 1);
+  BOOST_TEST(none.mean_s == plain.mean_s);
+  BOOST_TEST(none.overlap == 1);
+}

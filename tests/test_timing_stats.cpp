@@ -67,8 +67,9 @@ BOOST_AUTO_TEST_CASE(run_log_writes_step_row_and_allreduce_and_truncates_on_resu
   const std::string timing = read_all(log.timing_path());
   BOOST_TEST(timing.find("epoch,phase,min_s,mean_s,max_s,max_rank\n1,forward,1,1,1,0\n1,step,1.5,1.75,2,1\n") == 0u);
   const std::string allreduce = read_all(log.allreduce_path());
-  BOOST_TEST(allreduce.find("epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps\n"
-                            "1,2,400,10,0.001,0.0004,0.0004\n") == 0u);
+  // A plain step: overlap 0, one bucket, all of the allreduce exposed, nothing hidden.
+  BOOST_TEST(allreduce.find("epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps,overlap,buckets,exposed_s,"
+                            "overlap_fraction\n1,2,400,10,0.001,0.0004,0.0004,0,1,0.001,0\n") == 0u);
   log.prepare_resume(2);
   const std::string kept = read_all(log.allreduce_path());
   BOOST_TEST(kept.find("\n3,") == std::string::npos);
