@@ -45,8 +45,8 @@ class H5ImageFile {
 
   // Images [first, first + n) into out (n * shape().size() bytes).
   void read_range(std::int64_t first, std::int64_t n, std::uint8_t* out);
-  // The images of `samples` (strictly ascending) into out, in that order. Runs of consecutive samples
-  // become one hyperslab each; groups of runs are read as one union (H5S_SELECT_OR) per H5Dread.
+  // The images of `samples` (strictly ascending) into out, in that order: one hyperslab read per run
+  // of consecutive samples.
   void read_samples(const std::vector<std::int64_t>& samples, std::uint8_t* out);
 
   // The first n samples (all when n is 0 or more than count()) as a Dataset named `name`.
