@@ -194,12 +194,12 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     const double epoch_start = wall_seconds();
     live.begin_epoch(epoch, first_step, epoch_start);
     for (std::int64_t step = first_step; step < steps; ++step) {
+      // Stream mode re-binds the backend here when the step starts a new window of samples.
+      const Range batch = data->step_batch(*backend, step, global_batch_range(step, data->train_count(), config.batch));
       if (steps_run == 0 && root) {
         std::printf("startup: %.3f s to first step\n", wall_seconds() - process_start);
         std::fflush(stdout);
       }
-      // Stream mode re-binds the backend here when the step starts a new window of samples.
-      const Range batch = data->step_batch(*backend, step, global_batch_range(step, data->train_count(), config.batch));
       // A traced step reads its own phases: take what came before it, and wait for its device work.
       const bool traced = trace && trace->recording(progress.global_step);
       if (traced) times += backend->take_phase_times();
