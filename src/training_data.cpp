@@ -61,8 +61,7 @@ class StreamedData final : public TrainingData {
                std::int64_t test_count, std::int64_t window_bytes)
       : train_(std::move(train)), test_(std::move(test)), train_count_(train_count), test_count_(test_count),
         window_bytes_(window_bytes) {
-    labels_.assign(train_->labels().begin(), train_->labels().begin() + train_count_);
-    digest_ = labels_and_shape_digest(train_->shape(), labels_);
+    digest_ = labels_and_shape_digest(train_->shape(), train_->labels().data(), train_count_);
     hbool_t threadsafe = 0;
     // Without a thread-safe HDF5 a background read could race a checkpoint write: read in line then.
     background_ = H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;
@@ -159,7 +158,7 @@ class StreamedData final : public TrainingData {
       w.plan = plan_window(permutation_, first_step, end_step, batch_, rank_, world_);
       w.data.labels.resize(w.plan.samples.size());
       for (std::size_t i = 0; i < w.plan.samples.size(); ++i)
-        w.data.labels[i] = labels_[static_cast<std::size_t>(w.plan.samples[i])];
+        w.data.labels[i] = train_->labels()[static_cast<std::size_t>(w.plan.samples[i])];
       w.data.images.resize(w.plan.samples.size() * static_cast<std::size_t>(train_->shape().size()));
       train_->read_samples(w.plan.samples, w.data.images.data());
     };
@@ -190,7 +189,6 @@ class StreamedData final : public TrainingData {
   std::int64_t train_count_;
   std::int64_t test_count_;
   std::int64_t window_bytes_;
-  std::vector<std::uint8_t> labels_;  // of the training samples in use
   std::uint64_t digest_ = 0;
   bool background_ = false;
   int rank_ = 0;
@@ -239,19 +237,19 @@ std::unique_ptr<TrainingData> load_hdf5(const TrainConfig& config) {
   DataSplits splits;
   splits.train = train->read_all("hdf5/train", train_count);
   splits.test = test->read_all("hdf5/test", test_count);
-  const std::uint64_t digest = labels_and_shape_digest(splits.train.shape, splits.train.labels);
+  const std::uint64_t digest = labels_and_shape_digest(splits.train.shape, splits.train.labels.data(), train_count);
   return std::make_unique<InMemoryData>(std::move(splits), digest);
 }
 
 }  // namespace
 
-std::uint64_t labels_and_shape_digest(const TensorShape& shape, const std::vector<std::uint8_t>& labels) {
+std::uint64_t labels_and_shape_digest(const TensorShape& shape, const std::uint8_t* labels, std::int64_t count) {
   std::uint64_t hash = kFnvOffsetBasis;
   hash = fnv1a_u64(hash, static_cast<std::uint64_t>(shape.channels));
   hash = fnv1a_u64(hash, static_cast<std::uint64_t>(shape.height));
   hash = fnv1a_u64(hash, static_cast<std::uint64_t>(shape.width));
-  hash = fnv1a_u64(hash, labels.size());
-  for (const std::uint8_t label : labels) hash = (hash ^ label) * kFnvPrime;
+  hash = fnv1a_u64(hash, static_cast<std::uint64_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) hash = (hash ^ labels[i]) * kFnvPrime;
   return hash;
 }
 

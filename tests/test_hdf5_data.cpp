@@ -386,3 +386,14 @@ BOOST_AUTO_TEST_CASE(data_mode_choices) {
   expect_message(error_of<cnn::InputError>([&] { cnn::load_training_data(config_for(other.path, "memory")); }),
                  other.file("test.h5"), "images are 1x4x5 but the training images");
 }
+
+BOOST_AUTO_TEST_CASE(hdf5_data_identity_covers_labels_shape_and_count) {
+  const std::vector<std::uint8_t> labels = {1, 2, 3, 4};
+  const std::uint64_t base = cnn::labels_and_shape_digest({1, 28, 28}, labels.data(), 4);
+  std::vector<std::uint8_t> changed = labels;
+  changed[2] = 9;
+  BOOST_TEST(cnn::labels_and_shape_digest({1, 28, 28}, changed.data(), 4) != base);
+  BOOST_TEST(cnn::labels_and_shape_digest({1, 28, 29}, labels.data(), 4) != base);
+  BOOST_TEST(cnn::labels_and_shape_digest({1, 28, 28}, labels.data(), 3) != base);
+  BOOST_TEST(cnn::labels_and_shape_digest({1, 28, 28}, labels.data(), 4) == base);
+}

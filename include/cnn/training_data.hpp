@@ -50,7 +50,7 @@ class TrainingData {
 
 // The identity of HDF5 training data in checkpoints: FNV-1a 64 over C, H, W and N (each as 8
 // little-endian bytes), then the N label bytes. Needs no image read, so stream mode can compute it.
-std::uint64_t labels_and_shape_digest(const TensorShape& shape, const std::vector<std::uint8_t>& labels);
+std::uint64_t labels_and_shape_digest(const TensorShape& shape, const std::uint8_t* labels, std::int64_t count);
 
 // memory | stream, as --data-mode auto resolves for this data (auto: memory when both splits' images
 // take at most kAutoMemoryBytes). Throws UsageError for stream with a format other than hdf5.
