@@ -99,21 +99,32 @@ void CudaBackend::bind_data(const Dataset& train, const Dataset& test) {
     if (data->shape.size() != sample || static_cast<std::int64_t>(data->images.size()) != data->count() * sample)
       throw InputError("data set " + data->name + " does not match the model's input " + model_.describe());
   CNN_CHECK_CUDA(cudaSetDevice(device_));
+  // Stream mode re-binds at every window (docs/DATA.md): steps queued on stream_ may still read the
+  // old data, and the blocking cudaMemcpy below does not wait for a non-blocking stream.
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
   train_count_ = train.count();
   test_count_ = test.count();
-  train_images_.resize(static_cast<std::int64_t>(train.images.size()));
-  train_labels_.resize(train_count_);
-  test_images_.resize(static_cast<std::int64_t>(test.images.size()));
-  test_labels_.resize(test_count_);
+  // Buffers grow but never move while new data fits, so graphs captured with their addresses stay
+  // valid across re-binds; when one does move, every graph goes.
+  bool moved = false;
+  moved |= train_images_.reserve(static_cast<std::int64_t>(train.images.size()));
+  moved |= train_labels_.reserve(train_count_);
+  if (moved) drop_graphs();
+  test_images_.reserve(static_cast<std::int64_t>(test.images.size()));
+  test_labels_.reserve(test_count_);
+  test_order_.reserve(test_count_);
   std::vector<std::int32_t> order(static_cast<std::size_t>(test_count_));
   std::iota(order.begin(), order.end(), 0);
-  test_order_.resize(test_count_);
-  // Synchronous copies: the host vectors may go away once this returns. Once per run.
-  CNN_CHECK_CUDA(cudaMemcpy(train_images_.get(), train.images.data(), train_images_.bytes(), cudaMemcpyHostToDevice));
-  CNN_CHECK_CUDA(cudaMemcpy(train_labels_.get(), train.labels.data(), train_labels_.bytes(), cudaMemcpyHostToDevice));
-  CNN_CHECK_CUDA(cudaMemcpy(test_images_.get(), test.images.data(), test_images_.bytes(), cudaMemcpyHostToDevice));
-  CNN_CHECK_CUDA(cudaMemcpy(test_labels_.get(), test.labels.data(), test_labels_.bytes(), cudaMemcpyHostToDevice));
-  CNN_CHECK_CUDA(cudaMemcpy(test_order_.get(), order.data(), test_order_.bytes(), cudaMemcpyHostToDevice));
+  // Synchronous copies of the host data's own sizes (a buffer may be larger): the host vectors may go
+  // away once this returns.
+  const auto upload = [](void* device, const void* host, std::size_t bytes) {
+    if (bytes > 0) CNN_CHECK_CUDA(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  };
+  upload(train_images_.get(), train.images.data(), train.images.size());
+  upload(train_labels_.get(), train.labels.data(), train.labels.size());
+  upload(test_images_.get(), test.images.data(), test.images.size());
+  upload(test_labels_.get(), test.labels.data(), test.labels.size());
+  upload(test_order_.get(), order.data(), order.size() * sizeof(std::int32_t));
 }
 
 void CudaBackend::upload_params(const std::vector<float>& host) {

@@ -37,8 +37,15 @@ void validate(const TrainConfig& c) {
           "--momentum must be in [0, 1) (got " + str(c.momentum) + ")");
   require(c.optimizer == "sgd" || c.optimizer == "momentum",
           "--optimizer: unknown optimizer '" + c.optimizer + "' (available: sgd, momentum)");
-  require(c.dataset == "mnist" || c.dataset == "fashion",
-          "--dataset: unknown data set '" + c.dataset + "' (available: mnist, fashion)");
+  require(c.dataset == "mnist" || c.dataset == "fashion" || c.dataset == "cifar10" || c.dataset == "hdf5",
+          "--dataset: unknown data set '" + c.dataset + "' (available: mnist, fashion, cifar10, hdf5)");
+  require(c.data_mode == "auto" || c.data_mode == "memory" || c.data_mode == "stream",
+          "--data-mode: unknown mode '" + c.data_mode + "' (available: auto, memory, stream)");
+  require(c.data_mode != "stream" || c.dataset == "hdf5",
+          "--data-mode stream needs --dataset hdf5 (convert other formats with cnn_convert)");
+  require(c.stream_window_mb >= 1, "--stream-window-mb must be at least 1 (got " + str(c.stream_window_mb) + ")");
+  require(!c.h5_images.empty() && c.h5_images[0] == '/', "--h5-images must be an absolute dataset path like /images");
+  require(!c.h5_labels.empty() && c.h5_labels[0] == '/', "--h5-labels must be an absolute dataset path like /labels");
   require(c.device == "cpu" || c.device == "gpu" || c.device == "auto",
           "--device: unknown device '" + c.device + "' (available: cpu, gpu, auto)");
   require(c.backend.empty() || c.backend == "seq" || c.backend == "threads" || c.backend == "cuda",
@@ -118,7 +125,19 @@ CliResult parse_command_line(int argc, char** argv) {
   CLI::App* eval = app.add_subcommand("eval", "evaluate a checkpoint on the test set");
 
   app.add_option("--data", c.data_dir, "directory holding the data set files")->group("Data");
-  app.add_option("--dataset", c.dataset, "data set format and name: mnist | fashion")->group("Data");
+  app.add_option("--dataset", c.dataset,
+                 "data set format and name: mnist | fashion (IDX), cifar10 (CIFAR-10 binary), hdf5 (DIR/train.h5 "
+                 "and DIR/test.h5)")
+      ->group("Data");
+  app.add_option("--data-mode", c.data_mode,
+                 "auto | memory | stream: hold the data whole, or read each rank's samples from HDF5 window by window "
+                 "(auto: stream when the images exceed 1 GiB)")
+      ->group("Data");
+  app.add_option("--stream-window-mb", c.stream_window_mb,
+                 "stream mode: MiB per rank for the two windows of training samples (one trains, one is read)")
+      ->group("Data");
+  app.add_option("--h5-images", c.h5_images, "hdf5: dataset path of the uint8 images [N,C,H,W]")->group("Data");
+  app.add_option("--h5-labels", c.h5_labels, "hdf5: dataset path of the uint8 labels [N]")->group("Data");
   app.add_option("--train-samples", c.train_samples, "use only the first N training images (0: all)")->group("Data");
   app.add_option("--test-samples", c.test_samples, "evaluate only the first N test images (0: all)")->group("Data");
 
@@ -219,7 +238,9 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
 std::string describe(const TrainConfig& c) {
   std::ostringstream text;
   text << "settings:\n"
-       << "  data: " << c.data_dir << " (" << c.dataset << ")\n"
+       << "  data: " << c.data_dir << " (" << c.dataset << ")\n";
+  if (c.dataset == "hdf5") text << "  hdf5_datasets: " << c.h5_images << ", " << c.h5_labels << "\n";
+  text
        << "  train_samples: " << (c.train_samples ? str(c.train_samples) : std::string("all")) << "\n"
        << "  test_samples: " << (c.test_samples ? str(c.test_samples) : std::string("all")) << "\n"
        << "  model: " << c.model << "\n"

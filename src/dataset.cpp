@@ -7,7 +7,9 @@
 #include <array>
 #include <cstddef>
 
+#include "cnn/cifar_reader.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/hdf5_images.hpp"
 #include "cnn/idx_reader.hpp"
 
 namespace cnn {
@@ -17,6 +19,7 @@ namespace {
 constexpr int kIdxClasses = 10;
 constexpr int kIdxChannels = 1;  // greyscale
 constexpr std::array<const char*, 2> kIdxDatasets = {"mnist", "fashion"};
+constexpr std::array<const char*, 2> kOtherDatasets = {"cifar10", "hdf5"};
 
 // FNV-1a, 64-bit: a fixed, dependency-free hash, stable across platforms and versions.
 constexpr std::uint64_t kFnvOffsetBasis = 14695981039346656037ULL;
@@ -40,6 +43,7 @@ bool is_idx_dataset(const std::string& name) {
 std::string valid_names() {
   std::string names;
   for (const char* known : kIdxDatasets) names += (names.empty() ? "" : ", ") + std::string(known);
+  for (const char* known : kOtherDatasets) names += ", " + std::string(known);
   return names;
 }
 
@@ -90,11 +94,23 @@ std::uint64_t DataSplits::digest() const {
   return hash;
 }
 
-DataSplits load_dataset(const std::string& dataset, const std::string& dir) {
-  if (!is_idx_dataset(dataset)) {
-    throw UsageError("unknown dataset '" + dataset + "'; valid names: " + valid_names());
-  }
+DataSplits load_dataset(const std::string& dataset, const std::string& dir, const H5ImagePaths& paths) {
+  const bool known = is_idx_dataset(dataset) || dataset == "cifar10" || dataset == "hdf5";
+  if (!known) throw UsageError("unknown dataset '" + dataset + "'; valid names: " + valid_names());
   require_directory(dir);
+  if (dataset == "cifar10") return load_cifar10(dir);
+  if (dataset == "hdf5") {
+    DataSplits splits;
+    H5ImageFile train(dir + "/train.h5", paths);
+    H5ImageFile test(dir + "/test.h5", paths);
+    splits.train = train.read_all("hdf5/train", 0);
+    splits.test = test.read_all("hdf5/test", 0);
+    const TensorShape& a = splits.train.shape;
+    const TensorShape& b = splits.test.shape;
+    if (a.channels != b.channels || a.height != b.height || a.width != b.width || train.classes() != test.classes())
+      throw InputError(test.path() + ": its images or classes differ from those of " + train.path());
+    return splits;
+  }
   DataSplits splits;
   splits.train = load_idx_split(dataset, dir, "train", "train");
   splits.test = load_idx_split(dataset, dir, "t10k", "test");

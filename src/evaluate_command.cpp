@@ -33,7 +33,7 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
 
   DataSplits data;
   agree_or_stop(world, [&] {
-    data = load_dataset(config.dataset, config.data_dir);
+    data = load_dataset(config.dataset, config.data_dir, H5ImagePaths{config.h5_images, config.h5_labels});
     if (config.test_samples > 0 && config.test_samples < data.test.count()) data.test.truncate(config.test_samples);
     const TensorShape& s = data.test.shape;
     if (s.channels != saved.input.channels || s.height != saved.input.height || s.width != saved.input.width ||

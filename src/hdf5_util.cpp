@@ -105,7 +105,13 @@ QuietErrors::QuietErrors() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
-QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, saved_func_, saved_data_); }
+QuietErrors::~QuietErrors() {
+  // Our one-line message was taken from the stack when the error was thrown. Left on the stack of a
+  // thread that then ends (the data loader's), the entries keep HDF5 from closing at exit, which
+  // then prints "HDF5: infinite loop closing library" after our line.
+  H5Eclear2(H5E_DEFAULT);
+  H5Eset_auto2(H5E_DEFAULT, saved_func_, saved_data_);
+}
 
 Handle& Handle::operator=(Handle&& other) noexcept {
   if (this != &other) {

@@ -12,7 +12,8 @@
 namespace cnn::h5 {
 
 // HDF5 prints its whole error stack to stderr by default; we report one line ourselves instead.
-// Turns that printing off for the lifetime of the object and restores the previous setting after.
+// Turns that printing off for the lifetime of the object and restores the previous setting after,
+// clearing this thread's error stack (the message has been taken from it by then).
 class QuietErrors {
  public:
   QuietErrors();

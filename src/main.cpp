@@ -33,7 +33,7 @@ int usable_gpus() {
 struct EarlyStart {
   cnn::CliResult cli;
   std::string usage_error;             // set when argv is bad; reported once MPI tells who is rank 0
-  std::future<cnn::DataSplits> data;   // valid for `train`
+  std::future<std::unique_ptr<cnn::TrainingData>> data;   // valid for `train`
 };
 
 EarlyStart start_before_mpi(int argc, char** argv) {

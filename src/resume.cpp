@@ -113,6 +113,11 @@ std::uint64_t training_data_digest(const Dataset& train) {
 }
 
 CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, const Dataset& train) {
+  return checkpoint_config_for(config, model, train.count(), training_data_digest(train));
+}
+
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, std::int64_t train_samples,
+                                       std::uint64_t data_digest) {
   CheckpointConfig c;
   c.model = config.model;
   c.filters = model.filters;
@@ -124,8 +129,8 @@ CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedMode
   c.momentum = config.momentum;
   c.seed = config.seed;
   c.dataset = config.dataset;
-  c.dataset_digest = training_data_digest(train);
-  c.train_samples = train.count();
+  c.dataset_digest = data_digest;
+  c.train_samples = train_samples;
   c.epochs = config.epochs;
   return c;
 }

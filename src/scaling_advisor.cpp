@@ -76,7 +76,7 @@ double ring_factor(int n) { return n > 1 ? 2.0 * (n - 1) / n : 0.0; }
 
 GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWorld& world, Backend& backend,
                                           std::unique_ptr<Communicator> comm,
-                                          const std::vector<std::int32_t>& permutation, Range first_batch,
+                                          const std::function<Range()>& bind_first_batch,
                                           std::int64_t param_count, const std::string& run_dir) {
   GradientExchange exchange;
   const bool device = backend.memory_space() == MemorySpace::kDevice;
@@ -87,9 +87,8 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
     return exchange;
   }
   const bool root = world.rank() == 0;
-  const Range mine = rank_slice(first_batch, world.rank(), world.size());
+  const Range mine = rank_slice(bind_first_batch(), world.rank(), world.size());
   float* grads = backend.grads();
-  backend.begin_epoch(permutation);
 
   // 1. One training step's compute (forward and backward, no allreduce, no update).
   const double compute = timed(world, backend, [&] { backend.compute_gradients(mine.begin, mine.count); });

@@ -28,9 +28,9 @@ void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& o
   backend.apply_update(optimizer, 1.0f / static_cast<float>(global_batch.count));
 }
 
-BatchStats evaluate_test_set(Backend& backend, const MpiWorld& world, std::int64_t count) {
+BatchStats evaluate_test_set(Backend& backend, const MpiWorld& world, std::int64_t count, std::int64_t held_from) {
   const Range mine = rank_slice({0, count}, world.rank(), world.size());
-  const BatchStats local = backend.evaluate(mine.begin, mine.count);
+  const BatchStats local = backend.evaluate(mine.begin - held_from, mine.count);
   double sums[2] = {local.loss_sum, 0.0};
   std::int64_t counts[2] = {local.correct, local.count};
   world.allreduce_sum(sums, 1);

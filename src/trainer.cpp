@@ -75,23 +75,16 @@ BatchStats sum_over_ranks(const MpiWorld& world, const BatchStats& mine) {
 
 }  // namespace
 
-DataSplits load_training_data(const TrainConfig& config) {
-  DataSplits data = load_dataset(config.dataset, config.data_dir);
-  if (config.train_samples > 0 && config.train_samples < data.train.count()) data.train.truncate(config.train_samples);
-  if (config.test_samples > 0 && config.test_samples < data.test.count()) data.test.truncate(config.test_samples);
-  return data;
-}
-
 TrainSummary train(const TrainConfig& config, const MpiWorld& world, double process_start,
-                   std::future<DataSplits> early_data) {
+                   std::future<std::unique_ptr<TrainingData>> early_data) {
   const bool root = world.rank() == 0;
   const double run_start = wall_seconds();
 
   // Every rank reads the data itself; all must succeed before anyone goes on.
-  DataSplits data;
+  std::unique_ptr<TrainingData> data;
   agree_or_stop(world, [&] { data = early_data.valid() ? early_data.get() : load_training_data(config); });
 
-  const SeedModel model = make_model(config.model, config.filters, data.train.shape, data.train.classes);
+  const SeedModel model = make_model(config.model, config.filters, data->shape(), data->classes());
   const ParamLayout layout = model.layout();
   OptimizerSettings optimizer;
   optimizer.kind = parse_optimizer(config.optimizer);
@@ -99,7 +92,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   optimizer.momentum = static_cast<float>(config.momentum);
 
   // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
-  const CheckpointConfig saved_config = checkpoint_config_for(config, model, data.train);
+  const CheckpointConfig saved_config = checkpoint_config_for(config, model, data->train_count(), data->train_digest());
   const ResumePoint resume = resolve_resume(config, world, saved_config, layout);
   const CheckpointProgress& from = resume.state.progress;
   TrainSummary summary;
@@ -132,7 +125,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   std::unique_ptr<Backend> backend;
   agree_or_stop(world, [&] {
     backend = make_backend(backend_options, model);
-    backend->bind_data(data.train, data.test);
+    data->bind(*backend, world.rank(), world.size(), config.batch);
     comm = make_communicator(world, *backend);
   });
 
@@ -150,15 +143,20 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
 
   // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all.
   GradientExchange exchange = choose_gradient_exchange(
-      config, world, *backend, std::move(comm), Sampler(config.seed, data.train.count()).permutation(from.epoch),
-      global_batch_range(0, data.train.count(), config.batch), layout.total(), config.out_dir);
+      config, world, *backend, std::move(comm),
+      [&] {  // the timed step trains on the resumed epoch's first batch, bound as the loop would bind it
+        data->begin_epoch(*backend, Sampler(config.seed, data->train_count()).permutation(from.epoch), 0);
+        return data->step_batch(*backend, 0, global_batch_range(0, data->train_count(), config.batch));
+      },
+      layout.total(), config.out_dir);
   comm = std::move(exchange.comm);
   OverlapReducer* const overlap = exchange.overlap.get();
 
   if (root) {
     std::cout << "cnn_mpi " << CNN_VERSION << "\n" << describe(config) << "  model_detail: " << model.describe()
               << ", " << layout.total() << " parameters\n"
-              << "  train_images: " << data.train.count() << ", test_images: " << data.test.count() << "\n"
+              << "  train_images: " << data->train_count() << ", test_images: " << data->test_count() << "\n"
+              << "  data_mode: " << data->mode() << "\n"
               << "  gradient allreduce: " << comm->name() << "\n" << exchange.report;
     std::cout.flush();
   }
@@ -168,8 +166,8 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   std::fflush(stdout);
   world.barrier();
 
-  const Sampler sampler(config.seed, data.train.count());
-  const std::int64_t steps = batches_per_epoch(data.train.count(), config.batch);
+  const Sampler sampler(config.seed, data->train_count());
+  const std::int64_t steps = batches_per_epoch(data->train_count(), config.batch);
   const StopAfterStepsHook stop_hook(world.rank());
   CheckpointProgress progress = from;
   CheckpointMetrics last_metrics = resume.state.metrics;
@@ -203,17 +201,19 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   };
 
   for (std::int64_t epoch = from.epoch; epoch < config.epochs; ++epoch) {
-    backend->begin_epoch(sampler.permutation(epoch));  // a pure function of (seed, epoch): resumable mid-epoch
+    const std::int64_t first_step = epoch == from.epoch ? from.step_in_epoch : 0;
+    // The order is a pure function of (seed, epoch): resumable mid-epoch.
+    data->begin_epoch(*backend, sampler.permutation(epoch), first_step);
     world.barrier();
     const double epoch_start = wall_seconds();
-    const std::int64_t first_step = epoch == from.epoch ? from.step_in_epoch : 0;
     live.begin_epoch(epoch, first_step, epoch_start);
     for (std::int64_t step = first_step; step < steps; ++step) {
+      // Stream mode re-binds the backend here when the step starts a new window of samples.
+      const Range batch = data->step_batch(*backend, step, global_batch_range(step, data->train_count(), config.batch));
       if (steps_run == 0 && root) {
         std::printf("startup: %.3f s to first step\n", wall_seconds() - process_start);
         std::fflush(stdout);
       }
-      const Range batch = global_batch_range(step, data.train.count(), config.batch);
       // A traced step reads its own phases: take what came before it, and wait for its device work.
       const bool traced = trace && trace->recording(progress.global_step);
       if (traced) times += backend->take_phase_times();
@@ -267,7 +267,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     }
 
     const double eval_start = wall_seconds();
-    const BatchStats test = evaluate_test_set(*backend, world, data.test.count());
+    const BatchStats test = evaluate_test_set(*backend, world, data->test_count(), data->test_held_from());
     // Shown in the trace after the epoch's last step when that step is in the window.
     if (trace)
       trace->record(progress.global_step - 1, static_cast<int>(Phase::kEval), eval_start, wall_seconds() - eval_start);
@@ -279,7 +279,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     metrics.test_loss = test.loss_sum / static_cast<double>(test.count);
     metrics.test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.count);
     metrics.epoch_seconds = epoch_seconds;
-    metrics.images_per_second = static_cast<double>(data.train.count()) / epoch_seconds;
+    metrics.images_per_second = static_cast<double>(data->train_count()) / epoch_seconds;
     metrics.wall_seconds = wall_seconds() - run_start;
     const std::vector<PhaseSpread> phases = reduce_phases(world, times);
     const AsyncAllreduceTimes overlap_times = mean_over_ranks(world, comm->take_async_times());
@@ -317,6 +317,10 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     summary.final_train_loss = metrics.train_loss;
   }
   if (trace) trace->gather_and_write(world, config.trace);  // a window past the run's end: what was recorded
+  if (const std::string report = data->read_report(); !report.empty()) {
+    std::printf("%s\n", report.c_str());
+    std::fflush(stdout);
+  }
   summary.params = backend->download_params();
   return summary;
 }

@@ -41,7 +41,8 @@ class Backend {
   virtual std::string device_description() const = 0;
   virtual MemorySpace memory_space() const = 0;
 
-  // Called once: keeps (or uploads) both splits as uint8. The backend may keep references.
+  // Keeps (or uploads) both splits as uint8. The backend may keep references. Called again in stream
+  // mode (docs/DATA.md) for each window of samples, after the steps that used the previous one.
   virtual void bind_data(const Dataset& train, const Dataset& test) = 0;
 
   // Host copies of the flat buffers, for initialisation, broadcast and checkpoints.

@@ -19,9 +19,13 @@ struct TrainConfig {
 
   // Data
   std::string data_dir = kDefaultFashionDir;
-  std::string dataset = "fashion";      // mnist | fashion
+  std::string dataset = "fashion";      // mnist | fashion | cifar10 | hdf5
   std::int64_t train_samples = 0;       // use only the first N training images (0: all)
   std::int64_t test_samples = 0;        // evaluate only the first N test images (0: all)
+  std::string data_mode = "auto";       // auto | memory | stream (hdf5 only; docs/DATA.md)
+  std::int64_t stream_window_mb = 64;   // stream mode: memory for the two windows of training images
+  std::string h5_images = "/images";    // hdf5: dataset of uint8 images [N,C,H,W]
+  std::string h5_labels = "/labels";    // hdf5: dataset of uint8 labels [N]
 
   // Model and optimisation
   std::string model = "seed";

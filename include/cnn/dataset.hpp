@@ -31,8 +31,17 @@ struct DataSplits {
   std::uint64_t digest() const;
 };
 
-// Loads train and test splits of --dataset from --data. The IDX names are the standard ones
-// (train-images-idx3-ubyte, ...), each found raw or as .gz. Throws IoError / InputError naming the file.
-DataSplits load_dataset(const std::string& dataset, const std::string& dir);
+// Where the images and labels are inside an HDF5 data file (--h5-images, --h5-labels).
+struct H5ImagePaths {
+  std::string images = "/images";
+  std::string labels = "/labels";
+};
+
+// Loads train and test splits of --dataset from --data, whole:
+//   mnist, fashion  IDX files with the standard names (train-images-idx3-ubyte, ...), raw or .gz;
+//   cifar10         CIFAR-10 binary batches (data_batch_1..5.bin, test_batch.bin), raw or .gz;
+//   hdf5            train.h5 and test.h5 (docs/DATA.md), datasets at `paths`.
+// Throws UsageError for an unknown name, IoError / InputError naming the file.
+DataSplits load_dataset(const std::string& dataset, const std::string& dir, const H5ImagePaths& paths = {});
 
 }  // namespace cnn

@@ -21,6 +21,9 @@ namespace cnn {
 
 // What this run would write into /config; compared with a checkpoint's.
 CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, const Dataset& train);
+// The same for training data identified by its sample count and digest (TrainingData::train_digest()).
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, std::int64_t train_samples,
+                                       std::uint64_t data_digest);
 
 // FNV-1a of the training split's labels then images: identifies the data a run trains on. The test
 // split is left out on purpose, so that --test-samples may change on resume.

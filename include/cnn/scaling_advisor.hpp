@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,7 +32,7 @@ struct GradientExchange {
 // steps are timed on (positions in `permutation`, which becomes the backend's epoch order).
 GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWorld& world, Backend& backend,
                                           std::unique_ptr<Communicator> comm,
-                                          const std::vector<std::int32_t>& permutation, Range first_batch,
+                                          const std::function<Range()>& bind_first_batch,
                                           std::int64_t param_count, const std::string& run_dir);
 
 }  // namespace cnn

@@ -23,6 +23,7 @@ void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& o
                 Range global_batch, PhaseTimes& times, OverlapReducer* overlap);
 
 // Loss and accuracy over the first `count` test samples, split over ranks and summed on all of them.
-BatchStats evaluate_test_set(Backend& backend, const MpiWorld& world, std::int64_t count);
+// The backend holds the test samples from `held_from` on (a rank in stream mode holds only its slice).
+BatchStats evaluate_test_set(Backend& backend, const MpiWorld& world, std::int64_t count, std::int64_t held_from = 0);
 
 }  // namespace cnn

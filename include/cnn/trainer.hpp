@@ -8,7 +8,7 @@
 
 #include "cnn/communicator.hpp"
 #include "cnn/config.hpp"
-#include "cnn/dataset.hpp"
+#include "cnn/training_data.hpp"
 
 namespace cnn {
 
@@ -20,15 +20,11 @@ struct TrainSummary {
   std::vector<float> params;      // final parameters (host copy)
 };
 
-// The splits of --dataset in --data, cut to --train-samples / --test-samples. Needs no MPI, so main()
-// can run it on a thread while MPI_Init runs.
-DataSplits load_training_data(const TrainConfig& config);
-
 // Runs `config` (already resolved) on this rank. `process_start` is wall_seconds() at the top of
 // main(), for the "startup: X s to first step" line. `data` is load_training_data() started early,
 // or an empty future to load here. Throws cnn::Error subclasses on failures, and
 // AlreadyReported(kStoppedBySignal) after a stop signal's checkpoint.
 TrainSummary train(const TrainConfig& config, const MpiWorld& world, double process_start,
-                   std::future<DataSplits> data = {});
+                   std::future<std::unique_ptr<TrainingData>> data = {});
 
 }  // namespace cnn
