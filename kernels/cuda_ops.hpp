@@ -51,5 +51,7 @@ void softmax_cross_entropy(float* grad_logits /*[n,K] or null*/, double* loss_su
 void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float grad_scale, cudaStream_t stream);
 void momentum_update(float* params, float* velocity, const float* grads, std::int64_t n, float lr, float momentum,
                      float grad_scale, cudaStream_t stream);
+void adam_update(float* params, float* m, float* v, const float* grads, std::int64_t n, float lr, float beta1,
+                 float beta2, float eps, std::int64_t step, float grad_scale, cudaStream_t stream);
 
 }  // namespace cnn::cuda
