@@ -21,6 +21,8 @@ namespace cnn::cuda {
 
 // Throws UsageError naming what the CUDA kernels do not support in `m`.
 void check_seed_shape(const SeedModel& m);
+// Whether the fused seed kernels take `m` (check_seed_shape would not throw).
+bool seed_shape_supported(const SeedModel& m);
 
 void gather_normalize(float* out /*[n, sample_size]*/, const std::uint8_t* images /*[N, sample_size]*/,
                       const std::int32_t* indices /*[n]*/, std::int64_t n, std::int64_t sample_size,
