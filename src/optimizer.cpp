@@ -56,8 +56,26 @@ void adam_update(float* params, float* m, float* v, const float* grads, std::int
   for (std::int64_t i = 0; i < n; ++i) {
     const float g = grad_scale * grads[i];
     m[i] = beta1 * m[i] + one_minus_beta1 * g;
-    v[i] = beta2 * v[i] + one_minus_beta2 * g * g;
+    v[i] = beta2 * v[i] + one_minus_beta2 * (g * g);
     params[i] -= step_size * m[i] / (std::sqrt(v[i]) / bias_correction2_sqrt + eps);
+  }
+}
+
+void apply_optimizer(const OptimizerSettings& settings, float* params, float* state, const float* grads,
+                     std::int64_t total, std::int64_t begin, std::int64_t count, float grad_scale) {
+  float* p = params + begin;
+  const float* g = grads + begin;
+  switch (settings.kind) {
+    case OptimizerKind::kSgd:
+      sgd_update(p, g, count, settings.lr, grad_scale);
+      break;
+    case OptimizerKind::kMomentum:
+      momentum_update(p, state + begin, g, count, settings.lr, settings.momentum, grad_scale);
+      break;
+    case OptimizerKind::kAdam:
+      adam_update(p, state + begin, state + total + begin, g, count, settings.lr, settings.beta1, settings.beta2,
+                  settings.eps, settings.step, grad_scale);
+      break;
   }
 }
 

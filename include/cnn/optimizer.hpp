@@ -39,4 +39,10 @@ void momentum_update(float* params, float* velocity, const float* grads, std::in
 void adam_update(float* params, float* m, float* v, const float* grads, std::int64_t n, float lr, float beta1,
                  float beta2, float eps, std::int64_t step, float grad_scale);
 
+// The CPU backends' update of elements [begin, begin + count) of a flat buffer of `total` floats, by
+// settings.kind. `state` holds optimizer_state_per_param(kind) whole copies of the buffer, one after
+// another (adam: m then v). Elements are independent, so any split over threads gives the same bits.
+void apply_optimizer(const OptimizerSettings& settings, float* params, float* state, const float* grads,
+                     std::int64_t total, std::int64_t begin, std::int64_t count, float grad_scale);
+
 }  // namespace cnn
