@@ -10,7 +10,6 @@ packages=(
   libhdf5-dev hdf5-tools                  # checkpoints and HDF5 input; h5dump for inspection
   libboost-test-dev                       # Boost.Test (compiled library)
   zlib1g-dev                              # .gz IDX files
-  libopenblas-dev                         # sgemm of the layer-by-layer CPU convolutions
   libcli11-dev                            # command-line parsing
   dataset-fashion-mnist                   # the embedded default data set
   python3 python3-numpy python3-matplotlib python3-h5py   # comparison plots, checkpoint checks
