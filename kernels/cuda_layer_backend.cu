@@ -68,6 +68,9 @@ CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network&
   CNN_CHECK_CUDA(cudaSetDevice(device_));
   multiprocessors_ = multiprocessor_count();
   CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+  CNN_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  CNN_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   timer_ = std::make_unique<StepTimer>(stream_);
   cudaMemPool_t pool = nullptr;
   CNN_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, device_));
@@ -106,6 +109,10 @@ CudaLayerBackend::~CudaLayerBackend() {
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   drop_graphs();
   timer_.reset();
+  if (side_stream_ != nullptr) (void)cudaStreamSynchronize(side_stream_);
+  if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
+  if (join_ != nullptr) (void)cudaEventDestroy(join_);
+  if (side_stream_ != nullptr) (void)cudaStreamDestroy(side_stream_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }
 
@@ -196,6 +203,7 @@ const CudaLayerBackend::Plans& CudaLayerBackend::plans_for(std::int64_t n) {
 void CudaLayerBackend::ensure_batch_capacity(std::int64_t n) {
   const Plans& plans = plans_for(n);
   bool moved = workspace_.reserve(plans.workspace_floats);
+  moved |= side_workspace_.reserve(plans.workspace_floats);
   if (n > capacity_) {
     moved |= batch_indices_.reserve(n);
     moved |= batch_labels_.reserve(n);
@@ -255,7 +263,8 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
   if (timed) timer_->close(Phase::kForward);
 
   // Backward. gradients_[k+1] is dL/d(op k's output), taken before op k's folded ReLU: whoever
-  // writes it masks with that ReLU's output.
+  // writes it masks with that ReLU's output. Weight gradients go to the side stream as soon as
+  // their output gradient exists (fork_), the side stream joins the main one at the end (join_).
   float* params = params_.get();
   float* grads = grads_.get();
   for (std::size_t k = ops_.size(); k-- > 0;) {
@@ -267,15 +276,19 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
     const float* mask = k > 0 && ops_[k - 1].output_is_relu ? in : nullptr;
     switch (op.kind) {
       case LayerKind::kConv:
+        CNN_CHECK_CUDA(cudaEventRecord(fork_, stream_));
+        CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream_, fork_, 0));
         conv2d_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out,
-                                in, n, layer.conv, false, workspace_.get(), stream_);
+                                in, n, layer.conv, false, side_workspace_.get(), side_stream_);
         if (grad_in != nullptr)
           conv2d_backward_data(plans.ops[k].dgrad, grad_in, grad_out, params + layer.weight_offset, mask, n,
                                layer.conv, workspace_.get(), stream_);
         break;
       case LayerKind::kFc:
+        CNN_CHECK_CUDA(cudaEventRecord(fork_, stream_));
+        CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream_, fork_, 0));
         fc_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out, in,
-                            n, layer.in.size(), layer.fc_out, false, workspace_.get(), stream_);
+                            n, layer.in.size(), layer.fc_out, false, side_workspace_.get(), side_stream_);
         if (grad_in != nullptr)
           fc_backward_data(plans.ops[k].dgrad, grad_in, grad_out, params + layer.weight_offset, mask, n,
                            layer.in.size(), layer.fc_out, workspace_.get(), stream_);
@@ -291,6 +304,8 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
         break;
     }
   }
+  CNN_CHECK_CUDA(cudaEventRecord(join_, side_stream_));
+  CNN_CHECK_CUDA(cudaStreamWaitEvent(stream_, join_, 0));
   if (timed) timer_->close(Phase::kBackward);
 }
 

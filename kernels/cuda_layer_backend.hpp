@@ -7,6 +7,11 @@
 // epoch's order is uploaded once per epoch, and a whole training step (index copy, gather, forward,
 // loss, backward) is one CUDA graph per batch size, replayed with only the index copy's source
 // changed. CNN_CUDA_GRAPHS=0 queues the same work kernel by kernel instead, for A/B timing.
+//
+// In the backward, each layer's weight gradient runs on a second stream, beside the input gradient
+// on the main stream (they only share the read of the output gradient): at small batches the step is
+// a chain of short kernels, and two chains halve its length. Both streams are in the captured graph
+// and join before the step ends. Every sum still has its fixed order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -92,6 +97,8 @@ class CudaLayerBackend final : public DeviceBackend {
   bool use_graphs_ = true;
   std::string description_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;  // weight gradients
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
 
   DeviceBuffer<float> params_, grads_, optimizer_state_;
 
@@ -107,7 +114,7 @@ class CudaLayerBackend final : public DeviceBackend {
   DeviceBuffer<std::uint8_t> batch_labels_;
   std::vector<DeviceBuffer<float>> activations_, gradients_;
   std::vector<DeviceBuffer<std::int32_t>> argmax_;  // per op (pool ops only)
-  DeviceBuffer<float> workspace_;
+  DeviceBuffer<float> workspace_, side_workspace_;  // split-K partial sums, one per stream
 
   static constexpr int kTrainSlot = 0;
   static constexpr int kEvalSlot = 1;

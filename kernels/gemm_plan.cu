@@ -17,7 +17,9 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split) {
   GemmPlan best;
   std::int64_t best_threads = -1;
   for (const auto& [bm, bn] : kTiles) {
-    if (n <= 32 && bn > 32) continue;  // half the tile would be padding
+    // No tile more than half padding (the smallest tile is always allowed).
+    const bool smallest = bm == 32 && bn == 32;
+    if (!smallest && (bm > 32 * ceil_div(m, 32) || bn > 32 * ceil_div(n, 32))) continue;
     GemmPlan plan;
     plan.bm = bm;
     plan.bn = bn;

@@ -24,7 +24,9 @@
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
 #include "launch.hpp"
+#ifdef __CUDACC__
 #include "reduce.cuh"
+#endif
 
 namespace cnn::cuda {
 
