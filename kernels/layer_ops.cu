@@ -266,28 +266,29 @@ __global__ void relu_backward_kernel(float* grad_in, const float* grad_out, cons
     grad_in[e] = out[e] > 0.0f ? grad_out[e] : 0.0f;
 }
 
+// Indices are 32-bit (the launchers check the sizes) and divided through FastDiv: the pooling kernels
+// are memory-bound, and 64-bit divisions per element would cost more than the bytes.
 struct PoolGeometry {
   int H, W, size, stride, OH, OW;
-  std::int64_t planes;  // n * C
+  int total_in, total_out;  // n*C*H*W, n*C*OH*OW
+  FastDiv by_hw, by_w, by_ohw, by_ow, by_size;
 };
 
 // A thread per output; the first maximum in row-major window order wins (strictly greater replaces).
 __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
                                        const float* __restrict__ in, PoolGeometry g) {
-  const std::int64_t total = g.planes * g.OH * g.OW;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t plane = e / (g.OH * g.OW);
-    const int r = static_cast<int>(e - plane * g.OH * g.OW);
-    const int py = r / g.OW;
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_out; e += gridDim.x * blockDim.x) {
+    const int plane = g.by_ohw.div(e);
+    const int r = e - plane * g.OH * g.OW;
+    const int py = g.by_ow.div(r);
     const int px = r - py * g.OW;
-    const float* src = in + plane * g.H * g.W;
+    const float* src = in + static_cast<std::int64_t>(plane) * g.H * g.W;
     int best_index = (py * g.stride) * g.W + px * g.stride;
-    float best = src[best_index];
+    float best = __ldg(src + best_index);
     for (int a = 0; a < g.size; ++a)
       for (int b = 0; b < g.size; ++b) {
         const int index = (py * g.stride + a) * g.W + px * g.stride + b;
-        const float v = src[index];
+        const float v = __ldg(src + index);
         if (v > best) {
           best = v;
           best_index = index;
@@ -299,38 +300,62 @@ __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __
 }
 
 // A thread per INPUT pixel gathers, in row-major (py, px) order, the output gradients of the windows
-// it won: no scatter, so no atomics even when windows overlap.
-template <bool kMask>
+// it won: no scatter, so no atomics even when windows overlap. kTiled: windows do not overlap
+// (size == stride), so a pixel lies in at most one window, found by one division.
+template <bool kMask, bool kTiled>
 __global__ void maxpool_backward_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
                                         const std::int32_t* __restrict__ argmax, const float* __restrict__ relu_out,
                                         PoolGeometry g) {
-  const std::int64_t total = g.planes * g.H * g.W;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t plane = e / (g.H * g.W);
-    const int r = static_cast<int>(e - plane * g.H * g.W);
-    const int h = r / g.W;
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_in; e += gridDim.x * blockDim.x) {
+    const int plane = g.by_hw.div(e);
+    const int r = e - plane * g.H * g.W;
+    const int h = g.by_w.div(r);
     const int w = r - h * g.W;
-    // Windows py with py*stride <= h < py*stride + size.
-    const int lo_y = h - g.size + 1, lo_x = w - g.size + 1;
-    const int py0 = lo_y <= 0 ? 0 : (lo_y + g.stride - 1) / g.stride;
-    const int px0 = lo_x <= 0 ? 0 : (lo_x + g.stride - 1) / g.stride;
-    const int py1 = min(g.OH - 1, h / g.stride);
-    const int px1 = min(g.OW - 1, w / g.stride);
-    const std::int64_t out_plane = plane * g.OH * g.OW;
+    const int out_plane = plane * g.OH * g.OW;
     float sum = 0.0f;
-    for (int py = py0; py <= py1; ++py)
-      for (int px = px0; px <= px1; ++px) {
-        const std::int64_t o = out_plane + py * g.OW + px;
-        if (argmax[o] == r) sum += grad_out[o];
+    if (kTiled) {
+      const int py = g.by_size.div(h), px = g.by_size.div(w);
+      if (py < g.OH && px < g.OW) {
+        const int o = out_plane + py * g.OW + px;
+        if (__ldg(argmax + o) == r) sum = __ldg(grad_out + o);
       }
+    } else {
+      // Windows py with py*stride <= h < py*stride + size.
+      const int lo_y = h - g.size + 1, lo_x = w - g.size + 1;
+      const int py0 = lo_y <= 0 ? 0 : (lo_y + g.stride - 1) / g.stride;
+      const int px0 = lo_x <= 0 ? 0 : (lo_x + g.stride - 1) / g.stride;
+      const int py1 = min(g.OH - 1, h / g.stride);
+      const int px1 = min(g.OW - 1, w / g.stride);
+      for (int py = py0; py <= py1; ++py)
+        for (int px = px0; px <= px1; ++px) {
+          const int o = out_plane + py * g.OW + px;
+          if (argmax[o] == r) sum += grad_out[o];
+        }
+    }
     if (kMask && !(relu_out[e] > 0.0f)) sum = 0.0f;
     grad_in[e] = sum;
   }
 }
 
+void check_int_range(std::int64_t value, const char* what);
+
 PoolGeometry pool_geometry(const PoolShape& s, std::int64_t n) {
-  return {s.height, s.width, s.size, s.stride, s.out_h(), s.out_w(), n * s.channels};
+  check_int_range(n * s.in_size(), "a max-pool's input");
+  PoolGeometry g;
+  g.H = s.height;
+  g.W = s.width;
+  g.size = s.size;
+  g.stride = s.stride;
+  g.OH = s.out_h();
+  g.OW = s.out_w();
+  g.total_in = static_cast<int>(n * s.in_size());
+  g.total_out = static_cast<int>(n * s.out_size());
+  g.by_hw = FastDiv(g.H * g.W);
+  g.by_w = FastDiv(g.W);
+  g.by_ohw = FastDiv(g.OH * g.OW);
+  g.by_ow = FastDiv(g.OW);
+  g.by_size = FastDiv(g.size);
+  return g;
 }
 
 void check_int_range(std::int64_t value, const char* what) {
@@ -482,11 +507,16 @@ void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::i
                              std::int64_t n, const PoolShape& shape, cudaStream_t stream) {
   if (n <= 0) return;
   const PoolGeometry g = pool_geometry(shape, n);
-  const std::int64_t total = n * shape.in_size();
-  if (relu_out != nullptr)
-    maxpool_backward_kernel<true><<<grid_for(total), kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, relu_out, g);
+  const unsigned blocks = grid_for(g.total_in);
+  const bool tiled = shape.size == shape.stride;
+  if (relu_out != nullptr && tiled)
+    maxpool_backward_kernel<true, true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, relu_out, g);
+  else if (relu_out != nullptr)
+    maxpool_backward_kernel<true, false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, relu_out, g);
+  else if (tiled)
+    maxpool_backward_kernel<false, true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
   else
-    maxpool_backward_kernel<false><<<grid_for(total), kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
+    maxpool_backward_kernel<false, false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
   CNN_CHECK_LAUNCH();
 }
 
@@ -527,8 +557,8 @@ void relu_backward(float* grad_in, const float* grad_out, const float* out, std:
 void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int64_t n, const PoolShape& shape,
                      cudaStream_t stream) {
   if (n <= 0) return;
-  const std::int64_t total = n * shape.out_size();
-  maxpool_forward_kernel<<<grid_for(total), kBlockThreads, 0, stream>>>(out, argmax, in, pool_geometry(shape, n));
+  const PoolGeometry g = pool_geometry(shape, n);
+  maxpool_forward_kernel<<<grid_for(g.total_out), kBlockThreads, 0, stream>>>(out, argmax, in, g);
   CNN_CHECK_LAUNCH();
 }
 

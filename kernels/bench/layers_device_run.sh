@@ -8,7 +8,8 @@
 #   3. the seed model's ms/epoch, before and after (gpu_backend --run_test=measure_epoch_time);
 #   4. the whole gpu_backend suite (the fused path, after);
 #   5. per-kernel durations of a few cifar steps (ncu), when time is left.
-# Logs go to $OUT (default ./gpu-out). Usage, from the tree to test:
+# SKIP_BACKEND=1 / SKIP_NCU=1 leave out steps 4 / 5. Logs go to $OUT (default ./gpu-out); the tool
+# that brings $OUT back may take only 8 files, so the timings are also printed. Usage, from the tree:
 #   BEFORE_DIR=/path/to/old/checkout bash kernels/bench/layers_device_run.sh
 set -uo pipefail
 out=${OUT:-gpu-out}
@@ -40,20 +41,22 @@ run() {  # limit name command...
   echo "$name: exit $status"
   return $status
 }
-run 240 layers build-after/tests/gpu_layers --log_level=test_suite
+run 150 layers build-after/tests/gpu_layers --log_level=test_suite
 grep -E "^  |^cifar|^seed|^conv|error|fail|passed|No errors" "$out/layers.log" | head -80
-run 150 cifar-timing build-after/tests/gpu_layers --run_test=measure_cifar_epoch_time
+run 100 cifar-timing build-after/tests/gpu_layers --run_test=measure_cifar_epoch_time
 cat "$out/cifar-timing.log" | grep -v "^Running\|^$"
 if [[ -n ${BEFORE_DIR:-} ]]; then
-  run 90 seed-timing-before "$BEFORE_DIR/build-before/tests/gpu_backend" --run_test=measure_epoch_time
+  run 60 seed-timing-before "$BEFORE_DIR/build-before/tests/gpu_backend" --run_test=measure_epoch_time
   grep -E "^[0-9]|batch" "$out/seed-timing-before.log"
 fi
-run 90 seed-timing-after build-after/tests/gpu_backend --run_test=measure_epoch_time
+run 60 seed-timing-after build-after/tests/gpu_backend --run_test=measure_epoch_time
 grep -E "^[0-9]|batch" "$out/seed-timing-after.log"
-run 200 backend build-after/tests/gpu_backend
-tail -3 "$out/backend.log"
-if command -v ncu >/dev/null; then
-  run 90 ncu ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+if [[ -z ${SKIP_BACKEND:-} ]]; then
+  run 120 backend build-after/tests/gpu_backend
+  tail -3 "$out/backend.log"
+fi
+if [[ -z ${SKIP_NCU:-} ]] && command -v ncu >/dev/null; then
+  run 60 ncu ncu --clock-control none --metrics gpu__time_duration.sum --csv \
     build-after/tests/gpu_layers --run_test=profile_cifar_steps
   python3 kernels/bench/ncu_durations.py "$out/ncu.log" >"$out/ncu-kernels.txt" 2>&1
   head -120 "$out/ncu-kernels.txt"
