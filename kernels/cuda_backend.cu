@@ -5,10 +5,12 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "cnn/cuda_backend.hpp"
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
+#include "cuda_layer_backend.hpp"
 #include "cuda_ops.hpp"
 
 namespace cnn::cuda {
@@ -322,9 +324,9 @@ void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
 
 void CudaBackend::apply_update(const OptimizerSettings& settings, float grad_scale) {
   const std::int64_t total = layout_.total();
-  if (settings.kind == OptimizerKind::kMomentum && optimizer_state_.size() < total)
-    throw UsageError("momentum needs optimizer state, but the cuda backend was made for " +
-                     std::string(optimizer_name(optimizer_)));
+  if (optimizer_state_.size() < total * optimizer_state_per_param(settings.kind))
+    throw UsageError(std::string(optimizer_name(settings.kind)) +
+                     " needs optimizer state, but the cuda backend was made for " + optimizer_name(optimizer_));
   timer_->open();
   switch (settings.kind) {
     case OptimizerKind::kSgd:
@@ -333,6 +335,10 @@ void CudaBackend::apply_update(const OptimizerSettings& settings, float grad_sca
     case OptimizerKind::kMomentum:
       momentum_update(params_.get(), optimizer_state_.get(), grads_.get(), total, settings.lr, settings.momentum,
                       grad_scale, stream_);
+      break;
+    case OptimizerKind::kAdam:  // m, then v: two whole copies of the layout
+      adam_update(params_.get(), optimizer_state_.get(), optimizer_state_.get() + total, grads_.get(), total,
+                  settings.lr, settings.beta1, settings.beta2, settings.eps, settings.step, grad_scale, stream_);
       break;
   }
   timer_->close(Phase::kUpdate);
@@ -390,8 +396,14 @@ PhaseTimes CudaBackend::take_phase_times() { return timer_->take(); }
 
 namespace cnn {
 
-std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const SeedModel& model) {
-  return std::make_unique<cuda::CudaBackend>(options, model);
+// The seed model keeps its fused step when the fused kernels support its shape; everything else, or
+// the seed model with CNN_CUDA_LAYERS=1 (for A/B and the agreement tests), runs layer by layer.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network) {
+  const std::optional<SeedModel> seed = network.as_seed();
+  const char* force_layers = std::getenv("CNN_CUDA_LAYERS");
+  if (seed && !(force_layers != nullptr && std::strcmp(force_layers, "1") == 0) && cuda::seed_shape_supported(*seed))
+    return std::make_unique<cuda::CudaBackend>(options, *seed);
+  return std::make_unique<cuda::CudaLayerBackend>(options, network);
 }
 
 }  // namespace cnn

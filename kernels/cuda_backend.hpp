@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cnn/backend.hpp"
+#include "device_backend.hpp"
 #include "device_buffer.hpp"
 #include "seed_step.hpp"
 #include "step_timer.hpp"
@@ -21,7 +22,7 @@
 
 namespace cnn::cuda {
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public DeviceBackend {
  public:
   CudaBackend(const BackendOptions& options, const SeedModel& model);
   ~CudaBackend() override;
@@ -57,8 +58,8 @@ class CudaBackend final : public Backend {
 
   // For the device communicators: every operation of this backend is ordered on this stream, so a
   // collective queued on it needs no extra synchronisation with the step before or after it.
-  cudaStream_t stream() const { return stream_; }
-  int device() const { return device_; }
+  cudaStream_t stream() const override { return stream_; }
+  int device() const override { return device_; }
   bool uses_graphs() const { return use_graphs_; }
 
  private:

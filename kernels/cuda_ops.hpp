@@ -21,6 +21,8 @@ namespace cnn::cuda {
 
 // Throws UsageError naming what the CUDA kernels do not support in `m`.
 void check_seed_shape(const SeedModel& m);
+// Whether the fused seed kernels take `m` (check_seed_shape would not throw).
+bool seed_shape_supported(const SeedModel& m);
 
 void gather_normalize(float* out /*[n, sample_size]*/, const std::uint8_t* images /*[N, sample_size]*/,
                       const std::int32_t* indices /*[n]*/, std::int64_t n, std::int64_t sample_size,
@@ -51,5 +53,7 @@ void softmax_cross_entropy(float* grad_logits /*[n,K] or null*/, double* loss_su
 void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float grad_scale, cudaStream_t stream);
 void momentum_update(float* params, float* velocity, const float* grads, std::int64_t n, float lr, float momentum,
                      float grad_scale, cudaStream_t stream);
+void adam_update(float* params, float* m, float* v, const float* grads, std::int64_t n, float lr, float beta1,
+                 float beta2, float eps, std::int64_t step, float grad_scale, cudaStream_t stream);
 
 }  // namespace cnn::cuda

@@ -14,7 +14,7 @@ void cuda::StreamCommunicator::barrier() {
 }
 
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend) {
-  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
+  auto* cuda_backend = dynamic_cast<cuda::DeviceBackend*>(&backend);
   if (cuda_backend == nullptr)
     throw Error(ExitCode::kFailure, "internal error: a device communicator needs the cuda backend, not " + backend.name());
 #ifdef CNN_HAVE_NCCL

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "cnn/communicator.hpp"
-#include "cuda_backend.hpp"
+#include "device_backend.hpp"
 
 namespace cnn::cuda {
 
@@ -14,7 +14,7 @@ namespace cnn::cuda {
 // work is queued on. A barrier must also wait for that queued work.
 class StreamCommunicator : public Communicator {
  public:
-  StreamCommunicator(const MpiWorld& world, CudaBackend& backend) : world_(world), stream_(backend.stream()) {}
+  StreamCommunicator(const MpiWorld& world, DeviceBackend& backend) : world_(world), stream_(backend.stream()) {}
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   void barrier() override;
   int rank() const override { return world_.rank(); }
@@ -28,10 +28,10 @@ class StreamCommunicator : public Communicator {
 
 #ifdef CNN_HAVE_NCCL
 // ncclAllReduce / ncclBroadcast; the unique id goes from rank 0 to all over MPI_Bcast.
-std::unique_ptr<Communicator> make_nccl_communicator(const MpiWorld& world, CudaBackend& backend);
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiWorld& world, DeviceBackend& backend);
 #endif
 
 // Copies device -> pinned host buffer, MPI_Allreduce in place, copies back. For builds without NCCL.
-std::unique_ptr<Communicator> make_host_staged_communicator(const MpiWorld& world, CudaBackend& backend);
+std::unique_ptr<Communicator> make_host_staged_communicator(const MpiWorld& world, DeviceBackend& backend);
 
 }  // namespace cnn::cuda

@@ -28,6 +28,11 @@ int multiprocessor_count() {
   return count;
 }
 
+bool seed_shape_supported(const SeedModel& m) {
+  return m.kernel == kSeedKernel && (m.input.channels == 1 || m.input.channels == 3) && m.classes == kSeedClasses &&
+         m.filters > 0 && m.pooled().height > 0 && m.pooled().width > 0;
+}
+
 void check_seed_shape(const SeedModel& m) {
   std::string problem;
   if (m.kernel != kSeedKernel) problem = "a " + std::to_string(m.kernel) + "x" + std::to_string(m.kernel) + " kernel";

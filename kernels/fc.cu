@@ -4,6 +4,7 @@
 #include "cuda_ops.hpp"
 #include "fc_kernels.cuh"
 #include "launch.hpp"
+#include "layer_ops.hpp"
 #include "stream_scratch.hpp"
 
 namespace cnn::cuda {
@@ -81,18 +82,20 @@ __global__ void __launch_bounds__(kBlockThreads)
                              /*accumulate=*/true);
 }
 
-void check_classes(std::int64_t out_features) {
-  if (out_features != kSeedClasses)
-    throw UsageError("the cuda fully connected kernels are built for " + std::to_string(kSeedClasses) +
-                     " outputs, not " + std::to_string(out_features));
-}
-
 }  // namespace
 
+// The seed's 10 outputs take the skinny kernels above; any other count the general matrix product.
 void fc_forward(float* out, const float* in, const float* weight, const float* bias, std::int64_t n,
                 std::int64_t in_features, std::int64_t out_features, cudaStream_t stream) {
-  check_classes(out_features);
   if (n <= 0) return;
+  if (out_features != kSeedClasses) {
+    const LayerPlans plans = plan_fc(in_features, out_features, n, multiprocessor_count());
+    StreamScratch<float> workspace(plans.forward.workspace_floats(), stream);
+    fc_forward_planned(plans.forward, out, in, weight, bias, n, in_features, out_features, false, workspace.get(),
+                       stream);
+    workspace.release();
+    return;
+  }
   const FcForwardPlan plan = plan_fc_forward(n, in_features, multiprocessor_count());
   StreamScratch<float> partial(plan.chunks * n * kSeedClasses, stream);
   fc_forward_partial_kernel<<<plan.blocks, kFcForwardThreads, 0, stream>>>(partial.get(), in, weight, n, in_features,
@@ -107,8 +110,18 @@ void fc_forward(float* out, const float* in, const float* weight, const float* b
 void fc_backward(float* grad_in, float* grad_weight, float* grad_bias, const float* grad_out, const float* in,
                  const float* weight, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
                  cudaStream_t stream) {
-  check_classes(out_features);
   if (n <= 0) return;
+  if (out_features != kSeedClasses) {
+    const LayerPlans plans = plan_fc(in_features, out_features, n, multiprocessor_count());
+    StreamScratch<float> workspace(plans.workspace_floats(), stream);
+    if (grad_in != nullptr)
+      fc_backward_data(plans.dgrad, grad_in, grad_out, weight, nullptr, n, in_features, out_features, workspace.get(),
+                       stream);
+    fc_backward_weights(plans.wgrad, grad_weight, grad_bias, grad_out, in, n, in_features, out_features, true,
+                        workspace.get(), stream);
+    workspace.release();
+    return;
+  }
   const SweepPlan plan = plan_sweep(n, in_features, multiprocessor_count());
   StreamScratch<float> partial(plan.splits * kSeedClasses * in_features, stream);
   const dim3 grid(plan.column_blocks, static_cast<unsigned>(plan.splits));

@@ -15,7 +15,7 @@ namespace {
 
 class NcclCommunicator final : public StreamCommunicator {
  public:
-  NcclCommunicator(const MpiWorld& world, CudaBackend& backend) : StreamCommunicator(world, backend) {
+  NcclCommunicator(const MpiWorld& world, DeviceBackend& backend) : StreamCommunicator(world, backend) {
     // Rank 0 makes the id; every rank needs the same one before ncclCommInitRank, which blocks until
     // all ranks have joined.
     ncclUniqueId id{};
@@ -164,7 +164,7 @@ class NcclCommunicator final : public StreamCommunicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(const MpiWorld& world, CudaBackend& backend) {
+std::unique_ptr<Communicator> make_nccl_communicator(const MpiWorld& world, DeviceBackend& backend) {
   return std::make_unique<NcclCommunicator>(world, backend);
 }
 

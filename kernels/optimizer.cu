@@ -1,5 +1,7 @@
-// Optimizer updates over the flat parameter buffer: the twins of src/optimizer.cpp's sgd_update and
-// momentum_update. Elementwise, so no ordering question arises.
+// Optimizer updates over the flat parameter buffer: the twins of src/optimizer.cpp's sgd_update,
+// momentum_update and adam_update. Elementwise, so no ordering question arises.
+#include <cmath>
+
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
 #include "launch.hpp"
@@ -27,7 +29,37 @@ __global__ void momentum_update_kernel(float* __restrict__ params /*[n]*/, float
   }
 }
 
+// PyTorch's Adam with the bias corrections precomputed on the host (as the CPU twin does):
+//   m = b1 m + (1-b1) g ;  v = b2 v + (1-b2) g^2 ;  p -= step_size * m / (sqrt(v) / bc2_sqrt + eps)
+__global__ void adam_update_kernel(float* __restrict__ params, float* __restrict__ m, float* __restrict__ v,
+                                   const float* __restrict__ grads, std::int64_t n, float beta1, float beta2,
+                                   float one_minus_beta1, float one_minus_beta2, float eps, float step_size,
+                                   float bias_correction2_sqrt, float grad_scale) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float g = grad_scale * grads[i];
+    const float mi = beta1 * m[i] + one_minus_beta1 * g;
+    const float vi = beta2 * v[i] + one_minus_beta2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    params[i] -= step_size * mi / (sqrtf(vi) / bias_correction2_sqrt + eps);
+  }
+}
+
 }  // namespace
+
+void adam_update(float* params, float* m, float* v, const float* grads, std::int64_t n, float lr, float beta1,
+                 float beta2, float eps, std::int64_t step, float grad_scale, cudaStream_t stream) {
+  if (n <= 0) return;
+  // The same double-precision constants, rounded once, as src/optimizer.cpp.
+  const double t = static_cast<double>(step);
+  const float step_size = static_cast<float>(lr / (1.0 - std::pow(static_cast<double>(beta1), t)));
+  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), t)));
+  adam_update_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(params, m, v, grads, n, beta1, beta2, 1.0f - beta1,
+                                                                1.0f - beta2, eps, step_size, bias_correction2_sqrt,
+                                                                grad_scale);
+  CNN_CHECK_LAUNCH();
+}
 
 void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float grad_scale, cudaStream_t stream) {
   if (n <= 0) return;

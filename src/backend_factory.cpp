@@ -10,12 +10,16 @@
 
 namespace cnn {
 
-std::unique_ptr<Backend> make_backend(const BackendOptions& options, const SeedModel& model) {
-  if (options.kind == "seq" || options.kind == "threads")
-    return make_cpu_backend(model, options.kind, options.threads, options.optimizer);
+std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Network& network) {
+  if (options.kind == "seq" || options.kind == "threads") {
+    // The seed model keeps its fused conv-relu-pool path; any other network runs layer by layer.
+    if (const std::optional<SeedModel> seed = network.as_seed())
+      return make_cpu_backend(*seed, options.kind, options.threads, options.optimizer);
+    return make_cpu_layer_backend(network, options.kind, options.threads, options.optimizer);
+  }
   if (options.kind == "cuda") {
 #ifdef CNN_HAVE_CUDA
-    return make_cuda_backend(options, model);
+    return make_cuda_backend(options, network);
 #else
     throw UsageError("--backend cuda: this build of cnn_mpi has no CUDA support (rebuild with CUDA found)");
 #endif

@@ -13,6 +13,7 @@
 
 #include "checkpoint_schema.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/network.hpp"
 #include "fsync_util.hpp"
 #include "hdf5_util.hpp"
 
@@ -119,6 +120,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   const CheckpointConfig& c = state.config;
   const h5::Node config = h5::create_group(file, fid, schema::kConfigGroup);
   h5::write_attr(file, config, "model", c.model);
+  h5::write_attr(file, config, "spec", c.spec);
   h5::write_attr(file, config, "filters", static_cast<std::int64_t>(c.filters));
   h5::write_attr(file, config, "input_shape",
                  std::vector<std::int64_t>{c.input.channels, c.input.height, c.input.width});
@@ -127,6 +129,9 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, config, "lr", c.lr);
   h5::write_attr(file, config, "optimizer", c.optimizer);
   h5::write_attr(file, config, "momentum", c.momentum);
+  h5::write_attr(file, config, "beta1", c.beta1);
+  h5::write_attr(file, config, "beta2", c.beta2);
+  h5::write_attr(file, config, "eps", c.eps);
   h5::write_attr(file, config, "seed", c.seed);
   h5::write_attr(file, config, "dataset", c.dataset);
   h5::write_attr(file, config, "dataset_digest", c.dataset_digest);
@@ -241,6 +246,16 @@ CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
   c.dataset_digest = h5::read_uint64_attr(file, group, "dataset_digest");
   c.train_samples = h5::read_int64_attr(file, group, "train_samples");
   if (has_attr(file, group, "epochs")) c.epochs = h5::read_int64_attr(file, group, "epochs");
+  if (has_attr(file, group, "beta1")) c.beta1 = h5::read_double_attr(file, group, "beta1");
+  if (has_attr(file, group, "beta2")) c.beta2 = h5::read_double_attr(file, group, "beta2");
+  if (has_attr(file, group, "eps")) c.eps = h5::read_double_attr(file, group, "eps");
+  if (has_attr(file, group, "spec")) {
+    c.spec = h5::read_string_attr(file, group, "spec");
+  } else {
+    // Written before specs were stored, when the seed model was the only one.
+    c.spec = preset_spec(c.model, c.filters, c.classes);
+    if (c.spec.empty()) file.fail("/config has no 'spec' and model '" + c.model + "' is not a preset");
+  }
   return c;
 }
 

@@ -35,8 +35,11 @@ void validate(const TrainConfig& c) {
   require(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got " + str(c.lr) + ")");
   require(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1,
           "--momentum must be in [0, 1) (got " + str(c.momentum) + ")");
-  require(c.optimizer == "sgd" || c.optimizer == "momentum",
-          "--optimizer: unknown optimizer '" + c.optimizer + "' (available: sgd, momentum)");
+  require(c.optimizer == "sgd" || c.optimizer == "momentum" || c.optimizer == "adam",
+          "--optimizer: unknown optimizer '" + c.optimizer + "' (available: sgd, momentum, adam)");
+  require(std::isfinite(c.beta1) && c.beta1 >= 0 && c.beta1 < 1, "--beta1 must be in [0, 1) (got " + str(c.beta1) + ")");
+  require(std::isfinite(c.beta2) && c.beta2 >= 0 && c.beta2 < 1, "--beta2 must be in [0, 1) (got " + str(c.beta2) + ")");
+  require(std::isfinite(c.eps) && c.eps > 0, "--eps must be a positive number (got " + str(c.eps) + ")");
   require(c.dataset == "mnist" || c.dataset == "fashion" || c.dataset == "cifar10" || c.dataset == "hdf5",
           "--dataset: unknown data set '" + c.dataset + "' (available: mnist, fashion, cifar10, hdf5)");
   require(c.data_mode == "auto" || c.data_mode == "memory" || c.data_mode == "stream",
@@ -141,13 +144,22 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--train-samples", c.train_samples, "use only the first N training images (0: all)")->group("Data");
   app.add_option("--test-samples", c.test_samples, "evaluate only the first N test images (0: all)")->group("Data");
 
-  app.add_option("--model", c.model, "model: seed (conv3x3:D relu maxpool2 fc:10)")->group("Model");
-  app.add_option("--filters", c.filters, "convolution filters D of the seed model")->group("Model");
+  app.add_option("--model", c.model,
+                 "a preset or a layer spec (quote it). Presets: seed = conv3x3:D relu maxpool2 fc:<classes>; "
+                 "cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10. "
+                 "Spec tokens, space-separated: conv<K>x<K>:<F>[/s<S>][/p<P>] (stride S=1, zero padding P=0), "
+                 "relu, maxpool<K>[/s<S>] (S=K), flatten (implicit before the first fc), fc:<N>; the last "
+                 "layer must be fc:<classes>")
+      ->group("Model");
+  app.add_option("--filters", c.filters, "convolution filters D of the seed preset")->group("Model");
   app.add_option("--batch", c.batch, "GLOBAL batch size, split over all ranks")->group("Training");
   app.add_option("--epochs", c.epochs, "epochs to train")->group("Training");
   app.add_option("--lr", c.lr, "learning rate")->group("Training");
-  app.add_option("--optimizer", c.optimizer, "sgd | momentum")->group("Training");
+  app.add_option("--optimizer", c.optimizer, "sgd | momentum | adam")->group("Training");
   app.add_option("--momentum", c.momentum, "momentum coefficient for --optimizer momentum")->group("Training");
+  app.add_option("--beta1", c.beta1, "adam: decay of the gradient average")->group("Training");
+  app.add_option("--beta2", c.beta2, "adam: decay of the squared-gradient average")->group("Training");
+  app.add_option("--eps", c.eps, "adam: added to the denominator")->group("Training");
   app.add_option("--seed", c.seed, "seed of the initialisation and of the sample order")->group("Training");
 
   app.add_option("--device", c.device, "cpu | gpu | auto (gpu when one is usable)")->group("Execution");
@@ -250,6 +262,7 @@ std::string describe(const TrainConfig& c) {
        << "  lr: " << c.lr << "\n"
        << "  optimizer: " << c.optimizer;
   if (c.optimizer == "momentum") text << " (momentum " << c.momentum << ")";
+  if (c.optimizer == "adam") text << " (beta1 " << c.beta1 << ", beta2 " << c.beta2 << ", eps " << c.eps << ")";
   text << "\n"
        << "  seed: " << c.seed << "\n"
        << "  device: " << c.device << "\n"

@@ -24,11 +24,15 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
   // The checkpoint first: a bad file is reported before seconds of data loading.
   CheckpointConfig saved;
   CheckpointState state;
-  SeedModel model;
+  Network network;
   agree_or_stop(world, [&] {
     saved = read_checkpoint_config(config.checkpoint);
-    model = make_model(saved.model, saved.filters, saved.input, saved.classes);
-    state = read_checkpoint(config.checkpoint, model.layout());
+    try {
+      network = build_network(saved.spec, saved.filters, saved.input, saved.classes);
+    } catch (const UsageError& e) {
+      throw InputError(config.checkpoint + ": /config spec does not describe a network: " + e.what());
+    }
+    state = read_checkpoint(config.checkpoint, network.layout);
   });
 
   DataSplits data;
@@ -49,7 +53,7 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
   options.local_rank = world.local_rank();
   std::unique_ptr<Backend> backend;
   agree_or_stop(world, [&] {
-    backend = make_backend(options, model);
+    backend = make_backend(options, network);
     backend->bind_data(data.train, data.test);
   });
   backend->upload_params(state.params);
@@ -58,7 +62,7 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
   if (world.rank() == 0) {
     std::printf("eval: %s (epochs done %lld, global step %lld, %s)\n", config.checkpoint.c_str(),
                 static_cast<long long>(state.progress.epoch), static_cast<long long>(state.progress.global_step),
-                model.describe().c_str());
+                network.describe().c_str());
     std::printf("test_loss %.6f  test_acc %.2f%%  (%lld images of %s, %d rank(s))\n",
                 test.loss_sum / static_cast<double>(test.count),
                 100.0 * static_cast<double>(test.correct) / static_cast<double>(test.count),

@@ -4,7 +4,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "cnn/errors.hpp"
 #include "cnn/rng.hpp"
 
 namespace cnn {
@@ -54,20 +53,6 @@ std::string SeedModel::describe() const {
   text << "seed(conv" << kernel << "x" << kernel << ":" << filters << " relu maxpool2 fc:" << classes << ", input "
        << input.channels << "x" << input.height << "x" << input.width << ")";
   return text.str();
-}
-
-SeedModel make_model(const std::string& name, int filters, TensorShape input, int classes) {
-  if (name != "seed") throw UsageError("--model: unknown model '" + name + "' (available: seed)");
-  SeedModel model;
-  model.input = input;
-  model.filters = filters;
-  model.classes = classes;
-  const TensorShape conv = model.conv();
-  if (conv.height < 2 || conv.width < 2)
-    throw UsageError("--model seed: input " + std::to_string(input.height) + "x" + std::to_string(input.width) +
-                     " is too small for a " + std::to_string(model.kernel) + "x" + std::to_string(model.kernel) +
-                     " convolution followed by a 2x2 max-pool");
-  return model;
 }
 
 void initialize_params(float* params, const ParamLayout& layout, std::uint64_t seed) {

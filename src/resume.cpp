@@ -112,21 +112,25 @@ std::uint64_t training_data_digest(const Dataset& train) {
   return fnv1a(fnv1a(kFnvOffsetBasis, train.labels), train.images);
 }
 
-CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, const Dataset& train) {
-  return checkpoint_config_for(config, model, train.count(), training_data_digest(train));
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, const Dataset& train) {
+  return checkpoint_config_for(config, network, train.count(), training_data_digest(train));
 }
 
-CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, std::int64_t train_samples,
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, std::int64_t train_samples,
                                        std::uint64_t data_digest) {
   CheckpointConfig c;
   c.model = config.model;
-  c.filters = model.filters;
-  c.input = model.input;
-  c.classes = model.classes;
+  c.spec = network.spec;
+  c.filters = config.filters;
+  c.input = network.input;
+  c.classes = network.classes;
   c.global_batch = config.batch;
   c.lr = config.lr;
   c.optimizer = config.optimizer;
   c.momentum = config.momentum;
+  c.beta1 = config.beta1;
+  c.beta2 = config.beta2;
+  c.eps = config.eps;
   c.seed = config.seed;
   c.dataset = config.dataset;
   c.dataset_digest = data_digest;
@@ -142,8 +146,9 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
   };
   constexpr const char* kShape = "the saved parameters would not fit the model";
   constexpr const char* kExact = "the continuation would not be exact; start a new run with another --out";
-  if (saved.model != now.model) refuse("model", saved.model, now.model, kShape);
-  if (saved.filters != now.filters) refuse("filters", text(saved.filters), text(now.filters), kShape);
+  // The spec, not the --model text: "seed" and its spelled-out layers are the same network, and
+  // --filters matters only through the spec.
+  if (saved.spec != now.spec) refuse("model", "'" + saved.spec + "'", "'" + now.spec + "'", kShape);
   if (saved.input.channels != now.input.channels || saved.input.height != now.input.height ||
       saved.input.width != now.input.width)
     refuse("input shape", shape_text(saved.input), shape_text(now.input), kShape);
@@ -161,6 +166,11 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
   if (saved.lr != now.lr) v.notes.push_back("resume: lr " + text(saved.lr) + " -> " + text(now.lr));
   if (saved.optimizer == "momentum" && saved.momentum != now.momentum)
     v.notes.push_back("resume: momentum " + text(saved.momentum) + " -> " + text(now.momentum));
+  if (saved.optimizer == "adam") {
+    if (saved.beta1 != now.beta1) v.notes.push_back("resume: beta1 " + text(saved.beta1) + " -> " + text(now.beta1));
+    if (saved.beta2 != now.beta2) v.notes.push_back("resume: beta2 " + text(saved.beta2) + " -> " + text(now.beta2));
+    if (saved.eps != now.eps) v.notes.push_back("resume: eps " + text(saved.eps) + " -> " + text(now.eps));
+  }
   if (saved.epochs != 0 && saved.epochs != now.epochs)
     v.notes.push_back("resume: epochs " + text(saved.epochs) + " -> " + text(now.epochs));
   return v;

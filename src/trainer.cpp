@@ -11,7 +11,7 @@
 #include "cnn/checkpointer.hpp"
 #include "cnn/collective_errors.hpp"
 #include "cnn/dataset.hpp"
-#include "cnn/model.hpp"
+#include "cnn/network.hpp"
 #include "cnn/progress.hpp"
 #include "cnn/resume.hpp"
 #include "cnn/run_log.hpp"
@@ -84,15 +84,18 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   std::unique_ptr<TrainingData> data;
   agree_or_stop(world, [&] { data = early_data.valid() ? early_data.get() : load_training_data(config); });
 
-  const SeedModel model = make_model(config.model, config.filters, data->shape(), data->classes());
-  const ParamLayout layout = model.layout();
+  const Network network = build_network(config.model, config.filters, data->shape(), data->classes());
+  const ParamLayout& layout = network.layout;
   OptimizerSettings optimizer;
   optimizer.kind = parse_optimizer(config.optimizer);
   optimizer.lr = static_cast<float>(config.lr);
   optimizer.momentum = static_cast<float>(config.momentum);
+  optimizer.beta1 = static_cast<float>(config.beta1);
+  optimizer.beta2 = static_cast<float>(config.beta2);
+  optimizer.eps = static_cast<float>(config.eps);
 
   // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
-  const CheckpointConfig saved_config = checkpoint_config_for(config, model, data->train_count(), data->train_digest());
+  const CheckpointConfig saved_config = checkpoint_config_for(config, network, data->train_count(), data->train_digest());
   const ResumePoint resume = resolve_resume(config, world, saved_config, layout);
   const CheckpointProgress& from = resume.state.progress;
   TrainSummary summary;
@@ -124,7 +127,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Backend> backend;
   agree_or_stop(world, [&] {
-    backend = make_backend(backend_options, model);
+    backend = make_backend(backend_options, network);
     data->bind(*backend, world.rank(), world.size(), config.batch);
     comm = make_communicator(world, *backend);
   });
@@ -153,8 +156,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   OverlapReducer* const overlap = exchange.overlap.get();
 
   if (root) {
-    std::cout << "cnn_mpi " << CNN_VERSION << "\n" << describe(config) << "  model_detail: " << model.describe()
-              << ", " << layout.total() << " parameters\n"
+    std::cout << "cnn_mpi " << CNN_VERSION << "\n" << describe(config) << "  model_detail: " << network.describe() << "\n"
               << "  train_images: " << data->train_count() << ", test_images: " << data->test_count() << "\n"
               << "  data_mode: " << data->mode() << "\n"
               << "  gradient allreduce: " << comm->name() << "\n" << exchange.report;
@@ -219,6 +221,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
       if (traced) times += backend->take_phase_times();
       const PhaseTimes before = times;
       const double step_start = wall_seconds();
+      optimizer.step = progress.global_step + 1;  // one update per step, counted over the whole run
       train_step(*backend, *comm, optimizer, layout.total(), batch, times, overlap);
       if (traced) backend->synchronize();
       const double step_wall = wall_seconds() - step_start;

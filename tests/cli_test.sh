@@ -48,7 +48,22 @@ expect 2 "does not run on --device gpu" -- "$binary" --device gpu --backend seq
 expect 2 "--filters must be at most" -- "$binary" --filters 100000
 expect 2 "The following argument was not expected|unexpected|not expected" -- "$binary" --no-such-option
 expect 2 "--train-samples" -- "$binary" --train-samples -3
+expect 2 "--optimizer: unknown optimizer 'adamw' \\(available: sgd, momentum, adam\\)" -- "$binary" --optimizer adamw
+expect 2 "--beta2 must be in" -- "$binary" --optimizer adam --beta2 1
+expect 2 "--eps must be a positive number" -- "$binary" --optimizer adam --eps 0
 expect 3 "$work/missing: data directory does not exist" -- "$binary" --data "$work/missing" "${small[@]}"
+# --model: a bad spec is found at start-up (shapes need the data's image size), one line naming the token.
+if [[ -d /usr/share/datasets/fashion-mnist ]]; then
+  expect 2 "^cnn_mpi: error: --model 'conv3x3:8 relu conv3x3:0 fc:10': token 3 'conv3x3:0': the filter count must be at least 1" \
+    -- "$binary" --model 'conv3x3:8 relu conv3x3:0 fc:10' "${small[@]}" --out "$work/m1"
+  expect 2 "token 2 'maxpool30': a 30x30 window does not fit its 8x26x26 input" \
+    -- "$binary" --model 'conv3x3:8 maxpool30 fc:10' "${small[@]}" --out "$work/m2"
+  expect 2 "token 1 'conv3x3:8': the last layer must be fc:10" -- "$binary" --model conv3x3:8 "${small[@]}" --out "$work/m3"
+  expect 2 "--model cifar2 = |token 1 'cifar2': unknown layer" -- "$binary" --model cifar2 "${small[@]}" --out "$work/m4"
+  if [[ -e $work/m1 || -e $work/m2 ]]; then fail "a refused --model created its run directory"; fi
+else
+  echo "skip: --model checks need /usr/share/datasets/fashion-mnist"
+fi
 mkdir -p "$work/bad"
 for name in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
   printf 'not an idx file at all' >"$work/bad/$name"

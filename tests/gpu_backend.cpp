@@ -358,7 +358,8 @@ std::unique_ptr<cnn::Backend> make(const std::string& kind, const cnn::SeedModel
   cnn::BackendOptions options;
   options.kind = kind;
   options.optimizer = optimizer;
-  return kind == "cuda" ? cnn::make_cuda_backend(options, m) : cnn::make_backend(options, m);
+  const cnn::Network net = cnn::seed_network(m);
+  return kind == "cuda" ? cnn::make_cuda_backend(options, net) : cnn::make_backend(options, net);
 }
 
 // One step in float64 on the host, the same mathematics as seq: the yardstick when the float32

@@ -64,7 +64,7 @@ Run train(const std::string& kind, cnn::OptimizerKind optimizer, int cuts) {
   options.kind = kind;
   options.threads = 2;
   options.optimizer = optimizer;
-  auto backend = cnn::make_backend(options, model);
+  auto backend = cnn::make_backend(options, cnn::seed_network(model));
   backend->bind_data(data, data);
   std::vector<float> params(static_cast<std::size_t>(layout.total()));
   cnn::initialize_params(params.data(), layout, 3);

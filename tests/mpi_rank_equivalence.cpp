@@ -43,7 +43,7 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   options.kind = kind;
   options.threads = 2;
   options.optimizer = opt.kind;
-  auto backend = cnn::make_backend(options, model);
+  auto backend = cnn::make_backend(options, cnn::seed_network(model));
   backend->bind_data(train, train);
   std::vector<float> params(static_cast<std::size_t>(layout.total()));
   cnn::initialize_params(params.data(), layout, 17);

@@ -91,7 +91,7 @@ expect_grep complete "$WORK/complete.out" "^run already complete (epoch 3 of 3)"
 E1="$WORK/boundary/checkpoints/ckpt-e0001-s00000020.h5"
 run_as shape "$CNN" "${SMALL[@]}" --filters 16 --epochs 2 --out "$WORK/shape" --resume "$E1"
 expect_rc shape "$EXIT_USAGE"
-expect_grep shape "$WORK/shape.err" "filters was 8, this run has 16"
+expect_grep shape "$WORK/shape.err" "model was 'conv3x3:8 relu maxpool2 fc:10', this run has 'conv3x3:16 relu maxpool2 fc:10'"
 run_as seed "$CNN" "${SMALL[@]}" --seed 7 --epochs 2 --out "$WORK/seed" --resume "$E1"
 expect_rc seed "$EXIT_USAGE"
 expect_grep seed "$WORK/seed.err" "seed was 1, this run has 7"
@@ -102,6 +102,21 @@ run_as lr "$CNN" "${SMALL[@]}" --lr 0.05 --epochs 2 --out "$WORK/lr" --resume "$
 expect_rc lr 0
 expect_grep lr "$WORK/lr.out" "^resume: lr 0.1 -> 0.05"
 expect_grep lr "$WORK/lr.out" "^resume: out .*boundary -> .*lr"
+
+# Adam on a general network (the layer-by-layer backend): stopped mid-epoch, resumed, bitwise equal to
+# an uninterrupted run (m, v and the step count travel in the checkpoint); another network is refused.
+ADAM=(--model "conv3x3:4/p1 relu maxpool2/s3 fc:16 relu fc:10" --optimizer adam --lr 0.002)
+run_as adamref "$CNN" "${SMALL[@]}" "${ADAM[@]}" --epochs 2 --out "$WORK/adamref"
+expect_rc adamref 0
+run_as adam1 env CNN_TEST_STOP_AFTER_STEPS=13 "$CNN" "${SMALL[@]}" "${ADAM[@]}" --epochs 2 --out "$WORK/adam"
+expect_rc adam1 "$EXIT_STOPPED"
+run_as adam "$CNN" "${SMALL[@]}" "${ADAM[@]}" --epochs 2 --out "$WORK/adam" --resume auto
+expect_rc adam 0
+same_bits "adam mid-epoch resume" "$(latest "$WORK/adamref")" "$(latest "$WORK/adam")"
+run_as adamspec "$CNN" "${SMALL[@]}" "${ADAM[@]}" --model "conv3x3:4/p1 relu fc:10" --epochs 2 --out "$WORK/adamspec" \
+  --resume "$(latest "$WORK/adamref")"
+expect_rc adamspec "$EXIT_USAGE"
+expect_grep adamspec "$WORK/adamspec.err" "model was 'conv3x3:4/p1 relu maxpool2/s3 fc:16 relu fc:10', this run has 'conv3x3:4/p1 relu fc:10'"
 
 # An existing run directory is refused without --resume (its logs are never overwritten).
 run_as again "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/ref"

@@ -22,7 +22,7 @@ StepResult one_step(const std::string& kind, int threads, const cnn::SeedModel& 
   cnn::BackendOptions options;
   options.kind = kind;
   options.threads = threads;
-  auto backend = cnn::make_backend(options, model);
+  auto backend = cnn::make_backend(options, cnn::seed_network(model));
   backend->bind_data(train, train);
   backend->upload_params(params);
   backend->begin_epoch(order);

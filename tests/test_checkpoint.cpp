@@ -56,8 +56,23 @@ void fill(std::vector<float>& values, std::uint64_t key) {
 
 CheckpointState make_state(const ParamLayout& layout, const std::string& optimizer, int filters) {
   CheckpointState state;
-  state.config = {"seed", filters, {1, 28, 28}, 10, 1000, 0.1, optimizer, 0.9, 42, "fashion",
-                  0xfedcba9876543210ULL, 60000};
+  CheckpointConfig& c = state.config;
+  c.model = "seed";
+  c.spec = preset_spec("seed", filters, 10);
+  c.filters = filters;
+  c.input = {1, 28, 28};
+  c.classes = 10;
+  c.global_batch = 1000;
+  c.lr = 0.1;
+  c.optimizer = optimizer;
+  c.momentum = 0.9;
+  c.beta1 = 0.85;
+  c.beta2 = 0.995;
+  c.eps = 1e-7;
+  c.seed = 42;
+  c.dataset = "fashion";
+  c.dataset_digest = 0xfedcba9876543210ULL;
+  c.train_samples = 60000;
   state.progress = {3, 17, 197, 197000, 4};
   state.metrics = {0.4321, 0.5123, 0.8765};
   state.optimizer_step = 197;
@@ -225,6 +240,7 @@ void check_round_trip(const std::string& optimizer) {
   const CheckpointConfig& a = loaded.config;
   const CheckpointConfig& b = saved.config;
   BOOST_CHECK_EQUAL(a.model, b.model);
+  BOOST_CHECK_EQUAL(a.spec, b.spec);
   BOOST_CHECK_EQUAL(a.filters, b.filters);
   BOOST_CHECK_EQUAL(a.input.channels, b.input.channels);
   BOOST_CHECK_EQUAL(a.input.height, b.input.height);
@@ -234,6 +250,9 @@ void check_round_trip(const std::string& optimizer) {
   BOOST_CHECK_EQUAL(a.lr, b.lr);  // doubles stored as doubles: exact
   BOOST_CHECK_EQUAL(a.optimizer, b.optimizer);
   BOOST_CHECK_EQUAL(a.momentum, b.momentum);
+  BOOST_CHECK_EQUAL(a.beta1, b.beta1);
+  BOOST_CHECK_EQUAL(a.beta2, b.beta2);
+  BOOST_CHECK_EQUAL(a.eps, b.eps);
   BOOST_CHECK_EQUAL(a.seed, b.seed);
   BOOST_CHECK_EQUAL(a.dataset, b.dataset);
   BOOST_CHECK_EQUAL(a.dataset_digest, b.dataset_digest);
@@ -265,6 +284,23 @@ BOOST_AUTO_TEST_CASE(same_state_gives_same_data_bytes) {
   const haddr_t offset = data_offset(f.path, "/model/fc/weight");
   const std::size_t bytes = f.layout.find("fc.weight").size * sizeof(float);
   BOOST_CHECK(std::equal(first.begin() + offset, first.begin() + offset + bytes, second.begin() + offset));
+}
+
+// Files written before specs (and adam) existed have no spec, beta1, beta2 or eps attributes.
+void remove_new_config_attrs(hid_t file) {
+  const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
+  for (const char* name : {"spec", "beta1", "beta2", "eps"}) BOOST_REQUIRE(H5Adelete(config, name) >= 0);
+  H5Gclose(config);
+}
+
+BOOST_AUTO_TEST_CASE(checkpoints_without_a_spec_derive_it_from_model_and_filters) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout);
+  edit_file(f.path, remove_new_config_attrs);
+  const CheckpointConfig c = read_checkpoint_config(f.path);
+  BOOST_CHECK_EQUAL(c.spec, "conv3x3:" + std::to_string(kFilters) + " relu maxpool2 fc:10");
+  BOOST_CHECK_EQUAL(c.beta1, 0.9);
+  BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).params.size(), static_cast<std::size_t>(f.layout.total()));
 }
 
 BOOST_AUTO_TEST_CASE(fixed_length_strings_are_accepted) {

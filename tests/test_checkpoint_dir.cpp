@@ -44,7 +44,20 @@ struct Fixture {
 
 CheckpointState state_at(const ParamLayout& layout, std::int64_t epoch, std::int64_t step) {
   CheckpointState state;
-  state.config = {"seed", kFilters, {1, 28, 28}, 10, 100, 0.1, "momentum", 0.9, 7, "fashion", 1, 600};
+  CheckpointConfig& c = state.config;
+  c.model = "seed";
+  c.spec = preset_spec("seed", kFilters, 10);
+  c.filters = kFilters;
+  c.input = {1, 28, 28};
+  c.classes = 10;
+  c.global_batch = 100;
+  c.lr = 0.1;
+  c.optimizer = "momentum";
+  c.momentum = 0.9;
+  c.seed = 7;
+  c.dataset = "fashion";
+  c.dataset_digest = 1;
+  c.train_samples = 600;
   state.progress = {epoch, 0, step, step * 100, 2};
   state.params.assign(static_cast<std::size_t>(layout.total()), 0.25f);
   state.optimizer_state.assign(static_cast<std::size_t>(layout.total()), -0.5f);

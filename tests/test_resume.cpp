@@ -21,6 +21,7 @@ namespace {
 CheckpointConfig saved_config() {
   CheckpointConfig c;
   c.model = "seed";
+  c.spec = preset_spec("seed", 8, 10);
   c.filters = 8;
   c.input = {1, 28, 28};
   c.classes = 10;
@@ -54,13 +55,25 @@ BOOST_AUTO_TEST_CASE(identical_settings_resume_silently) {
 BOOST_AUTO_TEST_CASE(model_shape_changes_are_refused_by_name) {
   CheckpointConfig now = saved_config();
   now.filters = 16;
-  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "filters was 8, this run has 16"));
+  now.spec = preset_spec("seed", 16, 10);
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal,
+                      "model was 'conv3x3:8 relu maxpool2 fc:10', this run has 'conv3x3:16 relu maxpool2 fc:10'"));
+  now = saved_config();
+  now.model = "cifar";
+  now.spec = preset_spec("cifar", 8, 10);
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "model was 'conv3x3:8"));
   now = saved_config();
   now.input = {3, 32, 32};
   BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "input shape was 1x28x28, this run has 3x32x32"));
   now = saved_config();
   now.classes = 100;
   BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "classes was 10"));
+}
+
+BOOST_AUTO_TEST_CASE(the_same_network_spelled_out_resumes) {
+  CheckpointConfig now = saved_config();
+  now.model = "conv3x3:8 relu maxpool2 flatten fc:10";  // the canonical spec is what counts
+  BOOST_TEST(check_resume(saved_config(), now).refusal.empty());
 }
 
 BOOST_AUTO_TEST_CASE(changes_that_break_exact_continuation_are_refused) {

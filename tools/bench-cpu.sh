@@ -3,7 +3,8 @@
 # For each backend and (global batch, filters) setting: one rank, one warm-up epoch, then
 # $EPOCHS measured epochs over $SAMPLES training images; reports the median images/s over the measured
 # epochs (min and max beside it) and the process's peak resident memory.
-# Usage: tools/bench-cpu.sh [--quick]      (env: CNN_BINARY, SAMPLES, EPOCHS, BACKENDS, SETTINGS)
+# Usage: tools/bench-cpu.sh [--quick]      (env: CNN_BINARY, SAMPLES, EPOCHS, BACKENDS, SETTINGS, MODEL)
+# MODEL: --model (default seed; SETTINGS' filters then apply only to the seed preset).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=${CNN_BINARY:-build/cnn_mpi}
@@ -12,11 +13,12 @@ epochs=${EPOCHS:-3}
 if [[ ${1:-} == --quick ]]; then samples=3000; epochs=2; fi
 backends=${BACKENDS:-"seq threads"}
 settings=${SETTINGS:-"1000:64 100:64 1000:256"}
+model=${MODEL:-seed}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 echo "# cnn_mpi CPU benchmark: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "# command: tools/bench-cpu.sh $*  (SAMPLES=$samples EPOCHS=$epochs, one warm-up epoch, median of the rest)"
+echo "# command: tools/bench-cpu.sh $*  (SAMPLES=$samples EPOCHS=$epochs MODEL='$model', one warm-up epoch, median of the rest)"
 echo
 echo "| backend | threads | batch | filters | images/s (median) | min..max | ms per 60000-image epoch | peak RSS MB |"
 echo "| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"
@@ -25,7 +27,7 @@ for backend in $backends; do
     batch=${setting%%:*}
     filters=${setting##*:}
     out="$work/$backend-$batch-$filters"
-    /usr/bin/time -f '%M' -o "$work/rss" "$binary" --backend "$backend" --batch "$batch" --filters "$filters" \
+    /usr/bin/time -f '%M' -o "$work/rss" "$binary" --model "$model" --backend "$backend" --batch "$batch" --filters "$filters" \
       --epochs $((epochs + 1)) --train-samples "$samples" --test-samples 1000 --out "$out" --quiet >"$work/log" 2>&1 ||
       { cat "$work/log"; exit 1; }
     threads=$(awk '/threads_per_rank:/ { print $2 }' "$work/log")

@@ -10,7 +10,7 @@
 
 #include "cnn/dataset.hpp"
 #include "cnn/gradient_ready.hpp"
-#include "cnn/model.hpp"
+#include "cnn/network.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/phase_times.hpp"
 
@@ -99,6 +99,8 @@ struct BackendOptions {
   OptimizerKind optimizer = OptimizerKind::kSgd;
 };
 
-std::unique_ptr<Backend> make_backend(const BackendOptions& options, const SeedModel& model);
+// seq/threads: the fused CPU backend when network.as_seed(), the layer-by-layer one otherwise;
+// cuda: make_cuda_backend, which chooses the same way.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Network& network);
 
 }  // namespace cnn

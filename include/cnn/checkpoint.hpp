@@ -2,11 +2,12 @@
 //
 // Layout (docs/CHECKPOINT.md):
 //   /                        attrs format="cnn_mpi-checkpoint", version=1, created, program_version
-//   /config                  attrs model, filters, input_shape, classes, global_batch, lr, optimizer,
-//                            momentum, seed, dataset, dataset_digest, train_samples, epochs
-//                            (epochs: optional, the --epochs the run aimed at)
+//   /config                  attrs model, spec, filters, input_shape, classes, global_batch, lr, optimizer,
+//                            momentum, beta1, beta2, eps, seed, dataset, dataset_digest, train_samples, epochs
+//                            (optional, for files written before they existed: epochs, the --epochs the
+//                            run aimed at; spec, derived from model + filters when absent; beta1, beta2, eps)
 //   /model/<layer>/<param>   float32, natural shape (e.g. /model/conv1/weight [d,1,3,3])
-//   /optimizer/<layer>/<param>/<state>   (momentum: "velocity"); attr step on /optimizer
+//   /optimizer/<layer>/<param>/<state>   (momentum: "velocity"; adam: "m", "v"); attr step on /optimizer
 //   /progress                attrs epoch, step_in_epoch, global_step, samples_seen, world_size_at_save,
 //                            epoch_loss_sum, epoch_correct, epoch_samples (optional: the unfinished epoch's
 //                            train loss sum, correct count and samples over all ranks, so its logged loss is exact)
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "cnn/model.hpp"
+#include "cnn/network.hpp"
 
 namespace cnn {
 
@@ -27,14 +29,18 @@ inline constexpr const char* kCheckpointFormat = "cnn_mpi-checkpoint";
 inline constexpr int kCheckpointVersion = 1;
 
 struct CheckpointConfig {
-  std::string model;            // "seed"
+  std::string model;            // --model as given: a preset ("seed", "cifar") or a layer spec
+  std::string spec;             // the canonical layer spec (Network::spec); what resume compares
   int filters = 0;
   TensorShape input;
   int classes = 0;
   std::int64_t global_batch = 0;
   double lr = 0.0;
-  std::string optimizer;        // "sgd" | "momentum"
+  std::string optimizer;        // "sgd" | "momentum" | "adam"
   double momentum = 0.0;
+  double beta1 = 0.9;           // adam
+  double beta2 = 0.999;
+  double eps = 1e-8;
   std::uint64_t seed = 0;
   std::string dataset;          // "fashion"
   std::uint64_t dataset_digest = 0;

@@ -28,13 +28,16 @@ struct TrainConfig {
   std::string h5_labels = "/labels";    // hdf5: dataset of uint8 labels [N]
 
   // Model and optimisation
-  std::string model = "seed";
+  std::string model = "seed";           // a preset (seed | cifar) or a layer spec (include/cnn/network.hpp)
   int filters = 32;
   std::int64_t batch = 100;             // global batch, summed over all ranks
   int epochs = 1;
   double lr = 0.1;
-  std::string optimizer = "sgd";        // sgd | momentum
+  std::string optimizer = "sgd";        // sgd | momentum | adam
   double momentum = 0.9;
+  double beta1 = 0.9;                   // adam
+  double beta2 = 0.999;
+  double eps = 1e-8;
   std::uint64_t seed = 1;
 
   // Execution

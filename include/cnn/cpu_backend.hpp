@@ -12,7 +12,11 @@
 namespace cnn {
 
 // kind: "seq" (always one thread) or "threads" (`threads` OpenMP threads).
+// The seed model with its fused conv-relu-pool ops (ops.hpp).
 std::unique_ptr<Backend> make_cpu_backend(const SeedModel& model, const std::string& kind, int threads,
                                           OptimizerKind optimizer);
+// Any network, layer by layer with the ops of layer_ops.hpp; same threading and determinism.
+std::unique_ptr<Backend> make_cpu_layer_backend(const Network& network, const std::string& kind, int threads,
+                                                OptimizerKind optimizer);
 
 }  // namespace cnn

@@ -7,7 +7,7 @@
 
 #include "cnn/backend.hpp"
 #include "cnn/communicator.hpp"
-#include "cnn/model.hpp"
+#include "cnn/network.hpp"
 
 namespace cnn {
 
@@ -15,9 +15,10 @@ namespace cnn {
 // Never throws.
 int cuda_device_count();
 
-// The `cuda` backend on GPU options.local_rank % cuda_device_count(). Throws Error with a HINT when
-// no device is usable, and UsageError for a model the kernels do not support.
-std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const SeedModel& model);
+// The `cuda` backend on GPU options.local_rank % cuda_device_count(): the fused seed step when
+// network.as_seed(), the layer-by-layer backend otherwise. Throws Error with a HINT when no device is
+// usable, and UsageError for a network the kernels do not support.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network);
 
 // Allreduce of device buffers for a backend made by make_cuda_backend: NCCL on the backend's stream
 // when built with NCCL (CNN_HAVE_NCCL), otherwise MPI_Allreduce through pinned host memory.

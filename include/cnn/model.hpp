@@ -43,7 +43,8 @@ class ParamLayout {
   std::int64_t total_ = 0;
 };
 
-// The seed CNN of the original study:
+// The seed CNN of the original study, the shape the fused fast paths (ops.hpp, kernels/) serve;
+// general networks are cnn::Network (network.hpp), whose as_seed() gives this when it fits:
 //   input C x H x W -> conv KxK, `filters` maps, stride 1, no padding -> ReLU -> maxpool 2x2/2
 //   -> flatten -> fully connected -> `classes` logits -> softmax cross-entropy.
 struct SeedModel {
@@ -64,9 +65,6 @@ struct SeedModel {
   // "seed(d=32, 1x28x28 -> 10)"
   std::string describe() const;
 };
-
-// Builds the model named by --model ("seed") for the data's input shape; throws UsageError otherwise.
-SeedModel make_model(const std::string& name, int filters, TensorShape input, int classes);
 
 // Seeded initialisation, the same on every rank: each tensor uniform in +-1/sqrt(fan_in), as
 // PyTorch's default for Conv2d and Linear. Writes layout.total() floats.

@@ -3,9 +3,9 @@
 // Rank 0 finds and reads the checkpoint and checks it against this run's settings; every rank then
 // receives the same state by broadcast, so all continue from identical parameters and progress.
 // What may change between the stop and the resume is decided here (docs/CHECKPOINT.md, "Resuming"):
-//   refused (exit 2): model, filters, input shape, classes (the parameters would not fit);
+//   refused (exit 2): model spec, input shape, classes (the parameters would not fit);
 //                     seed, global batch, optimizer, data (the continuation would not be exact)
-//   allowed, printed: lr, momentum, epochs, output directory
+//   allowed, printed: lr, momentum, adam betas and eps, epochs, output directory
 #pragma once
 
 #include <cstdint>
@@ -20,9 +20,9 @@
 namespace cnn {
 
 // What this run would write into /config; compared with a checkpoint's.
-CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, const Dataset& train);
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, const Dataset& train);
 // The same for training data identified by its sample count and digest (TrainingData::train_digest()).
-CheckpointConfig checkpoint_config_for(const TrainConfig& config, const SeedModel& model, std::int64_t train_samples,
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, std::int64_t train_samples,
                                        std::uint64_t data_digest);
 
 // FNV-1a of the training split's labels then images: identifies the data a run trains on. The test

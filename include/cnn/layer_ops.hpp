@@ -1,0 +1,82 @@
+// The layer operations of a general network (--model SPEC) on the CPU, over a batch of n samples in
+// NCHW layout. Each has a CUDA twin in kernels/layer_ops.cu with the same name and argument order
+// (namespace cnn::cuda, device pointers, plus a trailing cudaStream_t).
+//
+// Same conventions as include/cnn/ops.hpp: backward functions ACCUMULATE (+=) into parameter
+// gradients, so a caller can sum gradients over several micro-batches; they OVERWRITE activation
+// gradients. Fully connected layers, softmax cross-entropy and the input gather are the ops of
+// ops.hpp (fc_forward / fc_backward / softmax_cross_entropy / gather_normalize), unchanged.
+//
+// Every op is deterministic: the same inputs give the same bits, whatever thread calls it.
+#pragma once
+
+#include <cstdint>
+
+namespace cnn {
+
+// A 2-D convolution: input C x H x W, `filters` output maps, square kernel, zero padding `pad` on
+// every side, the same `stride` in both directions.
+struct ConvShape {
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+  int filters = 0;
+  int kernel = 0;
+  int stride = 1;
+  int pad = 0;
+
+  int out_h() const { return (height + 2 * pad - kernel) / stride + 1; }
+  int out_w() const { return (width + 2 * pad - kernel) / stride + 1; }
+  std::int64_t in_size() const { return static_cast<std::int64_t>(channels) * height * width; }
+  std::int64_t out_size() const { return static_cast<std::int64_t>(filters) * out_h() * out_w(); }
+  std::int64_t weight_size() const { return static_cast<std::int64_t>(filters) * channels * kernel * kernel; }
+};
+
+// A max-pool over `size` x `size` windows moved by `stride` (which may differ from size: windows
+// overlap when stride < size), no padding; windows that would cross the border are dropped.
+struct PoolShape {
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+  int size = 2;
+  int stride = 2;
+
+  int out_h() const { return (height - size) / stride + 1; }
+  int out_w() const { return (width - size) / stride + 1; }
+  std::int64_t in_size() const { return static_cast<std::int64_t>(channels) * height * width; }
+  std::int64_t out_size() const { return static_cast<std::int64_t>(channels) * out_h() * out_w(); }
+};
+
+//   out[s,f,y,x] = bias[f] + sum_{c,i,j} weight[f,c,i,j] * in[s, c, y*stride+i-pad, x*stride+j-pad]
+// (terms outside the input are zero).
+void conv2d_forward(float* out /*[n,F,OH,OW]*/, const float* in /*[n,C,H,W]*/, const float* weight /*[F,C,K,K]*/,
+                    const float* bias /*[F]*/, std::int64_t n, const ConvShape& shape);
+
+//   grad_in[s,c,h,w]    = sum over (f,y,x,i,j) with h = y*stride+i-pad, w = x*stride+j-pad of
+//                         grad_out[s,f,y,x] * weight[f,c,i,j]          (skipped when grad_in is null)
+//   grad_weight[f,c,i,j] += sum_{s,y,x} grad_out[s,f,y,x] * in[s, c, y*stride+i-pad, x*stride+j-pad]
+//   grad_bias[f]        += sum_{s,y,x} grad_out[s,f,y,x]
+void conv2d_backward(float* grad_in /*[n,C,H,W] or null*/, float* grad_weight /*[F,C,K,K]*/,
+                     float* grad_bias /*[F]*/, const float* grad_out /*[n,F,OH,OW]*/, const float* in /*[n,C,H,W]*/,
+                     const float* weight /*[F,C,K,K]*/, std::int64_t n, const ConvShape& shape);
+
+// out[i] = max(0, in[i]) over `count` floats (count = n * per-sample size). out may equal in.
+void relu_forward(float* out, const float* in, std::int64_t count);
+
+// grad_in[i] = out[i] > 0 ? grad_out[i] : 0, the mask taken from the forward OUTPUT (so in-place
+// forward is fine). grad_in may equal grad_out.
+void relu_backward(float* grad_in, const float* grad_out, const float* out, std::int64_t count);
+
+//   out[s,c,py,px] = max over the window (py*stride + a, px*stride + b), a,b in [0,size)
+//   argmax[s,c,py,px] = (py*stride + a) * W + (px*stride + b) of the winner, an index into the
+//                       sample's channel plane; the first maximum in row-major window order wins.
+void maxpool_forward(float* out /*[n,C,OH,OW]*/, std::int32_t* argmax /*[n,C,OH,OW]*/, const float* in /*[n,C,H,W]*/,
+                     std::int64_t n, const PoolShape& shape);
+
+// grad_in[s,c,h,w] = sum of grad_out[s,c,py,px] over the windows whose winner is (h,w) (several when
+// windows overlap, added in row-major (py, px) order; zero for positions that never won).
+// Overwrites all of grad_in.
+void maxpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/,
+                      const std::int32_t* argmax /*[n,C,OH,OW]*/, std::int64_t n, const PoolShape& shape);
+
+}  // namespace cnn

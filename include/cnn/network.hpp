@@ -1,0 +1,77 @@
+// A general network, as described by --model SPEC, resolved against the data's input shape.
+//
+// The grammar (README, "Models"; --help): whitespace-separated tokens
+//   conv<K>x<K>:<F>[/s<S>][/p<P>]   convolution, K x K kernel, F filters, stride S (1), zero padding P (0)
+//   relu                            max(0, x)
+//   maxpool<K>[/s<S>]               max-pool over K x K windows, stride S (default K)
+//   flatten                         C x H x W -> C*H*W features (implicit before the first fc)
+//   fc:<N>                          fully connected, N outputs
+// The last layer must be fc:<classes>; softmax cross-entropy follows it. Presets:
+//   seed  = conv3x3:D relu maxpool2 fc:<classes>   (D = --filters; the default)
+//   cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10
+// Parameter tensors are named conv1..convN and fc (one fc layer) or fc1..fcM (several), each with
+// .weight and .bias, in layer order in the flat buffer (ParamLayout).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cnn/layer_ops.hpp"
+#include "cnn/model.hpp"
+
+namespace cnn {
+
+enum class LayerKind { kConv, kRelu, kMaxPool, kFlatten, kFc };
+
+// "conv", "relu", "maxpool", "flatten", "fc".
+const char* layer_kind_name(LayerKind kind);
+
+// One resolved layer. Shapes are per sample; after a flatten or fc they are {features, 1, 1}.
+struct Layer {
+  LayerKind kind = LayerKind::kRelu;
+  TensorShape in;
+  TensorShape out;
+  ConvShape conv;                     // kConv only
+  PoolShape pool;                     // kMaxPool only
+  int fc_out = 0;                     // kFc only (its in-features are in.size())
+  std::string name;                   // parameter layer name ("conv2", "fc", "fc1"); empty without parameters
+  std::int64_t weight_offset = -1;    // into the flat parameter buffer; -1 without parameters
+  std::int64_t bias_offset = -1;
+  int token = 0;                      // 1-based index of the spec token it came from; 0 for an implicit flatten
+  int column = -1;                    // 0-based column of that token in the spec as given; -1 if implicit
+
+  bool has_params() const { return kind == LayerKind::kConv || kind == LayerKind::kFc; }
+};
+
+struct Network {
+  TensorShape input;
+  int classes = 0;
+  std::vector<Layer> layers;          // in order; always ends with fc:<classes>
+  ParamLayout layout;
+  std::string spec;                   // canonical: preset expanded, default strides/pads and flatten left out
+
+  // "conv3x3:32 relu maxpool2 fc:10 (input 1x28x28, 54,410 parameters)"
+  std::string describe() const;
+  // Multiply-adds x2 of one image's forward and backward pass.
+  double flops_per_image() const;
+  // The seed model when the network is exactly conv KxK:F (stride 1, pad 0), relu, maxpool2 (stride
+  // 2), fc:classes: backends then run their fused fast path. Empty otherwise.
+  std::optional<SeedModel> as_seed() const;
+  // Floats per sample of the largest layer input or output (sizes activation buffers).
+  std::int64_t largest_activation() const;
+};
+
+// The layer spec of a preset name, or "" when `name` is not a preset. filters is the seed's D.
+std::string preset_spec(const std::string& name, int filters, int classes);
+
+// Parses and resolves --model (a preset name or a spec) for `input` images in `classes` classes.
+// A bad spec throws UsageError with ONE line quoting the spec and naming the bad token, e.g.
+//   --model 'conv3x3:32 conv3x3:0 fc:10': token 2 'conv3x3:0': the filter count must be at least 1
+Network build_network(const std::string& model, int filters, TensorShape input, int classes);
+
+// The network of the seed model (what SeedModel describes), for tests and the fused path's owners.
+Network seed_network(const SeedModel& model);
+
+}  // namespace cnn

@@ -1,0 +1,452 @@
+// The layer-by-layer `cuda` backend; see cuda_layer_backend.hpp.
+#include "cuda_layer_backend.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "cnn/cuda_backend.hpp"
+#include "cnn/errors.hpp"
+#include "cuda_check.hpp"
+#include "cuda_ops.hpp"
+#include "launch.hpp"
+#include "seed_shape.hpp"
+
+namespace cnn::cuda {
+namespace {
+
+constexpr std::int64_t kEvalChunk = 1000;
+
+bool enabled_by_environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+int pick_device(int local_rank) {
+  const int count = cuda_device_count();
+  if (count <= 0)
+    throw Error(ExitCode::kFailure, "the cuda backend found no usable CUDA device on " + where_am_i() +
+                                        " HINT: check CUDA_VISIBLE_DEVICES and nvidia-smi, or use --backend threads");
+  return local_rank % count;
+}
+
+}  // namespace
+
+CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network& network)
+    : network_(network), optimizer_(options.optimizer), device_(pick_device(options.local_rank)),
+      use_graphs_(enabled_by_environment("CNN_CUDA_GRAPHS")) {
+  if (network_.classes != kSeedClasses)
+    throw UsageError("the cuda backend's softmax is built for " + std::to_string(kSeedClasses) + " classes; " +
+                     network_.describe() + " has " + std::to_string(network_.classes) +
+                     " (use --backend seq or threads)");
+  // Lower the layers to ops: flatten is free in NCHW, a ReLU after a conv or fc folds into it.
+  bool params_before = false;
+  for (const Layer& layer : network_.layers) {
+    if (layer.kind == LayerKind::kFlatten) continue;
+    if (layer.kind == LayerKind::kRelu && !ops_.empty() && !ops_.back().relu_after &&
+        (ops_.back().kind == LayerKind::kConv || ops_.back().kind == LayerKind::kFc)) {
+      ops_.back().relu_after = true;
+      ops_.back().output_is_relu = true;
+      continue;
+    }
+    Op op;
+    op.kind = layer.kind;
+    op.layer = &layer;  // network_ is this object's own copy: its layers do not move
+    op.output_is_relu = layer.kind == LayerKind::kRelu;
+    op.in_size = layer.in.size();
+    op.out_size = layer.out.size();
+    op.needs_input_grad = params_before;
+    params_before |= layer.has_params();
+    ops_.push_back(op);
+  }
+  if (ops_.empty() || ops_.back().kind != LayerKind::kFc || ops_.back().relu_after)
+    throw UsageError("the cuda backend needs a network that ends with fc:" + std::to_string(network_.classes) +
+                     " (got " + network_.describe() + ")");
+
+  CNN_CHECK_CUDA(cudaSetDevice(device_));
+  multiprocessors_ = multiprocessor_count();
+  CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+  CNN_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  CNN_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  timer_ = std::make_unique<StepTimer>(stream_);
+  cudaMemPool_t pool = nullptr;
+  CNN_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, device_));
+  std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
+  CNN_CHECK_CUDA(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+
+  cudaDeviceProp props{};
+  CNN_CHECK_CUDA(cudaGetDeviceProperties(&props, device_));
+  char bus_id[32] = "?";
+  CNN_CHECK_CUDA(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_));
+  description_ = std::string(props.name) + " (GPU " + std::to_string(device_) + ", PCI " + bus_id +
+                 ", layer by layer, CUDA graphs " + (use_graphs_ ? "on" : "off") + ")";
+
+  const std::int64_t total = network_.layout.total();
+  params_.resize(total);
+  grads_.resize(total);
+  CNN_CHECK_CUDA(cudaMemsetAsync(params_.get(), 0, params_.bytes(), stream_));
+  CNN_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
+  optimizer_state_.resize(total * optimizer_state_per_param(optimizer_));
+  if (optimizer_state_.size() > 0)
+    CNN_CHECK_CUDA(cudaMemsetAsync(optimizer_state_.get(), 0, optimizer_state_.bytes(), stream_));
+
+  activations_.resize(ops_.size() + 1);
+  gradients_.resize(ops_.size() + 1);
+  argmax_.resize(ops_.size());
+  loss_sums_.resize(2);
+  correct_counts_.resize(2);
+  loss_readback_.resize(1);
+  correct_readback_.resize(1);
+  CNN_CHECK_CUDA(cudaMemsetAsync(loss_sums_.get(), 0, loss_sums_.bytes(), stream_));
+  CNN_CHECK_CUDA(cudaMemsetAsync(correct_counts_.get(), 0, correct_counts_.bytes(), stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+CudaLayerBackend::~CudaLayerBackend() {
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  drop_graphs();
+  timer_.reset();
+  if (side_stream_ != nullptr) (void)cudaStreamSynchronize(side_stream_);
+  if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
+  if (join_ != nullptr) (void)cudaEventDestroy(join_);
+  if (side_stream_ != nullptr) (void)cudaStreamDestroy(side_stream_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+void CudaLayerBackend::bind_data(const Dataset& train, const Dataset& test) {
+  const std::int64_t sample = network_.input.size();
+  for (const Dataset* data : {&train, &test})
+    if (data->shape.size() != sample || static_cast<std::int64_t>(data->images.size()) != data->count() * sample)
+      throw InputError("data set " + data->name + " does not match the network's input " + network_.describe());
+  CNN_CHECK_CUDA(cudaSetDevice(device_));
+  train_count_ = train.count();
+  test_count_ = test.count();
+  train_images_.resize(static_cast<std::int64_t>(train.images.size()));
+  train_labels_.resize(train_count_);
+  test_images_.resize(static_cast<std::int64_t>(test.images.size()));
+  test_labels_.resize(test_count_);
+  std::vector<std::int32_t> order(static_cast<std::size_t>(test_count_));
+  std::iota(order.begin(), order.end(), 0);
+  test_order_.resize(test_count_);
+  CNN_CHECK_CUDA(cudaMemcpy(train_images_.get(), train.images.data(), train_images_.bytes(), cudaMemcpyHostToDevice));
+  CNN_CHECK_CUDA(cudaMemcpy(train_labels_.get(), train.labels.data(), train_labels_.bytes(), cudaMemcpyHostToDevice));
+  CNN_CHECK_CUDA(cudaMemcpy(test_images_.get(), test.images.data(), test_images_.bytes(), cudaMemcpyHostToDevice));
+  CNN_CHECK_CUDA(cudaMemcpy(test_labels_.get(), test.labels.data(), test_labels_.bytes(), cudaMemcpyHostToDevice));
+  CNN_CHECK_CUDA(cudaMemcpy(test_order_.get(), order.data(), test_order_.bytes(), cudaMemcpyHostToDevice));
+}
+
+void CudaLayerBackend::upload_params(const std::vector<float>& host) {
+  if (static_cast<std::int64_t>(host.size()) != network_.layout.total())
+    throw InputError("parameters have " + std::to_string(host.size()) + " floats; the network needs " +
+                     std::to_string(network_.layout.total()));
+  CNN_CHECK_CUDA(cudaMemcpyAsync(params_.get(), host.data(), params_.bytes(), cudaMemcpyHostToDevice, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+std::vector<float> CudaLayerBackend::download_params() {
+  std::vector<float> host(static_cast<std::size_t>(params_.size()));
+  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), params_.get(), params_.bytes(), cudaMemcpyDeviceToHost, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return host;
+}
+
+void CudaLayerBackend::upload_optimizer_state(const std::vector<float>& host) {
+  if (static_cast<std::int64_t>(host.size()) != optimizer_state_.size())
+    throw InputError("optimizer state has " + std::to_string(host.size()) + " floats; " +
+                     optimizer_name(optimizer_) + " needs " + std::to_string(optimizer_state_.size()));
+  if (host.empty()) return;
+  CNN_CHECK_CUDA(cudaMemcpyAsync(optimizer_state_.get(), host.data(), optimizer_state_.bytes(), cudaMemcpyHostToDevice,
+                                 stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+}
+
+std::vector<float> CudaLayerBackend::download_optimizer_state() {
+  std::vector<float> host(static_cast<std::size_t>(optimizer_state_.size()));
+  if (host.empty()) return host;
+  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), optimizer_state_.get(), optimizer_state_.bytes(), cudaMemcpyDeviceToHost,
+                                 stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  return host;
+}
+
+void CudaLayerBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
+  const auto size = static_cast<std::int64_t>(permutation.size());
+  if (size > train_count_)
+    throw InputError("the epoch's order has " + std::to_string(size) + " entries but the training set only " +
+                     std::to_string(train_count_));
+  permutation_.reserve(size);
+  CNN_CHECK_CUDA(cudaMemcpyAsync(permutation_.get(), permutation.data(),
+                                 static_cast<std::size_t>(size) * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  permutation_size_ = size;
+}
+
+const CudaLayerBackend::Plans& CudaLayerBackend::plans_for(std::int64_t n) {
+  auto found = plans_.find(n);
+  if (found != plans_.end()) return found->second;
+  Plans plans;
+  plans.ops.resize(ops_.size());
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    const Layer& layer = *ops_[k].layer;
+    if (ops_[k].kind == LayerKind::kConv)
+      plans.ops[k] = plan_conv(layer.conv, n, multiprocessors_);
+    else if (ops_[k].kind == LayerKind::kFc)
+      plans.ops[k] = plan_fc(layer.in.size(), layer.fc_out, n, multiprocessors_);
+    plans.workspace_floats = std::max(plans.workspace_floats, plans.ops[k].workspace_floats());
+  }
+  return plans_.emplace(n, std::move(plans)).first->second;
+}
+
+void CudaLayerBackend::ensure_batch_capacity(std::int64_t n) {
+  const Plans& plans = plans_for(n);
+  bool moved = workspace_.reserve(plans.workspace_floats);
+  moved |= side_workspace_.reserve(plans.workspace_floats);
+  if (n > capacity_) {
+    moved |= batch_indices_.reserve(n);
+    moved |= batch_labels_.reserve(n);
+    moved |= activations_[0].reserve(n * network_.input.size());
+    for (std::size_t k = 0; k < ops_.size(); ++k) {
+      moved |= activations_[k + 1].reserve(n * ops_[k].out_size);
+      moved |= gradients_[k + 1].reserve(n * ops_[k].out_size);
+      if (ops_[k].kind == LayerKind::kMaxPool) moved |= argmax_[k].reserve(n * ops_[k].out_size);
+    }
+    capacity_ = n;
+  }
+  // A captured graph holds raw pointers: any buffer that moved invalidates every graph.
+  if (moved) drop_graphs();
+}
+
+void CudaLayerBackend::enqueue_forward(std::int64_t n, const Plans& plans, bool /*training*/) {
+  float* params = params_.get();
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    const Op& op = ops_[k];
+    const Layer& layer = *op.layer;
+    const float* in = activations_[k].get();
+    float* out = activations_[k + 1].get();
+    switch (op.kind) {
+      case LayerKind::kConv:
+        conv2d_forward_planned(plans.ops[k].forward, out, in, params + layer.weight_offset, params + layer.bias_offset,
+                               n, layer.conv, op.relu_after, workspace_.get(), stream_);
+        break;
+      case LayerKind::kFc:
+        fc_forward_planned(plans.ops[k].forward, out, in, params + layer.weight_offset, params + layer.bias_offset, n,
+                           layer.in.size(), layer.fc_out, op.relu_after, workspace_.get(), stream_);
+        break;
+      case LayerKind::kMaxPool:
+        maxpool_forward(out, argmax_[k].get(), in, n, layer.pool, stream_);
+        break;
+      case LayerKind::kRelu:
+        relu_forward(out, in, n * op.in_size, stream_);
+        break;
+      case LayerKind::kFlatten:
+        break;
+    }
+  }
+}
+
+// The whole step, in stream order. The index copy comes first (device to device), so a graph replays
+// it with only that copy's source changed.
+void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* indices, bool timed) {
+  const Plans& plans = plans_for(n);
+  CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
+                                 cudaMemcpyDeviceToDevice, stream_));
+  gather_normalize(activations_[0].get(), train_images_.get(), batch_indices_.get(), n, network_.input.size(), stream_);
+  gather_labels(batch_labels_.get(), train_labels_.get(), batch_indices_.get(), n, stream_);
+  if (timed) timer_->close(Phase::kData);
+  enqueue_forward(n, plans, true);
+  const std::size_t last = ops_.size();
+  softmax_cross_entropy(gradients_[last].get(), loss_sums_.get() + kTrainSlot, correct_counts_.get() + kTrainSlot,
+                        activations_[last].get(), batch_labels_.get(), n, network_.classes, stream_);
+  if (timed) timer_->close(Phase::kForward);
+
+  // Backward. gradients_[k+1] is dL/d(op k's output), taken before op k's folded ReLU: whoever
+  // writes it masks with that ReLU's output. Weight gradients go to the side stream as soon as
+  // their output gradient exists (fork_), the side stream joins the main one at the end (join_).
+  float* params = params_.get();
+  float* grads = grads_.get();
+  for (std::size_t k = ops_.size(); k-- > 0;) {
+    const Op& op = ops_[k];
+    const Layer& layer = *op.layer;
+    const float* grad_out = gradients_[k + 1].get();
+    const float* in = activations_[k].get();
+    float* grad_in = op.needs_input_grad ? gradients_[k].get() : nullptr;
+    const float* mask = k > 0 && ops_[k - 1].output_is_relu ? in : nullptr;
+    switch (op.kind) {
+      case LayerKind::kConv:
+        CNN_CHECK_CUDA(cudaEventRecord(fork_, stream_));
+        CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream_, fork_, 0));
+        conv2d_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out,
+                                in, n, layer.conv, false, side_workspace_.get(), side_stream_);
+        if (grad_in != nullptr)
+          conv2d_backward_data(plans.ops[k].dgrad, grad_in, grad_out, params + layer.weight_offset, mask, n,
+                               layer.conv, workspace_.get(), stream_);
+        break;
+      case LayerKind::kFc:
+        CNN_CHECK_CUDA(cudaEventRecord(fork_, stream_));
+        CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream_, fork_, 0));
+        fc_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out, in,
+                            n, layer.in.size(), layer.fc_out, false, side_workspace_.get(), side_stream_);
+        if (grad_in != nullptr)
+          fc_backward_data(plans.ops[k].dgrad, grad_in, grad_out, params + layer.weight_offset, mask, n,
+                           layer.in.size(), layer.fc_out, workspace_.get(), stream_);
+        break;
+      case LayerKind::kMaxPool:
+        if (grad_in != nullptr) maxpool_backward_masked(grad_in, grad_out, argmax_[k].get(), mask, n, layer.pool, stream_);
+        break;
+      case LayerKind::kRelu:
+        // Its own mask (output > 0) equals the one of a ReLU before it, so nothing else to fold.
+        if (grad_in != nullptr) relu_backward(grad_in, grad_out, activations_[k + 1].get(), n * op.in_size, stream_);
+        break;
+      case LayerKind::kFlatten:
+        break;
+    }
+  }
+  CNN_CHECK_CUDA(cudaEventRecord(join_, side_stream_));
+  CNN_CHECK_CUDA(cudaStreamWaitEvent(stream_, join_, 0));
+  if (timed) timer_->close(Phase::kBackward);
+}
+
+CudaLayerBackend::StepGraph& CudaLayerBackend::graph_for(std::int64_t n) {
+  auto found = graphs_.find(n);
+  if (found != graphs_.end()) return found->second;
+  StepGraph& step = graphs_.emplace(n, StepGraph{}).first->second;
+  try {
+    CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      enqueue_train_step(n, permutation_.get(), false);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      (void)cudaStreamEndCapture(stream_, &broken);
+      if (broken != nullptr) (void)cudaGraphDestroy(broken);
+      throw;
+    }
+    CNN_CHECK_CUDA(cudaStreamEndCapture(stream_, &step.graph));
+    std::size_t roots = 0;
+    CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nullptr, &roots));
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    if (roots == 1) {
+      CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, &step.index_copy, &roots));
+      CNN_CHECK_CUDA(cudaGraphNodeGetType(step.index_copy, &type));
+    }
+    if (roots != 1 || type != cudaGraphNodeTypeMemcpy)
+      throw Error(ExitCode::kFailure, "internal error: the captured training step does not start with its index "
+                                      "copy HINT: rerun with CNN_CUDA_GRAPHS=0 and report this");
+    CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, 0));
+  } catch (...) {
+    drop_graphs();
+    throw;
+  }
+  return step;
+}
+
+void CudaLayerBackend::drop_graphs() noexcept {
+  for (auto& [n, entry] : graphs_) {
+    if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
+    if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
+  }
+  graphs_.clear();
+}
+
+void CudaLayerBackend::compute_gradients(std::int64_t first, std::int64_t count) {
+  if (count < 0 || first < 0 || first + count > permutation_size_)
+    throw Error(ExitCode::kFailure, "internal error: samples [" + std::to_string(first) + ", " +
+                                        std::to_string(first + count) + ") lie outside this epoch's order of " +
+                                        std::to_string(permutation_size_) + " (was begin_epoch called?)");
+  if (count == 0) {
+    CNN_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
+    return;
+  }
+  ensure_batch_capacity(count);
+  const std::int32_t* indices = permutation_.get() + first;
+  if (use_graphs_ && graphs_.count(count) == 0) {
+    timer_->open();
+    enqueue_train_step(count, indices, true);
+    graph_for(count);
+  } else if (use_graphs_) {
+    StepGraph& step = graph_for(count);
+    CNN_CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(step.exec, step.index_copy, batch_indices_.get(), indices,
+                                                      static_cast<std::size_t>(count) * sizeof(std::int32_t),
+                                                      cudaMemcpyDeviceToDevice));
+    timer_->open();
+    CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream_));
+    timer_->close_graph_step();
+  } else {
+    timer_->open();
+    enqueue_train_step(count, indices, true);
+  }
+  train_samples_ += count;
+}
+
+void CudaLayerBackend::apply_update(const OptimizerSettings& settings, float grad_scale) {
+  const std::int64_t total = network_.layout.total();
+  if (optimizer_state_.size() < total * optimizer_state_per_param(settings.kind))
+    throw UsageError(std::string(optimizer_name(settings.kind)) + " needs optimizer state, but the cuda backend was made for " +
+                     optimizer_name(optimizer_));
+  timer_->open();
+  switch (settings.kind) {
+    case OptimizerKind::kSgd:
+      sgd_update(params_.get(), grads_.get(), total, settings.lr, grad_scale, stream_);
+      break;
+    case OptimizerKind::kMomentum:
+      momentum_update(params_.get(), optimizer_state_.get(), grads_.get(), total, settings.lr, settings.momentum,
+                      grad_scale, stream_);
+      break;
+    case OptimizerKind::kAdam:
+      adam_update(params_.get(), optimizer_state_.get(), optimizer_state_.get() + total, grads_.get(), total,
+                  settings.lr, settings.beta1, settings.beta2, settings.eps, settings.step, grad_scale, stream_);
+      break;
+  }
+  timer_->close(Phase::kUpdate);
+}
+
+BatchStats CudaLayerBackend::read_stats(int slot) {
+  CNN_CHECK_CUDA(cudaMemcpyAsync(loss_readback_.get(), loss_sums_.get() + slot, sizeof(double), cudaMemcpyDeviceToHost,
+                                 stream_));
+  CNN_CHECK_CUDA(cudaMemcpyAsync(correct_readback_.get(), correct_counts_.get() + slot, sizeof(std::int64_t),
+                                 cudaMemcpyDeviceToHost, stream_));
+  CNN_CHECK_CUDA(cudaMemsetAsync(loss_sums_.get() + slot, 0, sizeof(double), stream_));
+  CNN_CHECK_CUDA(cudaMemsetAsync(correct_counts_.get() + slot, 0, sizeof(std::int64_t), stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  BatchStats stats;
+  stats.loss_sum = *loss_readback_.get();
+  stats.correct = *correct_readback_.get();
+  return stats;
+}
+
+BatchStats CudaLayerBackend::take_train_stats() {
+  BatchStats stats = read_stats(kTrainSlot);
+  stats.count = train_samples_;
+  train_samples_ = 0;
+  return stats;
+}
+
+BatchStats CudaLayerBackend::evaluate(std::int64_t first, std::int64_t count) {
+  if (count < 0 || first < 0 || first + count > test_count_)
+    throw Error(ExitCode::kFailure, "internal error: test samples [" + std::to_string(first) + ", " +
+                                        std::to_string(first + count) + ") lie outside the test set of " +
+                                        std::to_string(test_count_));
+  const std::int64_t chunk = std::max(capacity_, kEvalChunk);
+  const std::size_t last = ops_.size();
+  for (std::int64_t done = 0; done < count; done += chunk) {
+    const std::int64_t n = std::min(chunk, count - done);
+    ensure_batch_capacity(n);
+    const std::int32_t* indices = test_order_.get() + first + done;
+    gather_normalize(activations_[0].get(), test_images_.get(), indices, n, network_.input.size(), stream_);
+    gather_labels(batch_labels_.get(), test_labels_.get(), indices, n, stream_);
+    enqueue_forward(n, plans_for(n), false);
+    softmax_cross_entropy(nullptr, loss_sums_.get() + kEvalSlot, correct_counts_.get() + kEvalSlot,
+                          activations_[last].get(), batch_labels_.get(), n, network_.classes, stream_);
+  }
+  BatchStats stats = read_stats(kEvalSlot);
+  stats.count = count;
+  return stats;
+}
+
+void CudaLayerBackend::synchronize() { CNN_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
+
+PhaseTimes CudaLayerBackend::take_phase_times() { return timer_->take(); }
+
+}  // namespace cnn::cuda

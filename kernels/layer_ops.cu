@@ -1,0 +1,570 @@
+// The general network's layer operations on the device: the twins of src/ (conv2d, relu, maxpool)
+// and the planned forms of layer_ops.hpp. Convolutions and fully connected layers are implicit
+// matrix products (implicit_gemm.cuh): the loaders below decode a product's (row, k) into the
+// layer's tensors, the stores put each result in place.
+#include "layer_ops.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "cnn/errors.hpp"
+#include "cuda_check.hpp"
+#include "cuda_ops.hpp"
+#include "launch.hpp"
+#include "stream_scratch.hpp"
+
+namespace cnn::cuda {
+namespace {
+
+// Marks an out-of-range row or k: a window origin or tap of kFar fails every bounds test below, also
+// when both are out of range (2 * kFar still fits an int).
+constexpr int kFar = 1 << 29;
+
+// ConvShape with the dividers the index decoding needs.
+struct ConvGeometry {
+  int C, H, W, F, KS, stride, pad, OH, OW;
+  int KK, OHW, HW;
+  std::int64_t CHW, FOHW;
+  FastDiv by_ohw, by_ow, by_kk, by_ks, by_hw, by_w;
+
+  explicit ConvGeometry(const ConvShape& s)
+      : C(s.channels), H(s.height), W(s.width), F(s.filters), KS(s.kernel), stride(s.stride), pad(s.pad),
+        OH(s.out_h()), OW(s.out_w()), KK(s.kernel * s.kernel), OHW(s.out_h() * s.out_w()), HW(s.height * s.width),
+        CHW(s.in_size()), FOHW(s.out_size()), by_ohw(OHW), by_ow(OW), by_kk(KK), by_ks(KS), by_hw(HW), by_w(W) {}
+};
+
+// An output position (s, oy, ox) of the convolution: the top-left input pixel of its window.
+struct Position {
+  std::int64_t sample;  // s * C*H*W
+  int y0, x0;           // oy*stride - pad, ox*stride - pad (kFar: none)
+};
+// A tap (c, i, j) of the kernel: its offset in one sample's input relative to the window origin.
+struct Tap {
+  int offset;  // c*H*W + i*W + j
+  int i, j;    // kFar: none
+};
+
+__device__ __forceinline__ Position decode_position(const ConvGeometry& g, int p, int positions) {
+  if (p >= positions) return {0, kFar, kFar};
+  const int s = g.by_ohw.div(p);
+  const int r = p - s * g.OHW;
+  const int oy = g.by_ow.div(r);
+  const int ox = r - oy * g.OW;
+  return {s * g.CHW, oy * g.stride - g.pad, ox * g.stride - g.pad};
+}
+
+__device__ __forceinline__ Tap decode_tap(const ConvGeometry& g, int q) {
+  if (q >= g.C * g.KK) return {0, kFar, kFar};
+  const int c = g.by_kk.div(q);
+  const int r = q - c * g.KK;
+  const int i = g.by_ks.div(r);
+  const int j = r - i * g.KS;
+  return {c * g.HW + i * g.W + j, i, j};
+}
+
+__device__ __forceinline__ float input_at(const ConvGeometry& g, const float* __restrict__ in, const Position& p,
+                                          const Tap& t) {
+  const int y = p.y0 + t.i;
+  const int x = p.x0 + t.j;
+  if (static_cast<unsigned>(y) >= static_cast<unsigned>(g.H) || static_cast<unsigned>(x) >= static_cast<unsigned>(g.W))
+    return 0.0f;
+  return __ldg(in + p.sample + p.y0 * g.W + p.x0 + t.offset);
+}
+
+// Forward A[m = (s,oy,ox), k = (c,i,j)]: the input window (im2col, never stored).
+struct ConvForwardA {
+  static constexpr bool kKContiguous = false;
+  ConvGeometry g;
+  const float* in;
+  int positions;  // n*OH*OW
+  using Fixed = Position;
+  using Step = Tap;
+  __device__ __forceinline__ Fixed fixed(int m) const { return decode_position(g, m, positions); }
+  __device__ __forceinline__ Step step(int k) const { return decode_tap(g, k); }
+  __device__ __forceinline__ float load(const Fixed& p, const Step& t) const { return input_at(g, in, p, t); }
+};
+
+// Weight-gradient B[k = (s,oy,ox), n = (c,i,j) or the bias column C*K*K]: the same im2col, transposed.
+struct ConvWgradB {
+  static constexpr bool kKContiguous = true;
+  ConvGeometry g;
+  const float* in;
+  int positions;
+  struct Fixed {
+    Tap tap;
+    int ones;  // the bias column
+  };
+  using Step = Position;
+  __device__ __forceinline__ Fixed fixed(int q) const { return {decode_tap(g, q), q == g.C * g.KK ? 1 : 0}; }
+  __device__ __forceinline__ Step step(int p) const { return decode_position(g, p, positions); }
+  __device__ __forceinline__ float load(const Fixed& f, const Step& p) const {
+    if (f.ones) return p.y0 != kFar ? 1.0f : 0.0f;
+    return input_at(g, in, p, f.tap);
+  }
+};
+
+// Weight-gradient A[m = f, k = (s,oy,ox)] = grad_out[s, f, oy, ox].
+struct ConvWgradA {
+  static constexpr bool kKContiguous = true;
+  ConvGeometry g;
+  const float* grad_out;
+  int positions;
+  using Fixed = int;               // f*OH*OW, or -1
+  using Step = std::int64_t;       // s*F*OH*OW + (oy*OW + ox), or -1
+  __device__ __forceinline__ Fixed fixed(int f) const { return f < g.F ? f * g.OHW : -1; }
+  __device__ __forceinline__ Step step(int p) const {
+    if (p >= positions) return -1;
+    const int s = g.by_ohw.div(p);
+    return s * g.FOHW + (p - s * g.OHW);
+  }
+  __device__ __forceinline__ float load(Fixed f, Step p) const {
+    return f >= 0 && p >= 0 ? __ldg(grad_out + p + f) : 0.0f;
+  }
+};
+
+// Input-gradient A[m = (s,h,w), k = (f,i,j)] = grad_out[s, f, oy, ox] where oy*stride = h + pad - i
+// and ox*stride = w + pad - j (zero when that is not a whole output position).
+struct ConvDgradA {
+  static constexpr bool kKContiguous = false;
+  ConvGeometry g;
+  const float* grad_out;
+  int pixels;  // n*H*W
+  struct Fixed {
+    std::int64_t sample;  // s*F*OH*OW
+    int yp, xp;           // h + pad, w + pad (-kFar: none)
+  };
+  struct Step {
+    int offset;  // f*OH*OW
+    int i, j;    // kFar: none
+  };
+  __device__ __forceinline__ Fixed fixed(int m) const {
+    if (m >= pixels) return {0, -kFar, -kFar};
+    const int s = g.by_hw.div(m);
+    const int r = m - s * g.HW;
+    const int h = g.by_w.div(r);
+    return {s * g.FOHW, h + g.pad, r - h * g.W + g.pad};
+  }
+  __device__ __forceinline__ Step step(int k) const {
+    if (k >= g.F * g.KK) return {0, kFar, kFar};
+    const int f = g.by_kk.div(k);
+    const int r = k - f * g.KK;
+    const int i = g.by_ks.div(r);
+    return {f * g.OHW, i, r - i * g.KS};
+  }
+  __device__ __forceinline__ float load(const Fixed& p, const Step& t) const {
+    int oy = p.yp - t.i;
+    int ox = p.xp - t.j;
+    if (oy < 0 || ox < 0) return 0.0f;
+    if (g.stride != 1) {
+      if (oy % g.stride != 0 || ox % g.stride != 0) return 0.0f;
+      oy /= g.stride;
+      ox /= g.stride;
+    }
+    if (oy >= g.OH || ox >= g.OW) return 0.0f;
+    return __ldg(grad_out + p.sample + t.offset + oy * g.OW + ox);
+  }
+};
+
+// Input-gradient B[k = (f,i,j), n = c] = weight[f, c, i, j].
+struct ConvDgradB {
+  static constexpr bool kKContiguous = true;
+  ConvGeometry g;
+  const float* weight;
+  using Fixed = int;  // c*K*K, or -1
+  using Step = int;   // f*C*K*K + i*K + j, or -1
+  __device__ __forceinline__ Fixed fixed(int c) const { return c < g.C ? c * g.KK : -1; }
+  __device__ __forceinline__ Step step(int k) const {
+    if (k >= g.F * g.KK) return -1;
+    const int f = g.by_kk.div(k);
+    return f * g.C * g.KK + (k - f * g.KK);
+  }
+  __device__ __forceinline__ float load(Fixed c, Step k) const { return c >= 0 && k >= 0 ? __ldg(weight + c + k) : 0.0f; }
+};
+
+// ---- stores ---------------------------------------------------------------------------------------
+
+// out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox).
+template <bool kRelu>
+struct ConvForwardStore {
+  float* out;
+  const float* bias;
+  FastDiv by_ohw;
+  int ohw, filters;
+  __device__ __forceinline__ void operator()(int m, int f, float v) const {
+    const int s = by_ohw.div(m);
+    float y = v + bias[f];
+    if (kRelu) y = fmaxf(y, 0.0f);
+    out[(static_cast<std::int64_t>(s) * filters + f) * ohw + (m - s * ohw)] = y;
+  }
+};
+
+// grad_in[s, c, h, w] = v, zeroed where relu_out <= 0 when kMask. m = (s, h*W + w).
+template <bool kMask>
+struct ConvDgradStore {
+  float* grad_in;
+  const float* relu_out;
+  FastDiv by_hw;
+  int hw, channels;
+  __device__ __forceinline__ void operator()(int m, int c, float v) const {
+    const int s = by_hw.div(m);
+    const std::int64_t e = (static_cast<std::int64_t>(s) * channels + c) * hw + (m - s * hw);
+    if (kMask && !(relu_out[e] > 0.0f)) v = 0.0f;
+    grad_in[e] = v;
+  }
+};
+
+// grad[row, col] (+)= v for col < cols; column `cols` is the bias: grad_bias[row] (+)= v.
+// A conv's weight gradient (row f, col (c,i,j)) and a fully connected one (row o, col i) alike.
+struct WeightGradStore {
+  float* grad_weight;
+  float* grad_bias;
+  int cols;
+  bool accumulate;
+  __device__ __forceinline__ void operator()(int row, int col, float v) const {
+    float* dst = col < cols ? grad_weight + static_cast<std::int64_t>(row) * cols + col : grad_bias + row;
+    *dst = accumulate ? *dst + v : v;
+  }
+};
+
+// out[s, o] = v + bias[o] (ReLU when kRelu).
+template <bool kRelu>
+struct FcForwardStore {
+  float* out;
+  const float* bias;
+  int outputs;
+  __device__ __forceinline__ void operator()(int s, int o, float v) const {
+    float y = v + bias[o];
+    if (kRelu) y = fmaxf(y, 0.0f);
+    out[static_cast<std::int64_t>(s) * outputs + o] = y;
+  }
+};
+
+// grad_in[s, i] = v, zeroed where relu_out <= 0 when kMask.
+template <bool kMask>
+struct FcDgradStore {
+  float* grad_in;
+  const float* relu_out;
+  int inputs;
+  __device__ __forceinline__ void operator()(int s, int i, float v) const {
+    const std::int64_t e = static_cast<std::int64_t>(s) * inputs + i;
+    if (kMask && !(relu_out[e] > 0.0f)) v = 0.0f;
+    grad_in[e] = v;
+  }
+};
+
+// ---- elementwise and pooling kernels --------------------------------------------------------------
+
+__global__ void relu_forward_kernel(float* out, const float* in, std::int64_t count) {
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[e] = fmaxf(in[e], 0.0f);
+}
+
+__global__ void relu_backward_kernel(float* grad_in, const float* grad_out, const float* out, std::int64_t count) {
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    grad_in[e] = out[e] > 0.0f ? grad_out[e] : 0.0f;
+}
+
+// Indices are 32-bit (the launchers check the sizes) and divided through FastDiv: the pooling kernels
+// are memory-bound, and 64-bit divisions per element would cost more than the bytes.
+struct PoolGeometry {
+  int H, W, size, stride, OH, OW;
+  int total_in, total_out;  // n*C*H*W, n*C*OH*OW
+  FastDiv by_hw, by_w, by_ohw, by_ow, by_size;
+};
+
+// A thread per output; the first maximum in row-major window order wins (strictly greater replaces).
+__global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
+                                       const float* __restrict__ in, PoolGeometry g) {
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_out; e += gridDim.x * blockDim.x) {
+    const int plane = g.by_ohw.div(e);
+    const int r = e - plane * g.OH * g.OW;
+    const int py = g.by_ow.div(r);
+    const int px = r - py * g.OW;
+    const float* src = in + static_cast<std::int64_t>(plane) * g.H * g.W;
+    int best_index = (py * g.stride) * g.W + px * g.stride;
+    float best = __ldg(src + best_index);
+    for (int a = 0; a < g.size; ++a)
+      for (int b = 0; b < g.size; ++b) {
+        const int index = (py * g.stride + a) * g.W + px * g.stride + b;
+        const float v = __ldg(src + index);
+        if (v > best) {
+          best = v;
+          best_index = index;
+        }
+      }
+    out[e] = best;
+    argmax[e] = best_index;
+  }
+}
+
+// A thread per INPUT pixel gathers, in row-major (py, px) order, the output gradients of the windows
+// it won: no scatter, so no atomics even when windows overlap. kTiled: windows do not overlap
+// (size == stride), so a pixel lies in at most one window, found by one division.
+template <bool kMask, bool kTiled>
+__global__ void maxpool_backward_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
+                                        const std::int32_t* __restrict__ argmax, const float* __restrict__ relu_out,
+                                        PoolGeometry g) {
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_in; e += gridDim.x * blockDim.x) {
+    const int plane = g.by_hw.div(e);
+    const int r = e - plane * g.H * g.W;
+    const int h = g.by_w.div(r);
+    const int w = r - h * g.W;
+    const int out_plane = plane * g.OH * g.OW;
+    float sum = 0.0f;
+    if (kTiled) {
+      const int py = g.by_size.div(h), px = g.by_size.div(w);
+      if (py < g.OH && px < g.OW) {
+        const int o = out_plane + py * g.OW + px;
+        if (__ldg(argmax + o) == r) sum = __ldg(grad_out + o);
+      }
+    } else {
+      // Windows py with py*stride <= h < py*stride + size.
+      const int lo_y = h - g.size + 1, lo_x = w - g.size + 1;
+      const int py0 = lo_y <= 0 ? 0 : (lo_y + g.stride - 1) / g.stride;
+      const int px0 = lo_x <= 0 ? 0 : (lo_x + g.stride - 1) / g.stride;
+      const int py1 = min(g.OH - 1, h / g.stride);
+      const int px1 = min(g.OW - 1, w / g.stride);
+      for (int py = py0; py <= py1; ++py)
+        for (int px = px0; px <= px1; ++px) {
+          const int o = out_plane + py * g.OW + px;
+          if (argmax[o] == r) sum += grad_out[o];
+        }
+    }
+    if (kMask && !(relu_out[e] > 0.0f)) sum = 0.0f;
+    grad_in[e] = sum;
+  }
+}
+
+void check_int_range(std::int64_t value, const char* what);
+
+PoolGeometry pool_geometry(const PoolShape& s, std::int64_t n) {
+  check_int_range(n * s.in_size(), "a max-pool's input");
+  PoolGeometry g;
+  g.H = s.height;
+  g.W = s.width;
+  g.size = s.size;
+  g.stride = s.stride;
+  g.OH = s.out_h();
+  g.OW = s.out_w();
+  g.total_in = static_cast<int>(n * s.in_size());
+  g.total_out = static_cast<int>(n * s.out_size());
+  g.by_hw = FastDiv(g.H * g.W);
+  g.by_w = FastDiv(g.W);
+  g.by_ohw = FastDiv(g.OH * g.OW);
+  g.by_ow = FastDiv(g.OW);
+  g.by_size = FastDiv(g.size);
+  return g;
+}
+
+void check_int_range(std::int64_t value, const char* what) {
+  if (value >= (std::int64_t{1} << 31))
+    throw UsageError(std::string("the cuda layer kernels index with 32-bit integers; ") + what + " has " +
+                     std::to_string(value) + " elements (lower --batch)");
+}
+
+// Launches a product with the store picked by a run-time flag.
+template <class LoadA, class LoadB, class StoreTrue, class StoreFalse>
+void launch_either(bool flag, const GemmPlan& plan, const LoadA& a, const LoadB& b, const StoreTrue& if_true,
+                   const StoreFalse& if_false, float* workspace, cudaStream_t stream) {
+  if (flag)
+    launch_gemm(plan, a, b, if_true, workspace, stream);
+  else
+    launch_gemm(plan, a, b, if_false, workspace, stream);
+}
+
+}  // namespace
+
+std::int64_t LayerPlans::workspace_floats() const {
+  return std::max({forward.workspace_floats(), dgrad.workspace_floats(), wgrad.workspace_floats()});
+}
+
+LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors) {
+  check_int_range(n * s.out_size(), "a convolution's output");
+  check_int_range(n * s.in_size(), "a convolution's input");
+  const int positions = static_cast<int>(n * s.out_h() * s.out_w());
+  const int taps = s.channels * s.kernel * s.kernel;
+  LayerPlans p;
+  p.forward = plan_gemm(positions, s.filters, taps, multiprocessors, true);
+  p.dgrad = plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, s.filters * s.kernel * s.kernel,
+                      multiprocessors, true);
+  p.wgrad = plan_gemm(s.filters, taps + 1, positions, multiprocessors, true);
+  return p;
+}
+
+LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors) {
+  check_int_range(n * in_features, "a fully connected layer's input");
+  check_int_range(out_features * (in_features + 1), "a fully connected layer's weights");
+  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features), N = static_cast<int>(n);
+  LayerPlans p;
+  p.forward = plan_gemm(N, O, I, multiprocessors, true);
+  p.dgrad = plan_gemm(N, I, O, multiprocessors, true);
+  p.wgrad = plan_gemm(O, I + 1, N, multiprocessors, true);
+  return p;
+}
+
+void conv2d_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
+                            std::int64_t n, const ConvShape& shape, bool relu, float* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  const ConvGeometry g(shape);
+  const ConvForwardA a{g, in, static_cast<int>(n * g.OHW)};
+  StridedLoader<true> b;
+  b.p = weight;
+  b.rows = g.F;
+  b.depth = g.C * g.KK;
+  b.ld_mn = g.C * g.KK;
+  b.ld_k = 1;
+  launch_either(relu, plan, a, b, ConvForwardStore<true>{out, bias, g.by_ohw, g.OHW, g.F},
+                ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
+}
+
+void conv2d_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_out, const float* weight,
+                          const float* relu_out, std::int64_t n, const ConvShape& shape, float* workspace,
+                          cudaStream_t stream) {
+  if (n <= 0) return;
+  const ConvGeometry g(shape);
+  const ConvDgradA a{g, grad_out, static_cast<int>(n * g.HW)};
+  const ConvDgradB b{g, weight};
+  launch_either(relu_out != nullptr, plan, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
+                ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
+}
+
+void conv2d_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
+                             const float* in, std::int64_t n, const ConvShape& shape, bool accumulate,
+                             float* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  const ConvGeometry g(shape);
+  const int positions = static_cast<int>(n * g.OHW);
+  launch_gemm(plan, ConvWgradA{g, grad_out, positions}, ConvWgradB{g, in, positions},
+              WeightGradStore{grad_weight, grad_bias, g.C * g.KK, accumulate}, workspace, stream);
+}
+
+void fc_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
+                        std::int64_t n, std::int64_t in_features, std::int64_t out_features, bool relu,
+                        float* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features);
+  StridedLoader<true> a;  // in[s, i]
+  a.p = in;
+  a.rows = static_cast<int>(n);
+  a.depth = I;
+  a.ld_mn = I;
+  a.ld_k = 1;
+  StridedLoader<true> b;  // weight[o, i]
+  b.p = weight;
+  b.rows = O;
+  b.depth = I;
+  b.ld_mn = I;
+  b.ld_k = 1;
+  launch_either(relu, plan, a, b, FcForwardStore<true>{out, bias, O}, FcForwardStore<false>{out, bias, O}, workspace,
+                stream);
+}
+
+void fc_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_out, const float* weight,
+                      const float* relu_out, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
+                      float* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features);
+  StridedLoader<true> a;  // grad_out[s, o]
+  a.p = grad_out;
+  a.rows = static_cast<int>(n);
+  a.depth = O;
+  a.ld_mn = O;
+  a.ld_k = 1;
+  StridedLoader<false> b;  // weight[o, i] as [k = o, n = i]
+  b.p = weight;
+  b.rows = I;
+  b.depth = O;
+  b.ld_mn = 1;
+  b.ld_k = I;
+  launch_either(relu_out != nullptr, plan, a, b, FcDgradStore<true>{grad_in, relu_out, I},
+                FcDgradStore<false>{grad_in, nullptr, I}, workspace, stream);
+}
+
+void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
+                         const float* in, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
+                         bool accumulate, float* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features);
+  StridedLoader<false> a;  // grad_out[s, o] as [m = o, k = s]
+  a.p = grad_out;
+  a.rows = O;
+  a.depth = static_cast<int>(n);
+  a.ld_mn = 1;
+  a.ld_k = O;
+  StridedLoader<false> b;  // in[s, i] as [k = s, n = i], plus the bias column n = I of ones
+  b.p = in;
+  b.rows = I;
+  b.depth = static_cast<int>(n);
+  b.ones_row = I;
+  b.ld_mn = 1;
+  b.ld_k = I;
+  launch_gemm(plan, a, b, WeightGradStore{grad_weight, grad_bias, I, accumulate}, workspace, stream);
+}
+
+void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax, const float* relu_out,
+                             std::int64_t n, const PoolShape& shape, cudaStream_t stream) {
+  if (n <= 0) return;
+  const PoolGeometry g = pool_geometry(shape, n);
+  const unsigned blocks = grid_for(g.total_in);
+  const bool tiled = shape.size == shape.stride;
+  if (relu_out != nullptr && tiled)
+    maxpool_backward_kernel<true, true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, relu_out, g);
+  else if (relu_out != nullptr)
+    maxpool_backward_kernel<true, false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, relu_out, g);
+  else if (tiled)
+    maxpool_backward_kernel<false, true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
+  else
+    maxpool_backward_kernel<false, false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
+  CNN_CHECK_LAUNCH();
+}
+
+// ---- twins ----------------------------------------------------------------------------------------
+
+void conv2d_forward(float* out, const float* in, const float* weight, const float* bias, std::int64_t n,
+                    const ConvShape& shape, cudaStream_t stream) {
+  if (n <= 0) return;
+  const LayerPlans plans = plan_conv(shape, n, multiprocessor_count());
+  StreamScratch<float> workspace(plans.forward.workspace_floats(), stream);
+  conv2d_forward_planned(plans.forward, out, in, weight, bias, n, shape, false, workspace.get(), stream);
+  workspace.release();
+}
+
+void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const float* grad_out, const float* in,
+                     const float* weight, std::int64_t n, const ConvShape& shape, cudaStream_t stream) {
+  if (n <= 0) return;
+  const LayerPlans plans = plan_conv(shape, n, multiprocessor_count());
+  StreamScratch<float> workspace(plans.workspace_floats(), stream);
+  if (grad_in != nullptr)
+    conv2d_backward_data(plans.dgrad, grad_in, grad_out, weight, nullptr, n, shape, workspace.get(), stream);
+  conv2d_backward_weights(plans.wgrad, grad_weight, grad_bias, grad_out, in, n, shape, true, workspace.get(), stream);
+  workspace.release();
+}
+
+void relu_forward(float* out, const float* in, std::int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  relu_forward_kernel<<<grid_for(count), kBlockThreads, 0, stream>>>(out, in, count);
+  CNN_CHECK_LAUNCH();
+}
+
+void relu_backward(float* grad_in, const float* grad_out, const float* out, std::int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  relu_backward_kernel<<<grid_for(count), kBlockThreads, 0, stream>>>(grad_in, grad_out, out, count);
+  CNN_CHECK_LAUNCH();
+}
+
+void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int64_t n, const PoolShape& shape,
+                     cudaStream_t stream) {
+  if (n <= 0) return;
+  const PoolGeometry g = pool_geometry(shape, n);
+  maxpool_forward_kernel<<<grid_for(g.total_out), kBlockThreads, 0, stream>>>(out, argmax, in, g);
+  CNN_CHECK_LAUNCH();
+}
+
+void maxpool_backward(float* grad_in, const float* grad_out, const std::int32_t* argmax, std::int64_t n,
+                      const PoolShape& shape, cudaStream_t stream) {
+  maxpool_backward_masked(grad_in, grad_out, argmax, nullptr, n, shape, stream);
+}
+
+}  // namespace cnn::cuda

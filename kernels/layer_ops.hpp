@@ -1,0 +1,75 @@
+// The CUDA twins of the general network's layer operations (include/cnn/layer_ops.hpp): same names,
+// same argument order, same semantics (backward ops ACCUMULATE into parameter gradients and
+// OVERWRITE activation gradients), device pointers, plus the stream to run on. Each returns once its
+// kernels are queued. Scratch for split reductions comes from the stream-ordered allocator, so the
+// twins may be captured in a CUDA graph.
+//
+// Below the twins: the planned forms the layer backend (cuda_layer_backend.cu) launches inside its
+// captured step, with the launch shape fixed once per batch size, a preallocated workspace, and the
+// neighbouring ReLU folded in (into the forward's store, or as a mask on the input gradient).
+//
+// Every sum runs in an order fixed by the plan (shape and GPU model): no float atomics, so a run on
+// the same GPU repeats bit for bit. The fully connected twins (fc_forward / fc_backward in
+// cuda_ops.hpp) take the same matrix product for any output count other than the seed's 10.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cnn/layer_ops.hpp"
+#include "implicit_gemm.cuh"
+
+namespace cnn::cuda {
+
+// ---- twins --------------------------------------------------------------------------------------
+void conv2d_forward(float* out /*[n,F,OH,OW]*/, const float* in /*[n,C,H,W]*/, const float* weight /*[F,C,K,K]*/,
+                    const float* bias /*[F]*/, std::int64_t n, const ConvShape& shape, cudaStream_t stream);
+void conv2d_backward(float* grad_in /*[n,C,H,W] or null*/, float* grad_weight /*[F,C,K,K]*/,
+                     float* grad_bias /*[F]*/, const float* grad_out /*[n,F,OH,OW]*/, const float* in /*[n,C,H,W]*/,
+                     const float* weight /*[F,C,K,K]*/, std::int64_t n, const ConvShape& shape, cudaStream_t stream);
+void relu_forward(float* out, const float* in, std::int64_t count, cudaStream_t stream);
+void relu_backward(float* grad_in, const float* grad_out, const float* out, std::int64_t count, cudaStream_t stream);
+void maxpool_forward(float* out /*[n,C,OH,OW]*/, std::int32_t* argmax /*[n,C,OH,OW]*/, const float* in /*[n,C,H,W]*/,
+                     std::int64_t n, const PoolShape& shape, cudaStream_t stream);
+void maxpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/,
+                      const std::int32_t* argmax /*[n,C,OH,OW]*/, std::int64_t n, const PoolShape& shape,
+                      cudaStream_t stream);
+
+// ---- planned forms, for the layer backend ----------------------------------------------------------
+// The three products of a convolution or fully connected layer over a batch of n.
+struct LayerPlans {
+  GemmPlan forward, dgrad, wgrad;
+  std::int64_t workspace_floats() const;
+};
+LayerPlans plan_conv(const ConvShape& shape, std::int64_t n, int multiprocessors);
+LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors);
+
+// out = conv(in) + bias, then max(0, .) when `relu`.
+void conv2d_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
+                            std::int64_t n, const ConvShape& shape, bool relu, float* workspace, cudaStream_t stream);
+// grad_in = the input gradient; where relu_out is given (the conv's input, itself a ReLU's output),
+// zero wherever relu_out <= 0: the ReLU's backward folded in.
+void conv2d_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_out, const float* weight,
+                          const float* relu_out, std::int64_t n, const ConvShape& shape, float* workspace,
+                          cudaStream_t stream);
+// grad_weight, grad_bias = (accumulate ? += : =) the batch's sums.
+void conv2d_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
+                             const float* in, std::int64_t n, const ConvShape& shape, bool accumulate,
+                             float* workspace, cudaStream_t stream);
+
+void fc_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
+                        std::int64_t n, std::int64_t in_features, std::int64_t out_features, bool relu,
+                        float* workspace, cudaStream_t stream);
+void fc_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_out, const float* weight,
+                      const float* relu_out, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
+                      float* workspace, cudaStream_t stream);
+void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
+                         const float* in, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
+                         bool accumulate, float* workspace, cudaStream_t stream);
+
+// maxpool_backward, then zero wherever relu_out (the pool's input, a ReLU's output) <= 0.
+void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax, const float* relu_out,
+                             std::int64_t n, const PoolShape& shape, cudaStream_t stream);
+
+}  // namespace cnn::cuda

@@ -1,0 +1,18 @@
+// Small single-threaded float matrix products for the layer-by-layer convolutions (layer_ops.cpp),
+// register-blocked over simd::Vec. Row-major; every sum runs in an order fixed by the sizes, so the
+// same inputs give the same bits. (OpenBLAS was measured first: on this project's VMs it detects
+// the vCPU as "Prescott" and runs its SSE3 kernel at 17 GFLOP/s; these run at docs/PERFORMANCE.md's
+// figures without depending on CPU detection.) Private to src/.
+#pragma once
+
+#include <cstdint>
+
+namespace cnn::gemm {
+
+// C[m, n] = A[m, k] * B[k, n]            (accumulate: C += ...)
+void nn(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate);
+
+// C[m, n] += A[m, k] * B[n, k]^T         (both operands contiguous along k)
+void nt_accumulate(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k);
+
+}  // namespace cnn::gemm

@@ -1,0 +1,552 @@
+// The general network on the GPU against the CPU reference:
+//   1. every CUDA layer op (kernels/layer_ops.hpp) and adam_update against its CPU twin, on fresh
+//      random data, multi-channel, with stride, padding, odd sizes and overlapping pool windows;
+//   2. the layer backend against `seq` (the CPU layer backend): the cifar preset's loss and every
+//      gradient, a strided/padded network, and three Adam steps;
+//   3. the layer backend against the fused seed backend on the seed model (CNN_CUDA_LAYERS=1);
+//   4. determinism: two identical runs (graphs), and graphs against eager steps, give identical bits;
+//   5. (disabled unless named: --run_test=measure_cifar_epoch_time) the cifar preset's ms per epoch.
+// With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
+#define BOOST_TEST_MODULE gpu_layers
+#include "boost_test.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cnn/backend.hpp"
+#include "cnn/cuda_backend.hpp"
+#include "cnn/layer_ops.hpp"
+#include "cnn/network.hpp"
+#include "cnn/ops.hpp"
+#include "cnn/optimizer.hpp"
+#include "cnn/sampler.hpp"
+#include "kernels/cuda_ops.hpp"
+#include "kernels/device_buffer.hpp"
+#include "kernels/layer_ops.hpp"
+
+namespace {
+
+using cnn::cuda::DeviceBuffer;
+
+// Single ops: fp32 sums in another order than the CPU's, ~1e-6 relative in practice.
+constexpr double kOpTolerance = 1e-5;
+// Whole steps through five layers: the same, compounded, plus the rare ReLU or pool near-tie.
+constexpr double kStepTolerance = 1e-4;
+constexpr int kSkipExitCode = 77;
+
+struct RequireGpu {
+  RequireGpu() {
+    std::string reason;
+    if (cnn::cuda_device_count() == 0)
+      reason = "cudaGetDeviceCount reports no device (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+    else if (const cudaError_t status = cudaFree(nullptr); status != cudaSuccess)
+      reason = std::string("the device cannot be initialised: ") + cudaGetErrorString(status);
+    if (!reason.empty()) {
+      std::printf("SKIP: no CUDA device: %s\n", reason.c_str());
+      std::fflush(stdout);
+      std::exit(kSkipExitCode);
+    }
+  }
+};
+BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
+
+// ---- helpers -------------------------------------------------------------------------------------
+
+template <class T>
+DeviceBuffer<T> to_device(const std::vector<T>& host) {
+  DeviceBuffer<T> buffer(static_cast<std::int64_t>(host.size()));
+  if (!host.empty()) CNN_CHECK_CUDA(cudaMemcpy(buffer.get(), host.data(), buffer.bytes(), cudaMemcpyHostToDevice));
+  return buffer;
+}
+
+template <class T>
+std::vector<T> to_host(const DeviceBuffer<T>& buffer) {
+  CNN_CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<T> host(static_cast<std::size_t>(buffer.size()));
+  if (!host.empty()) CNN_CHECK_CUDA(cudaMemcpy(host.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// NaN everywhere, so that an element a kernel forgot to write cannot pass.
+template <class T>
+DeviceBuffer<T> poisoned(std::int64_t count) {
+  DeviceBuffer<T> buffer(count);
+  CNN_CHECK_CUDA(cudaMemset(buffer.get(), 0xff, buffer.bytes()));
+  return buffer;
+}
+
+double relative_error(const float* got, const float* want, std::size_t n) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
+    diff += d * d;
+    norm += static_cast<double>(want[i]) * want[i];
+  }
+  if (!std::isfinite(diff)) return INFINITY;
+  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  return relative_error(got.data(), want.data(), got.size());
+}
+
+std::vector<float> uniform(std::mt19937& rng, std::size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<std::uint8_t> random_bytes(std::mt19937& rng, std::size_t n, int bound) {
+  std::uniform_int_distribution<int> dist(0, bound - 1);
+  std::vector<std::uint8_t> v(n);
+  for (auto& x : v) x = static_cast<std::uint8_t>(dist(rng));
+  return v;
+}
+
+#define CHECK_REL(got, want, tolerance, what)                                                   \
+  do {                                                                                          \
+    const double err_ = relative_error(got, want);                                              \
+    BOOST_TEST(err_ <= (tolerance), what << ": relative error " << err_);                       \
+  } while (0)
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---- 1. ops against their CPU twins ---------------------------------------------------------------
+
+void check_conv(const cnn::ConvShape& s, std::int64_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  const auto in = uniform(rng, static_cast<std::size_t>(n * s.in_size()), -1.0f, 1.0f);
+  const auto weight = uniform(rng, static_cast<std::size_t>(s.weight_size()), -0.5f, 0.5f);
+  const auto bias = uniform(rng, static_cast<std::size_t>(s.filters), -0.5f, 0.5f);
+  const auto grad_out = uniform(rng, static_cast<std::size_t>(n * s.out_size()), -1.0f, 1.0f);
+  // Gradients accumulate: start both from the same non-zero values.
+  const auto gw0 = uniform(rng, weight.size(), -0.1f, 0.1f);
+  const auto gb0 = uniform(rng, bias.size(), -0.1f, 0.1f);
+
+  std::vector<float> out(static_cast<std::size_t>(n * s.out_size()));
+  cnn::conv2d_forward(out.data(), in.data(), weight.data(), bias.data(), n, s);
+  std::vector<float> grad_in(in.size()), gw = gw0, gb = gb0;
+  cnn::conv2d_backward(grad_in.data(), gw.data(), gb.data(), grad_out.data(), in.data(), weight.data(), n, s);
+
+  auto d_in = to_device(in);
+  auto d_w = to_device(weight);
+  auto d_b = to_device(bias);
+  auto d_go = to_device(grad_out);
+  auto d_out = poisoned<float>(static_cast<std::int64_t>(out.size()));
+  auto d_gi = poisoned<float>(static_cast<std::int64_t>(grad_in.size()));
+  auto d_gw = to_device(gw0);
+  auto d_gb = to_device(gb0);
+  cnn::cuda::conv2d_forward(d_out.get(), d_in.get(), d_w.get(), d_b.get(), n, s, nullptr);
+  cnn::cuda::conv2d_backward(d_gi.get(), d_gw.get(), d_gb.get(), d_go.get(), d_in.get(), d_w.get(), n, s, nullptr);
+  CHECK_REL(to_host(d_out), out, kOpTolerance, "conv2d_forward out");
+  CHECK_REL(to_host(d_gi), grad_in, kOpTolerance, "conv2d_backward grad_in");
+  CHECK_REL(to_host(d_gw), gw, kOpTolerance, "conv2d_backward grad_weight");
+  CHECK_REL(to_host(d_gb), gb, kOpTolerance, "conv2d_backward grad_bias");
+
+  // The planned forms the backend uses: ReLU folded into the store, the mask on the input
+  // gradient, and = instead of +=.
+  const cnn::cuda::LayerPlans plans = cnn::cuda::plan_conv(s, n, cnn::cuda::multiprocessor_count());
+  DeviceBuffer<float> workspace(std::max<std::int64_t>(plans.workspace_floats(), 1));
+  cnn::cuda::conv2d_forward_planned(plans.forward, d_out.get(), d_in.get(), d_w.get(), d_b.get(), n, s, true,
+                                    workspace.get(), nullptr);
+  std::vector<float> relu_out = out;
+  for (float& v : relu_out) v = std::max(v, 0.0f);
+  CHECK_REL(to_host(d_out), relu_out, kOpTolerance, "conv2d_forward_planned with ReLU");
+  cnn::cuda::conv2d_backward_data(plans.dgrad, d_gi.get(), d_go.get(), d_w.get(), d_in.get(), n, s, workspace.get(),
+                                  nullptr);
+  std::vector<float> masked = grad_in;
+  for (std::size_t i = 0; i < masked.size(); ++i)
+    if (!(in[i] > 0.0f)) masked[i] = 0.0f;
+  CHECK_REL(to_host(d_gi), masked, kOpTolerance, "conv2d_backward_data with mask");
+  std::vector<float> gw_fresh(weight.size(), 0.0f), gb_fresh(bias.size(), 0.0f);
+  cnn::conv2d_backward(nullptr, gw_fresh.data(), gb_fresh.data(), grad_out.data(), in.data(), weight.data(), n, s);
+  cnn::cuda::conv2d_backward_weights(plans.wgrad, d_gw.get(), d_gb.get(), d_go.get(), d_in.get(), n, s, false,
+                                     workspace.get(), nullptr);
+  CHECK_REL(to_host(d_gw), gw_fresh, kOpTolerance, "conv2d_backward_weights overwrite");
+  CHECK_REL(to_host(d_gb), gb_fresh, kOpTolerance, "conv2d_backward_weights bias overwrite");
+}
+
+BOOST_AUTO_TEST_CASE(conv2d_matches_cpu) {
+  struct Case {
+    cnn::ConvShape shape;
+    std::int64_t n;
+  };
+  //                C   H   W   F  K  S  P
+  const Case cases[] = {{{3, 11, 9, 5, 3, 2, 1}, 7},     // stride 2, pad 1, odd sizes
+                        {{4, 8, 8, 6, 3, 1, 0}, 3},      // plain
+                        {{2, 7, 10, 7, 5, 1, 2}, 5},     // 5x5, pad 2
+                        {{5, 9, 9, 3, 1, 1, 0}, 4},      // 1x1
+                        {{3, 13, 12, 9, 4, 3, 2}, 6},    // even kernel, stride 3
+                        {{3, 32, 32, 32, 3, 1, 0}, 33},  // cifar conv1
+                        {{32, 15, 15, 64, 3, 1, 0}, 9},  // cifar conv2
+                        {{64, 6, 6, 64, 3, 1, 0}, 40}};  // cifar conv3, many samples per split
+  std::uint32_t seed = 10;
+  for (const Case& c : cases) {
+    const cnn::ConvShape& s = c.shape;
+    BOOST_TEST_CONTEXT("conv C=" << s.channels << " " << s.height << "x" << s.width << " F=" << s.filters
+                                 << " K=" << s.kernel << " S=" << s.stride << " P=" << s.pad << " n=" << c.n) {
+      check_conv(s, c.n, seed++);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(relu_and_maxpool_match_cpu) {
+  std::mt19937 rng(21);
+  const std::int64_t count = 10007;
+  const auto in = uniform(rng, static_cast<std::size_t>(count), -1.0f, 1.0f);
+  const auto grad = uniform(rng, static_cast<std::size_t>(count), -1.0f, 1.0f);
+  std::vector<float> out(in.size()), grad_in(in.size());
+  cnn::relu_forward(out.data(), in.data(), count);
+  cnn::relu_backward(grad_in.data(), grad.data(), out.data(), count);
+  auto d_in = to_device(in);
+  auto d_g = to_device(grad);
+  auto d_out = poisoned<float>(count);
+  auto d_gi = poisoned<float>(count);
+  cnn::cuda::relu_forward(d_out.get(), d_in.get(), count, nullptr);
+  cnn::cuda::relu_backward(d_gi.get(), d_g.get(), d_out.get(), count, nullptr);
+  BOOST_TEST(bitwise_equal(to_host(d_out), out), "relu_forward");
+  BOOST_TEST(bitwise_equal(to_host(d_gi), grad_in), "relu_backward");
+
+  //                       C   H   W  size stride
+  const cnn::PoolShape pools[] = {{3, 8, 8, 2, 2}, {4, 9, 7, 2, 2}, {2, 11, 10, 3, 2}, {3, 10, 9, 3, 1}, {5, 7, 7, 3, 3}};
+  for (const cnn::PoolShape& p : pools) {
+    BOOST_TEST_CONTEXT("maxpool C=" << p.channels << " " << p.height << "x" << p.width << " size " << p.size
+                                    << " stride " << p.stride) {
+      const std::int64_t n = 5;
+      const auto x = uniform(rng, static_cast<std::size_t>(n * p.in_size()), -1.0f, 1.0f);
+      const auto go = uniform(rng, static_cast<std::size_t>(n * p.out_size()), -1.0f, 1.0f);
+      std::vector<float> y(static_cast<std::size_t>(n * p.out_size())), gx(x.size());
+      std::vector<std::int32_t> arg(y.size());
+      cnn::maxpool_forward(y.data(), arg.data(), x.data(), n, p);
+      cnn::maxpool_backward(gx.data(), go.data(), arg.data(), n, p);
+      auto d_x = to_device(x);
+      auto d_go = to_device(go);
+      auto d_y = poisoned<float>(static_cast<std::int64_t>(y.size()));
+      auto d_arg = poisoned<std::int32_t>(static_cast<std::int64_t>(y.size()));
+      auto d_gx = poisoned<float>(static_cast<std::int64_t>(x.size()));
+      cnn::cuda::maxpool_forward(d_y.get(), d_arg.get(), d_x.get(), n, p, nullptr);
+      cnn::cuda::maxpool_backward(d_gx.get(), d_go.get(), d_arg.get(), n, p, nullptr);
+      BOOST_TEST(bitwise_equal(to_host(d_y), y), "maxpool_forward out");
+      BOOST_TEST((to_host(d_arg) == arg), "maxpool_forward argmax");
+      // Overlapping windows add several terms; the order is the CPU's, row-major.
+      CHECK_REL(to_host(d_gx), gx, kOpTolerance, "maxpool_backward");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(general_fc_matches_cpu) {
+  std::mt19937 rng(31);
+  for (auto [n, I, O] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{32, 1024, 64}, {7, 33, 5}, {200, 64, 10}}) {
+    BOOST_TEST_CONTEXT("fc n=" << n << " I=" << I << " O=" << O) {
+      const auto in = uniform(rng, static_cast<std::size_t>(n * I), -1.0f, 1.0f);
+      const auto w = uniform(rng, static_cast<std::size_t>(O * I), -0.2f, 0.2f);
+      const auto b = uniform(rng, static_cast<std::size_t>(O), -0.2f, 0.2f);
+      const auto go = uniform(rng, static_cast<std::size_t>(n * O), -1.0f, 1.0f);
+      const auto gw0 = uniform(rng, w.size(), -0.1f, 0.1f);
+      const auto gb0 = uniform(rng, b.size(), -0.1f, 0.1f);
+      std::vector<float> out(static_cast<std::size_t>(n * O)), gi(in.size()), gw = gw0, gb = gb0;
+      cnn::fc_forward(out.data(), in.data(), w.data(), b.data(), n, I, O);
+      cnn::fc_backward(gi.data(), gw.data(), gb.data(), go.data(), in.data(), w.data(), n, I, O);
+      auto d_in = to_device(in);
+      auto d_w = to_device(w);
+      auto d_b = to_device(b);
+      auto d_go = to_device(go);
+      auto d_out = poisoned<float>(n * O);
+      auto d_gi = poisoned<float>(n * I);
+      auto d_gw = to_device(gw0);
+      auto d_gb = to_device(gb0);
+      cnn::cuda::fc_forward(d_out.get(), d_in.get(), d_w.get(), d_b.get(), n, I, O, nullptr);
+      cnn::cuda::fc_backward(d_gi.get(), d_gw.get(), d_gb.get(), d_go.get(), d_in.get(), d_w.get(), n, I, O, nullptr);
+      CHECK_REL(to_host(d_out), out, kOpTolerance, "fc_forward");
+      CHECK_REL(to_host(d_gi), gi, kOpTolerance, "fc_backward grad_in");
+      CHECK_REL(to_host(d_gw), gw, kOpTolerance, "fc_backward grad_weight");
+      CHECK_REL(to_host(d_gb), gb, kOpTolerance, "fc_backward grad_bias");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(adam_matches_cpu) {
+  std::mt19937 rng(41);
+  const std::size_t n = 100003;
+  auto p = uniform(rng, n, -1.0f, 1.0f);
+  auto m = uniform(rng, n, -0.01f, 0.01f);
+  auto v = uniform(rng, n, 0.0f, 1e-4f);
+  auto d_p = to_device(p);
+  auto d_m = to_device(m);
+  auto d_v = to_device(v);
+  for (std::int64_t step : {1, 2, 7, 1000}) {
+    const auto g = uniform(rng, n, -50.0f, 50.0f);
+    cnn::adam_update(p.data(), m.data(), v.data(), g.data(), static_cast<std::int64_t>(n), 1e-3f, 0.9f, 0.999f, 1e-8f,
+                     step, 1.0f / 64);
+    auto d_g = to_device(g);
+    cnn::cuda::adam_update(d_p.get(), d_m.get(), d_v.get(), d_g.get(), static_cast<std::int64_t>(n), 1e-3f, 0.9f,
+                           0.999f, 1e-8f, step, 1.0f / 64, nullptr);
+    BOOST_TEST_CONTEXT("step " << step) {
+      CHECK_REL(to_host(d_p), p, 1e-6, "adam params");
+      CHECK_REL(to_host(d_m), m, 1e-6, "adam m");
+      CHECK_REL(to_host(d_v), v, 1e-6, "adam v");
+    }
+  }
+}
+
+// ---- 2-4. the layer backend ------------------------------------------------------------------------
+
+struct RandomData {
+  cnn::Dataset train, test;
+};
+
+RandomData random_data(cnn::TensorShape shape, std::int64_t train_count, std::int64_t test_count, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  RandomData data;
+  for (auto [set, count, name] : {std::tuple{&data.train, train_count, "random/train"},
+                                  std::tuple{&data.test, test_count, "random/test"}}) {
+    set->name = name;
+    set->shape = shape;
+    set->classes = 10;
+    set->images = random_bytes(rng, static_cast<std::size_t>(count * shape.size()), 256);
+    set->labels = random_bytes(rng, static_cast<std::size_t>(count), 10);
+  }
+  return data;
+}
+
+std::vector<float> initial_params(const cnn::Network& net, std::uint64_t seed) {
+  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
+  cnn::initialize_params(params.data(), net.layout, seed);
+  return params;
+}
+
+// kind: "seq", "cuda" (whatever make_cuda_backend picks), "cuda-layers" (the layer backend even for
+// the seed model); graphs off with CNN_CUDA_GRAPHS=0.
+std::unique_ptr<cnn::Backend> make(const std::string& kind, const cnn::Network& net, cnn::OptimizerKind optimizer,
+                                   bool graphs = true) {
+  cnn::BackendOptions options;
+  options.kind = kind == "seq" ? "seq" : "cuda";
+  options.optimizer = optimizer;
+  if (kind == "cuda-layers") setenv("CNN_CUDA_LAYERS", "1", 1);
+  if (!graphs) setenv("CNN_CUDA_GRAPHS", "0", 1);
+  auto backend = kind == "seq" ? cnn::make_backend(options, net) : cnn::make_cuda_backend(options, net);
+  unsetenv("CNN_CUDA_LAYERS");
+  unsetenv("CNN_CUDA_GRAPHS");
+  return backend;
+}
+
+struct Run {
+  std::vector<float> grads;  // of the last step
+  std::vector<float> params, state;
+  cnn::BatchStats stats, eval;
+  std::string description;
+};
+
+// `steps` steps of `batch` (the last one 13 samples smaller: a second batch size, a second graph),
+// updating with `optimizer` between them; the gradients of the last step are kept.
+Run train(const std::string& kind, const cnn::Network& net, const RandomData& data, cnn::OptimizerKind optimizer,
+          int steps, std::int64_t batch, bool graphs = true) {
+  auto backend = make(kind, net, optimizer, graphs);
+  backend->bind_data(data.train, data.test);
+  backend->upload_params(initial_params(net, 5));
+  backend->begin_epoch(cnn::Sampler(7, data.train.count()).permutation(0));
+  cnn::OptimizerSettings settings;
+  settings.kind = optimizer;
+  settings.lr = optimizer == cnn::OptimizerKind::kAdam ? 1e-3f : 0.05f;
+  Run run;
+  std::int64_t first = 0;
+  for (int step = 0; step < steps; ++step) {
+    const std::int64_t count = step == steps - 1 && steps > 1 ? batch - 13 : batch;
+    backend->compute_gradients(first, count);
+    first += count;
+    if (step == steps - 1) {
+      backend->synchronize();
+      std::vector<float> grads(static_cast<std::size_t>(net.layout.total()));
+      if (backend->memory_space() == cnn::MemorySpace::kDevice)
+        CNN_CHECK_CUDA(cudaMemcpy(grads.data(), backend->grads(), grads.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      else
+        std::memcpy(grads.data(), backend->grads(), grads.size() * sizeof(float));
+      run.grads = std::move(grads);
+    }
+    settings.step = step + 1;
+    backend->apply_update(settings, 1.0f / static_cast<float>(count));
+  }
+  run.stats = backend->take_train_stats();
+  run.eval = backend->evaluate(0, data.test.count());
+  run.params = backend->download_params();
+  run.state = backend->download_optimizer_state();
+  run.description = backend->device_description();
+  return run;
+}
+
+void check_against(const Run& got, const Run& want, const cnn::Network& net, double tolerance) {
+  for (const cnn::ParamView& view : net.layout.views()) {
+    const auto at = static_cast<std::size_t>(view.offset);
+    const auto size = static_cast<std::size_t>(view.size);
+    const double grad_err = relative_error(got.grads.data() + at, want.grads.data() + at, size);
+    const double param_err = relative_error(got.params.data() + at, want.params.data() + at, size);
+    std::printf("  %-14s grad %.2e  params %.2e\n", view.name().c_str(), grad_err, param_err);
+    BOOST_TEST(grad_err <= tolerance, view.name() << " gradient: relative error " << grad_err);
+    BOOST_TEST(param_err <= tolerance, view.name() << " parameters: relative error " << param_err);
+  }
+  const double loss_err = std::abs(got.stats.loss_sum - want.stats.loss_sum) / std::abs(want.stats.loss_sum);
+  std::printf("  loss sums %.9g vs %.9g (%.2e), correct %lld vs %lld\n", got.stats.loss_sum, want.stats.loss_sum,
+              loss_err, static_cast<long long>(got.stats.correct), static_cast<long long>(want.stats.correct));
+  BOOST_TEST(loss_err <= tolerance);
+  BOOST_TEST(got.stats.count == want.stats.count);
+  BOOST_TEST(std::abs(got.eval.loss_sum - want.eval.loss_sum) <= tolerance * std::abs(want.eval.loss_sum));
+  BOOST_TEST(got.eval.count == want.eval.count);
+}
+
+BOOST_AUTO_TEST_CASE(cifar_preset_matches_seq) {
+  const cnn::Network net = cnn::build_network("cifar", 32, {3, 32, 32}, 10);
+  const RandomData data = random_data(net.input, 400, 150, 51);
+  for (auto optimizer : {cnn::OptimizerKind::kSgd, cnn::OptimizerKind::kAdam}) {
+    BOOST_TEST_CONTEXT("cifar, " << cnn::optimizer_name(optimizer)) {
+      const int steps = optimizer == cnn::OptimizerKind::kSgd ? 1 : 3;
+      const Run seq = train("seq", net, data, optimizer, steps, 77);
+      const Run gpu = train("cuda", net, data, optimizer, steps, 77);
+      std::printf("cifar preset, %s, %d step(s): %s vs seq\n", cnn::optimizer_name(optimizer), steps,
+                  gpu.description.c_str());
+      BOOST_TEST(gpu.description.find("layer by layer") != std::string::npos);
+      check_against(gpu, seq, net, kStepTolerance);
+      if (optimizer == cnn::OptimizerKind::kAdam) CHECK_REL(gpu.state, seq.state, kStepTolerance, "adam state");
+    }
+  }
+}
+
+// Stride, padding, an even kernel, overlapping pool windows, a ReLU after a pool and two fc layers.
+BOOST_AUTO_TEST_CASE(strided_padded_network_matches_seq) {
+  const cnn::Network net = cnn::build_network("conv3x3:8/s2/p1 relu conv4x4:6/p2 maxpool3/s2 relu conv1x1:5 relu "
+                                              "flatten fc:16 relu fc:10",
+                                              0, {3, 17, 15}, 10);
+  const RandomData data = random_data(net.input, 300, 60, 52);
+  const Run seq = train("seq", net, data, cnn::OptimizerKind::kMomentum, 2, 50);
+  const Run gpu = train("cuda", net, data, cnn::OptimizerKind::kMomentum, 2, 50);
+  std::printf("%s: %s vs seq\n", net.describe().c_str(), gpu.description.c_str());
+  check_against(gpu, seq, net, kStepTolerance);
+}
+
+BOOST_AUTO_TEST_CASE(layer_backend_matches_fused_seed_backend) {
+  for (int channels : {1, 3}) {
+    cnn::SeedModel m;
+    m.input = {channels, 28, 28};
+    m.kernel = 3;
+    m.filters = 32;
+    m.classes = 10;
+    const cnn::Network net = cnn::seed_network(m);
+    const RandomData data = random_data(net.input, 400, 100, 53);
+    const Run fused = train("cuda", net, data, cnn::OptimizerKind::kMomentum, 3, 100);
+    const Run layers = train("cuda-layers", net, data, cnn::OptimizerKind::kMomentum, 3, 100);
+    BOOST_TEST_CONTEXT("seed, " << channels << " channel(s)") {
+      std::printf("seed model, %d channel(s): %s vs %s\n", channels, layers.description.c_str(),
+                  fused.description.c_str());
+      BOOST_TEST(layers.description.find("layer by layer") != std::string::npos);
+      BOOST_TEST(fused.description.find("layer by layer") == std::string::npos);
+      check_against(layers, fused, net, kStepTolerance);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(identical_runs_give_identical_bits) {
+  const cnn::Network net = cnn::build_network("cifar", 32, {3, 32, 32}, 10);
+  const RandomData data = random_data(net.input, 12 * 64, 100, 54);
+  const Run a = train("cuda", net, data, cnn::OptimizerKind::kAdam, 12, 64);
+  const Run b = train("cuda", net, data, cnn::OptimizerKind::kAdam, 12, 64);
+  const Run eager = train("cuda", net, data, cnn::OptimizerKind::kAdam, 12, 64, false);
+  BOOST_TEST(bitwise_equal(a.params, b.params), "two graph runs differ");
+  BOOST_TEST(bitwise_equal(a.state, b.state), "two graph runs' adam state differs");
+  BOOST_TEST(bitwise_equal(a.grads, b.grads));
+  BOOST_TEST(bitwise_equal(a.params, eager.params), "graph and eager runs differ");
+  BOOST_TEST(std::memcmp(&a.stats.loss_sum, &b.stats.loss_sum, sizeof(double)) == 0);
+  BOOST_TEST(std::memcmp(&a.stats.loss_sum, &eager.stats.loss_sum, sizeof(double)) == 0);
+  BOOST_TEST(!bitwise_equal(a.params, initial_params(net, 5)), "the parameters did not move");
+}
+
+// ---- 5. measurement ---------------------------------------------------------------------------------
+
+// The cifar preset on CIFAR-shaped random data (50000 images of 3x32x32), Adam, train steps only
+// (compute_gradients + apply_update, one rank); one warm-up epoch, then the median of 3. Run with
+//   ./gpu_layers --run_test=measure_cifar_epoch_time
+BOOST_AUTO_TEST_CASE(measure_cifar_epoch_time, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
+  constexpr std::int64_t kImages = 50000;
+  const cnn::Network net = cnn::build_network("cifar", 32, {3, 32, 32}, 10);
+  const RandomData data = random_data(net.input, kImages, 1000, 2024);
+  std::printf("%s\n%-6s %-7s %10s %9s %10s  %s\n", net.describe().c_str(), "batch", "graphs", "ms/epoch", "us/step",
+              "train loss", "phases of the last epoch, ms (data/forward/backward/update)");
+  for (std::int64_t batch : {32, 128, 512}) {
+    for (bool graphs : {true, false}) {
+      auto gpu = make("cuda", net, cnn::OptimizerKind::kAdam, graphs);
+      gpu->bind_data(data.train, data.test);
+      gpu->upload_params(initial_params(net, 1));
+      const cnn::Sampler sampler(11, kImages);
+      cnn::OptimizerSettings adam;
+      adam.kind = cnn::OptimizerKind::kAdam;
+      adam.lr = 1e-3f;
+      std::vector<double> ms;
+      double loss = 0.0;
+      cnn::PhaseTimes phases;
+      std::int64_t step = 0;
+      const int epochs = graphs ? 4 : 2;
+      for (int epoch = 0; epoch < epochs; ++epoch) {
+        gpu->begin_epoch(sampler.permutation(epoch));
+        gpu->synchronize();
+        const auto start = std::chrono::steady_clock::now();
+        for (std::int64_t first = 0; first < kImages; first += batch) {
+          const std::int64_t count = std::min(batch, kImages - first);
+          gpu->compute_gradients(first, count);
+          adam.step = ++step;
+          gpu->apply_update(adam, 1.0f / static_cast<float>(count));
+        }
+        gpu->synchronize();
+        const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        const cnn::BatchStats stats = gpu->take_train_stats();
+        phases = gpu->take_phase_times();
+        loss = stats.loss_sum / static_cast<double>(stats.count);
+        if (epoch > 0) ms.push_back(elapsed);
+      }
+      std::sort(ms.begin(), ms.end());
+      const double median = ms[ms.size() / 2];
+      const double steps = std::ceil(static_cast<double>(kImages) / static_cast<double>(batch));
+      std::printf("%-6lld %-7s %10.2f %9.1f %10.4f  %.2f/%.2f/%.2f/%.2f\n", static_cast<long long>(batch),
+                  graphs ? "on" : "off", median, 1000.0 * median / steps, loss, 1e3 * phases.get(cnn::Phase::kData),
+                  1e3 * phases.get(cnn::Phase::kForward), 1e3 * phases.get(cnn::Phase::kBackward),
+                  1e3 * phases.get(cnn::Phase::kUpdate));
+      std::fflush(stdout);
+      BOOST_TEST(std::isfinite(loss));
+    }
+  }
+}
+
+// A few eager steps per batch, for a kernel profiler:
+//   ncu --clock-control none --print-summary per-kernel ./gpu_layers --run_test=profile_cifar_steps
+BOOST_AUTO_TEST_CASE(profile_cifar_steps, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
+  const cnn::Network net = cnn::build_network("cifar", 32, {3, 32, 32}, 10);
+  const RandomData data = random_data(net.input, 2048, 100, 99);
+  for (std::int64_t batch : {32, 128, 512}) {
+    auto gpu = make("cuda", net, cnn::OptimizerKind::kAdam, false);
+    gpu->bind_data(data.train, data.test);
+    gpu->upload_params(initial_params(net, 1));
+    gpu->begin_epoch(cnn::Sampler(1, data.train.count()).permutation(0));
+    cnn::OptimizerSettings adam;
+    adam.kind = cnn::OptimizerKind::kAdam;
+    for (int step = 0; step < 2; ++step) {
+      gpu->compute_gradients(step * batch, batch);
+      adam.step = step + 1;
+      gpu->apply_update(adam, 1.0f / static_cast<float>(batch));
+    }
+    gpu->synchronize();
+  }
+}
+
+}  // namespace

@@ -1,0 +1,320 @@
+// The layer ops of layer_ops.hpp and the layer-by-layer CPU backend:
+//   1. finite-difference gradients of every layer type (conv multi-channel with stride 2 and
+//      padding 1, relu, maxpool with stride != size, fc) and of a whole network through the backend
+//      (with flatten), and proof that the comparison fails on a gradient 5% off;
+//   2. seq vs threads for the cifar preset; the layer backend vs the fused seed backend;
+//   3. one Adam step against a hand computation.
+#define BOOST_TEST_MODULE layers
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "boost_test.hpp"
+#include "cnn/backend.hpp"
+#include "cnn/cpu_backend.hpp"
+#include "cnn/layer_ops.hpp"
+#include "cnn/network.hpp"
+#include "cnn/ops.hpp"
+#include "cnn/optimizer.hpp"
+#include "cnn/sampler.hpp"
+#include "test_util.hpp"
+
+namespace {
+
+using cnn::test::random_vector;
+
+// Central differences of a scalar function of x, in double around float evaluations.
+double numeric_derivative(const std::function<double()>& loss, float& x, float h) {
+  const float saved = x;
+  x = saved + h;
+  const double up = loss();
+  x = saved - h;
+  const double down = loss();
+  x = saved;
+  return (up - down) / (2.0 * static_cast<double>(h));
+}
+
+// Errors are relative to the larger of the two, or to 1e-2 for smaller derivatives (float noise).
+struct GradCheck {
+  double tolerance = 1e-2;
+  int checked = 0;
+  int failed = 0;
+  double worst = 0.0;
+  void add(double analytic, double numeric) {
+    const double error =
+        std::fabs(analytic - numeric) / std::max(1e-2, std::max(std::fabs(analytic), std::fabs(numeric)));
+    worst = std::max(worst, error);
+    ++checked;
+    if (error > tolerance) ++failed;
+  }
+  bool ok() const { return checked > 0 && failed == 0; }
+};
+
+// Loss = sum(out * probe): d loss / d out = probe, so backward(probe) gives d loss / d everything.
+double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Checks every input, weight and bias derivative of conv2d for `shape`; `skew` scales the analytic
+// weight gradient (1 = correct) so the test can prove it catches a wrong one.
+GradCheck check_conv(const cnn::ConvShape& shape, std::int64_t n, float skew) {
+  std::vector<float> in = random_vector(static_cast<std::size_t>(n * shape.in_size()), 1, 1.0f);
+  std::vector<float> w = random_vector(static_cast<std::size_t>(shape.weight_size()), 2, 0.5f);
+  std::vector<float> b = random_vector(static_cast<std::size_t>(shape.filters), 3, 0.5f);
+  const std::vector<float> probe = random_vector(static_cast<std::size_t>(n * shape.out_size()), 4, 1.0f);
+  std::vector<float> out(probe.size());
+  auto loss = [&] {
+    cnn::conv2d_forward(out.data(), in.data(), w.data(), b.data(), n, shape);
+    return dot(out, probe);
+  };
+  std::vector<float> gin(in.size()), gw(w.size(), 0.0f), gb(b.size(), 0.0f);
+  cnn::conv2d_backward(gin.data(), gw.data(), gb.data(), probe.data(), in.data(), w.data(), n, shape);
+  GradCheck check;
+  for (std::size_t i = 0; i < in.size(); ++i) check.add(gin[i], numeric_derivative(loss, in[i], 1e-2f));
+  for (std::size_t i = 0; i < w.size(); ++i) check.add(skew * gw[i], numeric_derivative(loss, w[i], 1e-2f));
+  for (std::size_t i = 0; i < b.size(); ++i) check.add(gb[i], numeric_derivative(loss, b[i], 1e-2f));
+  return check;
+}
+
+// Pool inputs: a permutation of well separated values, so no derivative crosses a tie.
+std::vector<float> distinct_values(std::size_t n, std::uint32_t seed) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = 0.05f * static_cast<float>(i) - 0.025f * static_cast<float>(n) + 0.0125f;
+  std::shuffle(v.begin(), v.end(), std::mt19937(seed));
+  return v;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(finite_differences)
+
+BOOST_AUTO_TEST_CASE(conv_multichannel_stride2_pad1) {
+  const cnn::ConvShape shape{3, 7, 6, 4, 3, 2, 1};  // 3x7x6 -> 4x4x3
+  BOOST_REQUIRE(shape.out_h() == 4 && shape.out_w() == 3);
+  const GradCheck check = check_conv(shape, 2, 1.0f);
+  BOOST_TEST_MESSAGE("conv: " << check.checked << " derivatives, worst relative error " << check.worst);
+  BOOST_TEST(check.ok());
+}
+
+BOOST_AUTO_TEST_CASE(conv_stride1_pad0_and_5x5) {
+  BOOST_TEST(check_conv({2, 6, 6, 3, 3, 1, 0}, 2, 1.0f).ok());
+  BOOST_TEST(check_conv({2, 9, 8, 3, 5, 2, 2}, 1, 1.0f).ok());
+}
+
+BOOST_AUTO_TEST_CASE(a_weight_gradient_5_percent_off_is_caught) {
+  const GradCheck check = check_conv({3, 7, 6, 4, 3, 2, 1}, 2, 1.05f);
+  BOOST_TEST(!check.ok());
+  BOOST_TEST(check.failed > check.checked / 4);
+}
+
+BOOST_AUTO_TEST_CASE(relu) {
+  std::vector<float> in = distinct_values(40, 5);
+  const std::vector<float> probe = random_vector(in.size(), 6, 1.0f);
+  std::vector<float> out(in.size()), grad(in.size());
+  auto loss = [&] {
+    cnn::relu_forward(out.data(), in.data(), static_cast<std::int64_t>(in.size()));
+    return dot(out, probe);
+  };
+  loss();
+  cnn::relu_backward(grad.data(), probe.data(), out.data(), static_cast<std::int64_t>(in.size()));
+  GradCheck check;
+  for (std::size_t i = 0; i < in.size(); ++i) check.add(grad[i], numeric_derivative(loss, in[i], 1e-2f));
+  BOOST_TEST(check.ok());
+  GradCheck wrong;  // the mask taken from the wrong side of zero
+  for (std::size_t i = 0; i < in.size(); ++i)
+    wrong.add(in[i] <= 0 ? probe[i] : 0.0f, numeric_derivative(loss, in[i], 1e-2f));
+  BOOST_TEST(!wrong.ok());
+}
+
+BOOST_AUTO_TEST_CASE(maxpool_overlapping_windows) {
+  const cnn::PoolShape shape{2, 7, 6, 3, 2};  // windows of 3 moved by 2: they overlap
+  BOOST_REQUIRE(shape.out_h() == 3 && shape.out_w() == 2);
+  const std::int64_t n = 2;
+  std::vector<float> in = distinct_values(static_cast<std::size_t>(n * shape.in_size()), 7);
+  const std::vector<float> probe = random_vector(static_cast<std::size_t>(n * shape.out_size()), 8, 1.0f);
+  std::vector<float> out(probe.size()), grad(in.size());
+  std::vector<std::int32_t> argmax(probe.size());
+  auto loss = [&] {
+    cnn::maxpool_forward(out.data(), argmax.data(), in.data(), n, shape);
+    return dot(out, probe);
+  };
+  loss();
+  cnn::maxpool_backward(grad.data(), probe.data(), argmax.data(), n, shape);
+  GradCheck check;
+  for (std::size_t i = 0; i < in.size(); ++i) check.add(grad[i], numeric_derivative(loss, in[i], 1e-2f));
+  BOOST_TEST(check.ok());
+}
+
+BOOST_AUTO_TEST_CASE(fc) {
+  const std::int64_t n = 3, inputs = 7, outputs = 5;
+  std::vector<float> in = random_vector(static_cast<std::size_t>(n * inputs), 9, 1.0f);
+  std::vector<float> w = random_vector(static_cast<std::size_t>(outputs * inputs), 10, 0.5f);
+  std::vector<float> b = random_vector(static_cast<std::size_t>(outputs), 11, 0.5f);
+  const std::vector<float> probe = random_vector(static_cast<std::size_t>(n * outputs), 12, 1.0f);
+  std::vector<float> out(probe.size());
+  auto loss = [&] {
+    cnn::fc_forward(out.data(), in.data(), w.data(), b.data(), n, inputs, outputs);
+    return dot(out, probe);
+  };
+  std::vector<float> gin(in.size()), gw(w.size(), 0.0f), gb(b.size(), 0.0f);
+  cnn::fc_backward(gin.data(), gw.data(), gb.data(), probe.data(), in.data(), w.data(), n, inputs, outputs);
+  GradCheck check;
+  for (std::size_t i = 0; i < in.size(); ++i) check.add(gin[i], numeric_derivative(loss, in[i], 1e-2f));
+  for (std::size_t i = 0; i < w.size(); ++i) check.add(gw[i], numeric_derivative(loss, w[i], 1e-2f));
+  for (std::size_t i = 0; i < b.size(); ++i) check.add(gb[i], numeric_derivative(loss, b[i], 1e-2f));
+  BOOST_TEST(check.ok());
+}
+
+// Every parameter of a network with every layer type (an explicit flatten among them), through the
+// layer backend: analytic gradients from compute_gradients, numeric ones from evaluate's loss.
+BOOST_AUTO_TEST_CASE(whole_network_through_the_backend) {
+  const cnn::Dataset data = cnn::test::random_dataset(6, {2, 11, 10}, 13, 4);
+  const cnn::Network net =
+      cnn::build_network("conv3x3:4/s2/p1 relu conv3x3:5 relu maxpool2/s1 flatten fc:6 relu fc:4", 0, data.shape, 4);
+  BOOST_REQUIRE(!net.as_seed());
+  auto backend = cnn::make_cpu_layer_backend(net, "seq", 1, cnn::OptimizerKind::kSgd);
+  backend->bind_data(data, data);
+  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
+  cnn::initialize_params(params.data(), net.layout, 17);
+  std::vector<std::int32_t> order(static_cast<std::size_t>(data.count()));
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+  backend->upload_params(params);
+  backend->begin_epoch(order);
+  backend->compute_gradients(0, data.count());
+  const std::vector<float> grads(backend->grads(), backend->grads() + net.layout.total());
+  auto loss = [&] {
+    backend->upload_params(params);
+    return backend->evaluate(0, data.count()).loss_sum;
+  };
+  // A step of h may carry some pre-activation across a relu or pool kink, where central differences
+  // mean nothing; such entries show as one-sided slopes that disagree, and are skipped (few may be).
+  // Whole-network sums carry more float noise than one op: 3%, still below a 5% error.
+  GradCheck check{3e-2}, skewed{3e-2};
+  int kinks = 0;
+  for (const cnn::ParamView& view : net.layout.views()) {
+    // Up to 12 entries of every tensor, spread over it.
+    const std::int64_t stride = std::max<std::int64_t>(1, view.size / 12);
+    for (std::int64_t i = 0; i < view.size; i += stride) {
+      float& x = params[static_cast<std::size_t>(view.offset + i)];
+      const float h = 1e-2f, saved = x;
+      const double center = loss();
+      x = saved + h;
+      const double up = loss();
+      x = saved - h;
+      const double down = loss();
+      x = saved;
+      const double right = (up - center) / h, left = (center - down) / h;
+      if (std::fabs(right - left) > 0.02 * std::max(1e-2, std::fabs(right) + std::fabs(left))) {
+        ++kinks;
+        continue;
+      }
+      const double analytic = grads[static_cast<std::size_t>(view.offset + i)];
+      check.add(analytic, (up - down) / (2.0 * h));
+      skewed.add(1.05 * analytic, (up - down) / (2.0 * h));
+    }
+  }
+  BOOST_TEST_MESSAGE("network: skipped " << kinks << " entries at kinks");
+  BOOST_TEST(kinks <= check.checked / 4);
+  BOOST_TEST(!skewed.ok());  // gradients 5% too large are caught
+  BOOST_TEST_MESSAGE("network: " << check.checked << " derivatives, worst relative error " << check.worst);
+  BOOST_TEST(check.ok());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- backend agreement ----------------------------------------------------------------------------
+
+namespace {
+
+std::vector<float> step_gradients(std::unique_ptr<cnn::Backend> backend, const cnn::Dataset& data,
+                                  const std::vector<float>& params, std::int64_t count, cnn::BatchStats* stats) {
+  backend->bind_data(data, data);
+  backend->upload_params(params);
+  backend->begin_epoch(cnn::Sampler(5, data.count()).permutation(0));
+  backend->compute_gradients(0, count);
+  *stats = backend->take_train_stats();
+  return std::vector<float>(backend->grads(), backend->grads() + params.size());
+}
+
+void check_close(const cnn::ParamLayout& layout, const std::vector<float>& a, const std::vector<float>& b,
+                 double tolerance) {
+  for (const cnn::ParamView& view : layout.views()) {
+    const std::vector<float> x(a.begin() + view.offset, a.begin() + view.offset + view.size);
+    const std::vector<float> y(b.begin() + view.offset, b.begin() + view.offset + view.size);
+    const double error = cnn::test::relative_error(x, y);
+    BOOST_TEST(error <= tolerance, view.name() << ": relative error " << error);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(cifar_preset_threads_agree_with_seq) {
+  const cnn::Dataset data = cnn::test::random_dataset(150, {1, 28, 28}, 23);
+  const cnn::Network net = cnn::build_network("cifar", 0, data.shape, 10);
+  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
+  cnn::initialize_params(params.data(), net.layout, 3);
+  cnn::BatchStats seq_stats, stats;
+  cnn::BackendOptions options;
+  options.kind = "seq";
+  const std::vector<float> reference = step_gradients(cnn::make_backend(options, net), data, params, 150, &seq_stats);
+  for (int threads : {2, 3}) {
+    options.kind = "threads";
+    options.threads = threads;
+    const std::vector<float> other = step_gradients(cnn::make_backend(options, net), data, params, 150, &stats);
+    BOOST_TEST(stats.correct == seq_stats.correct);
+    BOOST_TEST(std::fabs(stats.loss_sum - seq_stats.loss_sum) <= 1e-5 * seq_stats.loss_sum);
+    check_close(net.layout, other, reference, 1e-5);
+  }
+  // Deterministic: the same backend kind twice gives the same bits.
+  options.threads = 2;
+  const std::vector<float> again = step_gradients(cnn::make_backend(options, net), data, params, 150, &stats);
+  const std::vector<float> once = step_gradients(cnn::make_backend(options, net), data, params, 150, &stats);
+  BOOST_TEST((again == once));
+}
+
+BOOST_AUTO_TEST_CASE(layer_backend_matches_the_fused_seed_backend) {
+  const cnn::Dataset data = cnn::test::random_dataset(100, {1, 28, 28}, 29);
+  const cnn::Network net = cnn::build_network("seed", 16, data.shape, 10);
+  const std::optional<cnn::SeedModel> seed = net.as_seed();
+  BOOST_REQUIRE(seed.has_value());
+  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
+  cnn::initialize_params(params.data(), net.layout, 4);
+  cnn::BatchStats fused_stats, layer_stats;
+  const std::vector<float> fused =
+      step_gradients(cnn::make_cpu_backend(*seed, "seq", 1, cnn::OptimizerKind::kSgd), data, params, 100, &fused_stats);
+  const std::vector<float> layered = step_gradients(
+      cnn::make_cpu_layer_backend(net, "seq", 1, cnn::OptimizerKind::kSgd), data, params, 100, &layer_stats);
+  BOOST_TEST(layer_stats.correct == fused_stats.correct);
+  BOOST_TEST(std::fabs(layer_stats.loss_sum - fused_stats.loss_sum) <= 1e-5 * fused_stats.loss_sum);
+  check_close(net.layout, layered, fused, 1e-5);
+}
+
+// ---- adam -----------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(adam_two_steps_by_hand) {
+  // PyTorch's Adam, written out in double: m, v, bias corrections, p -= lr*mhat/(sqrt(vhat)+eps).
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, scale = 0.5f;
+  std::vector<float> p = {1.0f, -2.0f, 0.5f}, state(6, 0.0f);
+  const std::vector<std::vector<float>> grads = {{0.4f, -1.0f, 0.0f}, {-0.2f, -0.6f, 2.0f}};
+  std::vector<double> ep = {1.0, -2.0, 0.5}, em(3, 0.0), ev(3, 0.0);
+  for (int t = 1; t <= 2; ++t) {
+    const std::vector<float>& g = grads[static_cast<std::size_t>(t - 1)];
+    cnn::adam_update(p.data(), state.data(), state.data() + 3, g.data(), 3, lr, b1, b2, eps, t, scale);
+    for (int i = 0; i < 3; ++i) {
+      const double gi = scale * static_cast<double>(g[static_cast<std::size_t>(i)]);
+      em[i] = b1 * em[i] + (1 - static_cast<double>(b1)) * gi;
+      ev[i] = b2 * ev[i] + (1 - static_cast<double>(b2)) * gi * gi;
+      const double mhat = em[i] / (1 - std::pow(static_cast<double>(b1), t));
+      const double vhat = ev[i] / (1 - std::pow(static_cast<double>(b2), t));
+      ep[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    BOOST_TEST(std::fabs(p[static_cast<std::size_t>(i)] - ep[i]) <= 1e-6, "param " << i << ": " << p[i] << " vs " << ep[i]);
+    BOOST_TEST(std::fabs(state[static_cast<std::size_t>(i)] - em[i]) <= 1e-7);
+    BOOST_TEST(std::fabs(state[static_cast<std::size_t>(3 + i)] - ev[i]) <= 1e-8);
+  }
+}
