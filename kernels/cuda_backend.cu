@@ -96,37 +96,8 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::bind_data(const Dataset& train, const Dataset& test) {
-  const std::int64_t sample = model_.input.size();
-  for (const Dataset* data : {&train, &test})
-    if (data->shape.size() != sample || static_cast<std::int64_t>(data->images.size()) != data->count() * sample)
-      throw InputError("data set " + data->name + " does not match the model's input " + model_.describe());
   CNN_CHECK_CUDA(cudaSetDevice(device_));
-  // Stream mode re-binds at every window (docs/DATA.md): steps queued on stream_ may still read the
-  // old data, and the blocking cudaMemcpy below does not wait for a non-blocking stream.
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  train_count_ = train.count();
-  test_count_ = test.count();
-  // Buffers grow but never move while new data fits, so graphs captured with their addresses stay
-  // valid across re-binds; when one does move, every graph goes.
-  bool moved = false;
-  moved |= train_images_.reserve(static_cast<std::int64_t>(train.images.size()));
-  moved |= train_labels_.reserve(train_count_);
-  if (moved) drop_graphs();
-  test_images_.reserve(static_cast<std::int64_t>(test.images.size()));
-  test_labels_.reserve(test_count_);
-  test_order_.reserve(test_count_);
-  std::vector<std::int32_t> order(static_cast<std::size_t>(test_count_));
-  std::iota(order.begin(), order.end(), 0);
-  // Synchronous copies of the host data's own sizes (a buffer may be larger): the host vectors may go
-  // away once this returns.
-  const auto upload = [](void* device, const void* host, std::size_t bytes) {
-    if (bytes > 0) CNN_CHECK_CUDA(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
-  };
-  upload(train_images_.get(), train.images.data(), train.images.size());
-  upload(train_labels_.get(), train.labels.data(), train.labels.size());
-  upload(test_images_.get(), test.images.data(), test.images.size());
-  upload(test_labels_.get(), test.labels.data(), test.labels.size());
-  upload(test_order_.get(), order.data(), order.size() * sizeof(std::int32_t));
+  if (data_.bind(train, test, model_.input.size(), model_.describe(), stream_)) drop_graphs();
 }
 
 void CudaBackend::upload_params(const std::vector<float>& host) {
@@ -165,10 +136,10 @@ std::vector<float> CudaBackend::download_optimizer_state() {
 
 void CudaBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
   const auto size = static_cast<std::int64_t>(permutation.size());
-  if (size > train_count_)
+  if (size > data_.train_count)
     throw InputError("the epoch's order has " + std::to_string(size) + " entries but the training set only " +
-                     std::to_string(train_count_));
-  permutation_.reserve(size);
+                     std::to_string(data_.train_count));
+  if (permutation_.reserve(size)) drop_graphs();  // graphs captured the old address
   // Once per epoch; the sync lets the caller free its vector and keeps earlier steps, which read the
   // old order, from racing with the copy.
   CNN_CHECK_CUDA(cudaMemcpyAsync(permutation_.get(), permutation.data(), static_cast<std::size_t>(size) * sizeof(std::int32_t),
@@ -209,8 +180,8 @@ SeedStepTensors CudaBackend::step_tensors() const {
   t.grad_conv_bias = grad_conv_bias_;
   t.grad_fc_weight = grad_fc_weight_;
   t.grad_fc_bias = grad_fc_bias_;
-  t.images = train_images_.get();
-  t.all_labels = train_labels_.get();
+  t.images = data_.train_images.get();
+  t.all_labels = data_.train_labels.get();
   t.indices = batch_indices_.get();
   t.input = input_.get();
   t.labels = batch_labels_.get();
@@ -366,18 +337,18 @@ BatchStats CudaBackend::take_train_stats() {
 }
 
 BatchStats CudaBackend::evaluate(std::int64_t first, std::int64_t count) {
-  if (count < 0 || first < 0 || first + count > test_count_)
+  if (count < 0 || first < 0 || first + count > data_.test_count)
     throw Error(ExitCode::kFailure, "internal error: test samples [" + std::to_string(first) + ", " +
                                         std::to_string(first + count) + ") lie outside the test set of " +
-                                        std::to_string(test_count_));
+                                        std::to_string(data_.test_count));
   const std::int64_t chunk = std::max(capacity_, kEvalChunk);
   ensure_batch_capacity(std::min(chunk, std::max<std::int64_t>(count, 1)));
   const std::int64_t columns = model_.fc_inputs();
   for (std::int64_t done = 0; done < count; done += chunk) {
     const std::int64_t n = std::min(chunk, count - done);
-    const std::int32_t* indices = test_order_.get() + first + done;
-    gather_normalize(input_.get(), test_images_.get(), indices, n, model_.input.size(), stream_);
-    gather_labels(batch_labels_.get(), test_labels_.get(), indices, n, stream_);
+    const std::int32_t* indices = data_.test_order.get() + first + done;
+    gather_normalize(input_.get(), data_.test_images.get(), indices, n, model_.input.size(), stream_);
+    gather_labels(batch_labels_.get(), data_.test_labels.get(), indices, n, stream_);
     conv_relu_pool_forward(pooled_.get(), argmax_.get(), input_.get(), conv_weight_, conv_bias_, n, model_, stream_);
     fc_forward(logits_.get(), pooled_.get(), fc_weight_, fc_bias_, n, columns, model_.classes, stream_);
     softmax_cross_entropy(nullptr, loss_sums_.get() + kEvalSlot, correct_counts_.get() + kEvalSlot, logits_.get(),

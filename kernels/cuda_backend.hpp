@@ -16,6 +16,7 @@
 #include "cnn/backend.hpp"
 #include "device_backend.hpp"
 #include "device_buffer.hpp"
+#include "device_dataset.hpp"
 #include "seed_step.hpp"
 #include "step_timer.hpp"
 #include "timing_event_pair.hpp"
@@ -101,10 +102,8 @@ class CudaBackend final : public DeviceBackend {
   float* grad_fc_bias_ = nullptr;
 
   // The data, resident as uint8, and the orders that index it.
-  DeviceBuffer<std::uint8_t> train_images_, train_labels_, test_images_, test_labels_;
-  std::int64_t train_count_ = 0, test_count_ = 0;
+  DeviceDataset data_;
   DeviceBuffer<std::int32_t> permutation_;  // this epoch's global order
-  DeviceBuffer<std::int32_t> test_order_;   // 0 .. test_count-1: evaluation goes in order
   std::int64_t permutation_size_ = 0;
 
   // Per-batch activations and scratch, sized for the largest batch so far.

@@ -117,25 +117,8 @@ CudaLayerBackend::~CudaLayerBackend() {
 }
 
 void CudaLayerBackend::bind_data(const Dataset& train, const Dataset& test) {
-  const std::int64_t sample = network_.input.size();
-  for (const Dataset* data : {&train, &test})
-    if (data->shape.size() != sample || static_cast<std::int64_t>(data->images.size()) != data->count() * sample)
-      throw InputError("data set " + data->name + " does not match the network's input " + network_.describe());
   CNN_CHECK_CUDA(cudaSetDevice(device_));
-  train_count_ = train.count();
-  test_count_ = test.count();
-  train_images_.resize(static_cast<std::int64_t>(train.images.size()));
-  train_labels_.resize(train_count_);
-  test_images_.resize(static_cast<std::int64_t>(test.images.size()));
-  test_labels_.resize(test_count_);
-  std::vector<std::int32_t> order(static_cast<std::size_t>(test_count_));
-  std::iota(order.begin(), order.end(), 0);
-  test_order_.resize(test_count_);
-  CNN_CHECK_CUDA(cudaMemcpy(train_images_.get(), train.images.data(), train_images_.bytes(), cudaMemcpyHostToDevice));
-  CNN_CHECK_CUDA(cudaMemcpy(train_labels_.get(), train.labels.data(), train_labels_.bytes(), cudaMemcpyHostToDevice));
-  CNN_CHECK_CUDA(cudaMemcpy(test_images_.get(), test.images.data(), test_images_.bytes(), cudaMemcpyHostToDevice));
-  CNN_CHECK_CUDA(cudaMemcpy(test_labels_.get(), test.labels.data(), test_labels_.bytes(), cudaMemcpyHostToDevice));
-  CNN_CHECK_CUDA(cudaMemcpy(test_order_.get(), order.data(), test_order_.bytes(), cudaMemcpyHostToDevice));
+  if (data_.bind(train, test, network_.input.size(), network_.describe(), stream_)) drop_graphs();
 }
 
 void CudaLayerBackend::upload_params(const std::vector<float>& host) {
@@ -174,10 +157,10 @@ std::vector<float> CudaLayerBackend::download_optimizer_state() {
 
 void CudaLayerBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
   const auto size = static_cast<std::int64_t>(permutation.size());
-  if (size > train_count_)
+  if (size > data_.train_count)
     throw InputError("the epoch's order has " + std::to_string(size) + " entries but the training set only " +
-                     std::to_string(train_count_));
-  permutation_.reserve(size);
+                     std::to_string(data_.train_count));
+  if (permutation_.reserve(size)) drop_graphs();  // graphs captured the old address
   CNN_CHECK_CUDA(cudaMemcpyAsync(permutation_.get(), permutation.data(),
                                  static_cast<std::size_t>(size) * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_));
   CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
@@ -253,8 +236,8 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
   const Plans& plans = plans_for(n);
   CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
                                  cudaMemcpyDeviceToDevice, stream_));
-  gather_normalize(activations_[0].get(), train_images_.get(), batch_indices_.get(), n, network_.input.size(), stream_);
-  gather_labels(batch_labels_.get(), train_labels_.get(), batch_indices_.get(), n, stream_);
+  gather_normalize(activations_[0].get(), data_.train_images.get(), batch_indices_.get(), n, network_.input.size(), stream_);
+  gather_labels(batch_labels_.get(), data_.train_labels.get(), batch_indices_.get(), n, stream_);
   if (timed) timer_->close(Phase::kData);
   enqueue_forward(n, plans, true);
   const std::size_t last = ops_.size();
@@ -424,18 +407,18 @@ BatchStats CudaLayerBackend::take_train_stats() {
 }
 
 BatchStats CudaLayerBackend::evaluate(std::int64_t first, std::int64_t count) {
-  if (count < 0 || first < 0 || first + count > test_count_)
+  if (count < 0 || first < 0 || first + count > data_.test_count)
     throw Error(ExitCode::kFailure, "internal error: test samples [" + std::to_string(first) + ", " +
                                         std::to_string(first + count) + ") lie outside the test set of " +
-                                        std::to_string(test_count_));
+                                        std::to_string(data_.test_count));
   const std::int64_t chunk = std::max(capacity_, kEvalChunk);
   const std::size_t last = ops_.size();
   for (std::int64_t done = 0; done < count; done += chunk) {
     const std::int64_t n = std::min(chunk, count - done);
     ensure_batch_capacity(n);
-    const std::int32_t* indices = test_order_.get() + first + done;
-    gather_normalize(activations_[0].get(), test_images_.get(), indices, n, network_.input.size(), stream_);
-    gather_labels(batch_labels_.get(), test_labels_.get(), indices, n, stream_);
+    const std::int32_t* indices = data_.test_order.get() + first + done;
+    gather_normalize(activations_[0].get(), data_.test_images.get(), indices, n, network_.input.size(), stream_);
+    gather_labels(batch_labels_.get(), data_.test_labels.get(), indices, n, stream_);
     enqueue_forward(n, plans_for(n), false);
     softmax_cross_entropy(nullptr, loss_sums_.get() + kEvalSlot, correct_counts_.get() + kEvalSlot,
                           activations_[last].get(), batch_labels_.get(), n, network_.classes, stream_);

@@ -26,6 +26,7 @@
 #include "cnn/network.hpp"
 #include "device_backend.hpp"
 #include "device_buffer.hpp"
+#include "device_dataset.hpp"
 #include "layer_ops.hpp"
 #include "step_timer.hpp"
 
@@ -102,9 +103,8 @@ class CudaLayerBackend final : public DeviceBackend {
 
   DeviceBuffer<float> params_, grads_, optimizer_state_;
 
-  DeviceBuffer<std::uint8_t> train_images_, train_labels_, test_images_, test_labels_;
-  std::int64_t train_count_ = 0, test_count_ = 0;
-  DeviceBuffer<std::int32_t> permutation_, test_order_;
+  DeviceDataset data_;
+  DeviceBuffer<std::int32_t> permutation_;
   std::int64_t permutation_size_ = 0;
 
   // Per batch, sized for the largest batch so far: activations[k] is op k's input (activations[0]

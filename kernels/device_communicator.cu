@@ -25,7 +25,7 @@ std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Ba
 }
 
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path) {
-  auto* cuda_backend = dynamic_cast<cuda::CudaBackend*>(&backend);
+  auto* cuda_backend = dynamic_cast<cuda::DeviceBackend*>(&backend);
   if (cuda_backend == nullptr)
     throw Error(ExitCode::kFailure, "internal error: a device communicator needs the cuda backend, not " + backend.name());
   if (path == "mpi") return cuda::make_host_staged_communicator(world, *cuda_backend);

@@ -145,11 +145,15 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   }
 
   // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all.
+  bool first_epoch_bound = false;  // the advisor bound the first epoch's order already
   GradientExchange exchange = choose_gradient_exchange(
       config, world, *backend, std::move(comm),
-      [&] {  // the timed step trains on the resumed epoch's first batch, bound as the loop would bind it
-        data->begin_epoch(*backend, Sampler(config.seed, data->train_count()).permutation(from.epoch), 0);
-        return data->step_batch(*backend, 0, global_batch_range(0, data->train_count(), config.batch));
+      [&] {  // the timed step takes the run's first batch, bound as the loop binds it (no second read)
+        data->begin_epoch(*backend, Sampler(config.seed, data->train_count()).permutation(from.epoch),
+                          from.step_in_epoch);
+        first_epoch_bound = true;
+        return data->step_batch(*backend, from.step_in_epoch,
+                                global_batch_range(from.step_in_epoch, data->train_count(), config.batch));
       },
       layout.total(), config.out_dir);
   comm = std::move(exchange.comm);
@@ -205,7 +209,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   for (std::int64_t epoch = from.epoch; epoch < config.epochs; ++epoch) {
     const std::int64_t first_step = epoch == from.epoch ? from.step_in_epoch : 0;
     // The order is a pure function of (seed, epoch): resumable mid-epoch.
-    data->begin_epoch(*backend, sampler.permutation(epoch), first_step);
+    if (!(epoch == from.epoch && first_epoch_bound)) data->begin_epoch(*backend, sampler.permutation(epoch), first_step);
     world.barrier();
     const double epoch_start = wall_seconds();
     live.begin_epoch(epoch, first_step, epoch_start);

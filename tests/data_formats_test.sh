@@ -95,7 +95,7 @@ expect_rc h5idx 0
 same_bits "IDX -> HDF5 trains bitwise alike" "$(latest "$WORK/r_idx")" "$(latest "$WORK/r_h5idx")"
 run_as cifar "$CNN" --dataset cifar10 --data "$WORK/cifar" "${TRAIN[@]}" --batch 20 --epochs 1 --out "$WORK/r_cifar"
 expect_rc cifar 0
-expect_grep cifar "$WORK/cifar.out" "model_detail: seed(conv3x3:4 relu maxpool2 fc:10, input 3x32x32)"
+expect_grep cifar "$WORK/cifar.out" "model_detail: conv3x3:4 relu maxpool2 fc:10 (input 3x32x32"
 run_as h5cifar "$CNN" --dataset hdf5 --data "$WORK/h5cifar" --data-mode stream "${TRAIN[@]}" --batch 20 --epochs 1 \
   --out "$WORK/r_h5cifar" --stream-window-mb 1
 expect_rc h5cifar 0
