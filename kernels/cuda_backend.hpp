@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
   float* grads() override { return grads_.get(); }
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;
   void compute_gradients(std::int64_t first, std::int64_t count) override;
+  std::int64_t first_nonfinite_grad() override;
   void apply_update(const OptimizerSettings& settings, float grad_scale) override;
   BatchStats take_train_stats() override;
   BatchStats evaluate(std::int64_t first, std::int64_t count) override;

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "cnn/nonfinite.hpp"
 #include "cnn/ops.hpp"
 
 namespace cnn {
@@ -97,6 +98,8 @@ class CpuBackend final : public Backend {
     for (const BatchStats& s : stats) train_stats_ += s;
     record_thread_times(wall_seconds() - reduce_start, wall_seconds() - start);
   }
+
+  std::int64_t first_nonfinite_grad() override { return first_nonfinite(grads_.data(), layout_.total()); }
 
   void apply_update(const OptimizerSettings& settings, float grad_scale) override {
     const double start = wall_seconds();

@@ -62,6 +62,10 @@ class Backend {
   // The loss and correct count are added to the train stats (read with take_train_stats()).
   virtual void compute_gradients(std::int64_t first, std::int64_t count) = 0;
 
+  // Index of the first NaN or infinity in grads(), or -1 when all are finite: the divergence check
+  // (src/divergence.cpp). A device backend reads back one integer.
+  virtual std::int64_t first_nonfinite_grad() = 0;
+
   // params -= optimizer step using grads() * grad_scale.
   virtual void apply_update(const OptimizerSettings& settings, float grad_scale) = 0;
 

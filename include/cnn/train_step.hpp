@@ -11,10 +11,14 @@
 
 namespace cnn {
 
+class DivergenceGuard;
+
 // `global_batch` is a range of positions in the epoch permutation already given to begin_epoch().
 // param_count is the length of the flat buffer (ParamLayout::total()).
-void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
-                Range global_batch, PhaseTimes& times);
+// With a guard, non-finite gradients stop the run or (--on-nonfinite skip) drop the update: then it
+// returns false. The phases are marked for the stall watchdog (watchdog.hpp).
+bool train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
+                Range global_batch, PhaseTimes& times, DivergenceGuard* guard = nullptr);
 
 // Loss and accuracy over the first `count` test samples, split over ranks and summed on all of them.
 BatchStats evaluate_test_set(Backend& backend, const MpiWorld& world, std::int64_t count);
