@@ -195,7 +195,7 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
     throw UsageError("--batch " + str(c.batch) + " is smaller than the number of ranks (" + str(world_size) +
                      "): every rank needs at least one sample per global batch");
   if (c.device == "auto") c.device = (c.backend == "cuda" || (c.backend.empty() && gpus > 0)) ? "gpu" : "cpu";
-  if (c.device == "gpu" && gpus == 0)
+  if (c.device == "gpu" && gpus <= 0)
     throw UsageError("--device gpu: no usable CUDA device" +
                      std::string(gpus < 0 ? " (this build has no CUDA support)" : " (check CUDA_VISIBLE_DEVICES)"));
   if (c.backend.empty()) c.backend = c.device == "gpu" ? "cuda" : "threads";
