@@ -172,7 +172,10 @@ void write_hdf5_file(const std::string& tmp, const CheckpointState& state, const
   const h5::FileContext file(tmp, h5::Mode::kWrite);
   h5::Handle fid = file.own(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
                             "H5Fcreate", "");
+  fsutil::test_write_pause();
   write_groups(file, fid.get(), state, layout, states);  // every object it opens is closed on return
+  H5Fflush(fid.get(), H5F_SCOPE_LOCAL);  // with the hook below: a kill finds a half-written .tmp on disk
+  fsutil::test_write_pause();
   file.check(fid.close(), "H5Fclose", "");               // flushes; a full disk can surface only here
 }
 

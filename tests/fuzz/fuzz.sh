@@ -4,6 +4,8 @@
 # Usage: fuzz.sh TARGET SEED_DIR SECONDS [extra libFuzzer flags]
 set -u
 target=$1 seeds=$2 seconds=$3
+# Targets that write files (HDF5, run directories) run ~50x faster on tmpfs, where fsync is free.
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 shift 3
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/cnn-fuzz-corpus.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT

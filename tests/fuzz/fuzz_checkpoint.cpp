@@ -80,15 +80,15 @@ void rewrite_attr(hid_t file, const AttrSlot& slot, FuzzedDataProvider& in) {
       if (a >= 0) H5Awrite(a, type, &p), H5Aclose(a);
     }
   } else {
-    const hid_t types[] = {H5T_STD_I64LE, H5T_STD_I32LE, H5T_STD_U64LE, H5T_IEEE_F64LE, H5T_STD_I64LE};
-    type = H5Tcopy(types[kind - 1]);
+    // kinds 1-4: one scalar of each numeric type; 7: a 1-D int64 array of any length
+    const hid_t types[] = {H5T_STD_I64LE, H5T_STD_I32LE, H5T_STD_U64LE, H5T_IEEE_F64LE};
     hsize_t count = 1;
-    if (kind == 7) {  // a 1-D integer array of any length
+    if (kind == 7) {
+      type = H5Tcopy(H5T_STD_I64LE);
       count = in.ConsumeIntegralInRange<hsize_t>(1, 6);
       space = H5Screate_simple(1, &count, nullptr);
-      H5Tclose(type);
-      type = H5Tcopy(H5T_STD_I64LE);
     } else {
+      type = H5Tcopy(types[kind - 1]);
       space = H5Screate(H5S_SCALAR);
     }
     value = in.ConsumeBytes<std::uint8_t>(H5Tget_size(type) * count);
