@@ -85,7 +85,7 @@ patch = bytes.fromhex(hexbytes)
 data[offset:offset + len(patch)] = patch
 open(path, "wb").write(bytes(data))
 PYEOF
-    append) printf '%s' "$arg" | xxd -r -p >>"$path" ;;
+    append) "$PY" -c 'import sys; open(sys.argv[1], "ab").write(bytes.fromhex(sys.argv[2]))' "$path" "$arg" ;;
     text) printf '%s' "$arg" >"$path" ;;
     from) cp "$FX/$arg" "$path" ;;
     gzip) gzip -n -c "$path" >"$path.gz.tmp" && mv "$path.gz.tmp" "$path" ;;
