@@ -12,6 +12,7 @@
 #include "cuda_check.hpp"
 #include "cuda_layer_backend.hpp"
 #include "cuda_ops.hpp"
+#include "nonfinite.cuh"
 
 namespace cnn::cuda {
 namespace {
@@ -292,6 +293,8 @@ void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
   }
   train_samples_ += count;
 }
+
+std::int64_t CudaBackend::first_nonfinite_grad() { return first_nonfinite(grads_.get(), layout_.total(), stream_); }
 
 void CudaBackend::apply_update(const OptimizerSettings& settings, float grad_scale) {
   const std::int64_t total = layout_.total();

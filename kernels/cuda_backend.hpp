@@ -49,6 +49,7 @@ class CudaBackend final : public DeviceBackend {
   // of each epoch runs eagerly, so that the communicator's events can time it (overlap fraction).
   void compute_gradients_overlapped(std::int64_t first, std::int64_t count, GradientReadyListener& listener) override;
   std::vector<GradientReadyPoint> gradient_ready_points() override;
+  std::int64_t first_nonfinite_grad() override;
   void apply_update(const OptimizerSettings& settings, float grad_scale) override;
   BatchStats take_train_stats() override;
   BatchStats evaluate(std::int64_t first, std::int64_t count) override;

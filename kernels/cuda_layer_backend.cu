@@ -11,6 +11,7 @@
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "nonfinite.cuh"
 #include "launch.hpp"
 #include "seed_shape.hpp"
 
@@ -323,6 +324,10 @@ CudaLayerBackend::StepGraph& CudaLayerBackend::graph_for(std::int64_t n) {
     throw;
   }
   return step;
+}
+
+std::int64_t CudaLayerBackend::first_nonfinite_grad() {
+  return first_nonfinite(grads_.get(), network_.layout.total(), stream_);
 }
 
 void CudaLayerBackend::drop_graphs() noexcept {

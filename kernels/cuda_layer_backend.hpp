@@ -50,6 +50,7 @@ class CudaLayerBackend final : public DeviceBackend {
   std::vector<float> download_optimizer_state() override;
   float* params() override { return params_.get(); }
   float* grads() override { return grads_.get(); }
+  std::int64_t first_nonfinite_grad() override;
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;
   void compute_gradients(std::int64_t first, std::int64_t count) override;
   void apply_update(const OptimizerSettings& settings, float grad_scale) override;

@@ -2,6 +2,7 @@
 #include "cnn/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -176,7 +177,10 @@ void write_hdf5_file(const std::string& tmp, const CheckpointState& state, const
   const h5::FileContext file(tmp, h5::Mode::kWrite);
   h5::Handle fid = file.own(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
                             "H5Fcreate", "");
+  fsutil::test_write_pause();
   write_groups(file, fid.get(), state, layout, states);  // every object it opens is closed on return
+  H5Fflush(fid.get(), H5F_SCOPE_LOCAL);  // with the hook below: a kill finds a half-written .tmp on disk
+  fsutil::test_write_pause();
   file.check(fid.close(), "H5Fclose", "");               // flushes; a full disk can surface only here
 }
 
@@ -191,6 +195,12 @@ OpenCheckpoint open_checkpoint(const std::string& path) {
   // Distinguish "cannot open" (IoError, exit 3) from "opens but is not ours" (InputError, exit 2).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw IoError(path + ": cannot open checkpoint: " + fsutil::errno_text(errno));
+  struct stat info {};
+  const bool is_directory = ::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode);
+  if (is_directory) {
+    ::close(fd);
+    throw IoError(path + ": cannot open checkpoint: " + fsutil::errno_text(EISDIR));
+  }
   if (::close(fd) != 0) throw IoError(path + ": close failed: " + fsutil::errno_text(errno));
   if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file");
 
@@ -226,6 +236,32 @@ bool has_attr(const h5::FileContext& file, const h5::Node& node, const char* nam
   return file.check(H5Aexists(node.id(), name), "H5Aexists", node.path) > 0;
 }
 
+// The model is built from /config before any tensor is read, so its sizes must be sane first: a
+// damaged or hostile file must give one line, not a failed allocation of a negative or huge layout.
+// The bounds are those of the command line (--filters) and of the data formats (uint8 labels).
+constexpr int kMaxFilters = 4096;
+constexpr int kMaxClasses = 256;
+constexpr int kMaxChannels = 64;
+constexpr int kMaxExtent = 4096;
+constexpr std::int64_t kMaxParams = std::int64_t{1} << 31;
+
+void check_config_ranges(const h5::FileContext& file, const CheckpointConfig& c) {
+  auto require = [&](bool ok, const std::string& what) {
+    if (!ok) file.fail("/config " + what);
+  };
+  require(c.filters >= 1 && c.filters <= kMaxFilters,
+          "filters " + std::to_string(c.filters) + " is out of range (1.." + std::to_string(kMaxFilters) + ")");
+  require(c.classes >= 1 && c.classes <= kMaxClasses,
+          "classes " + std::to_string(c.classes) + " is out of range (1.." + std::to_string(kMaxClasses) + ")");
+  require(c.input.channels <= kMaxChannels && c.input.height <= kMaxExtent && c.input.width <= kMaxExtent,
+          "input_shape " + std::to_string(c.input.channels) + "x" + std::to_string(c.input.height) + "x" +
+              std::to_string(c.input.width) + " is out of range");
+  const std::int64_t fc_weights = static_cast<std::int64_t>(c.filters) * (c.input.height / 2) * (c.input.width / 2) * c.classes;
+  require(fc_weights < kMaxParams, "describes a model of more than 2^31 parameters");
+  require(c.global_batch >= 1, "global_batch " + std::to_string(c.global_batch) + " is not positive");
+  require(c.train_samples >= 0, "train_samples " + std::to_string(c.train_samples) + " is negative");
+}
+
 CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
   const h5::Node group = h5::open_group(file, fid, schema::kConfigGroup);
   CheckpointConfig c;
@@ -256,6 +292,7 @@ CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
     c.spec = preset_spec(c.model, c.filters, c.classes);
     if (c.spec.empty()) file.fail("/config has no 'spec' and model '" + c.model + "' is not a preset");
   }
+  check_config_ranges(file, c);
   return c;
 }
 

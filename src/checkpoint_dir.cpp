@@ -130,6 +130,7 @@ std::string CheckpointDir::save(const CheckpointState& state, const ParamLayout&
   fsutil::write_text_durably(dir_ + "/" + kLatestName, name + "\n");
 
   // Pruning is housekeeping: the new checkpoint is safe already, so a failure only warns.
+  fsutil::test_write_pause();
   const std::vector<std::string> present = list();
   for (std::size_t i = static_cast<std::size_t>(keep); i < present.size(); ++i) {
     if (present[i] == path) continue;  // never the one just written, even if its step is not the newest

@@ -4,6 +4,7 @@
 
 #include "cnn/collective_errors.hpp"
 #include "cnn/signals.hpp"
+#include "cnn/watchdog.hpp"
 
 namespace cnn {
 
@@ -33,6 +34,7 @@ std::string Checkpointer::save(Backend& backend, const CheckpointProgress& progr
   backend.synchronize();
   const double start = wall_seconds();
   std::string path;
+  heartbeat(world_.rank() == 0 ? WatchPhase::kCheckpoint : WatchPhase::kCheckpointWait);
   agree_or_stop(world_, [&] {
     if (world_.rank() != 0) return;
     CheckpointState state;

@@ -10,6 +10,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "cnn/divergence.hpp"
 #include "cnn/errors.hpp"
 
 namespace cnn {
@@ -71,6 +72,9 @@ void validate(const TrainConfig& c) {
                                              str(c.checkpoint_every_steps) + ")");
   require(c.keep >= 1, "--keep must be at least 1 (got " + str(c.keep) + ")");
   parse_trace_window(c.trace_steps);  // throws UsageError for a bad A:B
+  require(std::isfinite(c.stall_timeout) && c.stall_timeout >= 0,
+          "--stall-timeout must be 0 (off) or a positive number of seconds (got " + str(c.stall_timeout) + ")");
+  parse_nonfinite_policy(c.on_nonfinite);  // throws UsageError naming --on-nonfinite
   if (c.command == Command::kEval) require(!c.checkpoint.empty(), "eval needs --checkpoint PATH");
   if (c.command == Command::kTrain) require(c.checkpoint.empty(), "--checkpoint belongs to `eval`; to continue a run use --resume PATH");
 }
@@ -198,6 +202,13 @@ CliResult parse_command_line(int argc, char** argv) {
       ->group("Checkpoints");
   app.add_option("--checkpoint", c.checkpoint, "eval: the checkpoint file to evaluate")->group("Checkpoints");
 
+  app.add_option("--stall-timeout", c.stall_timeout,
+                 "seconds a rank may make no progress before the job is aborted, naming the rank and phase (0: off)")
+      ->group("Reliability");
+  app.add_option("--on-nonfinite", c.on_nonfinite,
+                 "non-finite gradients: stop (exit 4, the last checkpoint stays the newest) | skip (drop the step)")
+      ->group("Reliability");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -226,7 +237,7 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
     throw UsageError("--batch " + str(c.batch) + " is smaller than the number of ranks (" + str(world_size) +
                      "): every rank needs at least one sample per global batch");
   if (c.device == "auto") c.device = (c.backend == "cuda" || (c.backend.empty() && gpus > 0)) ? "gpu" : "cpu";
-  if (c.device == "gpu" && gpus == 0)
+  if (c.device == "gpu" && gpus <= 0)
     throw UsageError("--device gpu: no usable CUDA device" +
                      std::string(gpus < 0 ? " (this build has no CUDA support)" : " (check CUDA_VISIBLE_DEVICES)"));
   if (c.backend.empty()) c.backend = c.device == "gpu" ? "cuda" : "threads";
@@ -275,6 +286,8 @@ std::string describe(const TrainConfig& c) {
   if (c.checkpoint_every_steps) text << ", and every " << c.checkpoint_every_steps << " steps";
   text << " (keep " << c.keep << ")\n"
        << "  resume: " << (c.resume.empty() ? std::string("no") : c.resume) << "\n"
+       << "  stall_timeout: " << (c.stall_timeout > 0 ? str(c.stall_timeout) + " s" : std::string("off")) << "\n"
+       << "  on_nonfinite: " << c.on_nonfinite << "\n"
        << "  trace: " << (c.trace.empty() ? std::string("no") : c.trace + " (steps " + c.trace_steps + ")")
        << "\n";
   // A requeued SLURM job keeps its id and counts restarts: both tell which start wrote what.

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "cnn/nonfinite.hpp"
 #include "cnn/ops.hpp"
 #include "cpu_backend_base.hpp"
 

@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include "cnn/backend.hpp"
+#include "cnn/nonfinite.hpp"
 
 namespace cnn {
 
@@ -38,6 +39,7 @@ class CpuBackendBase : public Backend {
   std::vector<float> download_optimizer_state() override { return optimizer_state_; }
   float* params() override { return params_.data(); }
   float* grads() override { return grads_.data(); }
+  std::int64_t first_nonfinite_grad() override { return first_nonfinite(grads_.data(), total_); }
 
   void begin_epoch(const std::vector<std::int32_t>& permutation) override { permutation_ = permutation; }
   void compute_gradients(std::int64_t first, std::int64_t count) override;

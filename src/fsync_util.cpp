@@ -4,9 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <type_traits>
 
 #include "cnn/errors.hpp"
@@ -63,12 +67,22 @@ void fsync_directory(const std::string& dir) {
   fsync_opened(dir, O_RDONLY | O_DIRECTORY, "cannot open directory to fsync");
 }
 
+void test_write_pause() {
+  static const long pause_ms = [] {
+    const char* text = std::getenv("CNN_TEST_WRITE_PAUSE_MS");
+    return text == nullptr ? 0L : std::max(0L, std::strtol(text, nullptr, 10));
+  }();
+  if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+}
+
 void rename_durably(const std::string& from, const std::string& to) {
   fsync_file(from);
+  test_write_pause();
   if (::rename(from.c_str(), to.c_str()) != 0) {
     const int err = errno;
     throw IoError(to + ": cannot rename " + from + " over it: " + errno_text(err));
   }
+  test_write_pause();
   fsync_directory(parent_dir(to));
 }
 

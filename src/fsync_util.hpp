@@ -26,6 +26,11 @@ void rename_durably(const std::string& from, const std::string& to);
 // temporary is removed and `path` is untouched.
 void write_text_durably(const std::string& path, const std::string& text);
 
+// Test hook CNN_TEST_WRITE_PAUSE_MS=N: sleeps N ms at each stage of a durable write (inside the HDF5
+// file's writing, before and after each rename, before pruning), so that a test's SIGKILL at a random
+// time lands inside the write window (tests/safe_write_test.sh). Unset: returns at once.
+void test_write_pause();
+
 // unlink(2) that treats "already gone" as success. Returns 0 or the errno of the failure.
 int remove_if_present(const std::string& path);
 

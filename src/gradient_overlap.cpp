@@ -6,6 +6,7 @@
 
 #include "cnn/errors.hpp"
 #include "cnn/phase_times.hpp"
+#include "cnn/watchdog.hpp"
 
 namespace cnn {
 
@@ -158,6 +159,7 @@ void OverlapReducer::all_gradients_ready() {
   const double begin = wall_seconds();
   for (std::size_t b = 0; b < plan_.buckets.size(); ++b)
     if (!started_[b]) start(b);
+  heartbeat(WatchPhase::kAllreduce);  // from here on this rank waits for its peers (watchdog.hpp)
   comm_.wait_all();
   started_.assign(plan_.buckets.size(), false);
   points_seen_ = 0;

@@ -19,7 +19,7 @@ namespace cnn {
 namespace {
 
 constexpr const char* kMetricsHeader =
-    "epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds";
+    "epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds,skipped_steps";
 constexpr const char* kTimingHeader = "epoch,phase,min_s,mean_s,max_s,max_rank";
 constexpr const char* kAllreduceHeader =
     "epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps,overlap,buckets,exposed_s,overlap_fraction";
@@ -122,7 +122,8 @@ void RunLog::prepare() const {
 void RunLog::append_epoch(const EpochMetrics& m, const std::vector<PhaseSpread>& phases) const {
   std::ostringstream metrics;
   metrics << std::setprecision(9) << m.epoch << ',' << m.train_loss << ',' << m.test_loss << ',' << m.test_accuracy
-          << ',' << m.images_per_second << ',' << m.epoch_seconds << ',' << m.wall_seconds << '\n';
+          << ',' << m.images_per_second << ',' << m.epoch_seconds << ',' << m.wall_seconds << ',' << m.skipped_steps
+          << '\n';
   append_line(metrics_path(), kMetricsHeader, metrics.str());
   std::ostringstream timing;
   timing << std::setprecision(6);

@@ -11,6 +11,7 @@
 #include "cnn/checkpointer.hpp"
 #include "cnn/collective_errors.hpp"
 #include "cnn/dataset.hpp"
+#include "cnn/divergence.hpp"
 #include "cnn/network.hpp"
 #include "cnn/progress.hpp"
 #include "cnn/resume.hpp"
@@ -21,6 +22,7 @@
 #include "cnn/timing_stats.hpp"
 #include "cnn/trace.hpp"
 #include "cnn/train_step.hpp"
+#include "cnn/watchdog.hpp"
 
 namespace cnn {
 
@@ -196,8 +198,9 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   }
 
   // Mid-epoch saves carry the partial epoch's stats summed over ranks, so a resume logs the exact loss.
+  DivergenceGuard divergence(parse_nonfinite_policy(config.on_nonfinite), layout, &world, world.rank());
   auto save_mid_epoch = [&] {
-    epoch_stats += backend->take_train_stats();
+    epoch_stats += divergence.take_train_stats(*backend);
     const BatchStats total = sum_over_ranks(world, epoch_stats);
     CheckpointProgress at = progress;
     at.epoch_loss_sum = total.loss_sum;
@@ -206,8 +209,10 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     return checkpointer.save(*backend, at, last_metrics, times);
   };
 
+  const Watchdog watchdog(config.stall_timeout, world.rank(), world.host());  // --stall-timeout, from here on
   for (std::int64_t epoch = from.epoch; epoch < config.epochs; ++epoch) {
     const std::int64_t first_step = epoch == from.epoch ? from.step_in_epoch : 0;
+    heartbeat(WatchPhase::kData);
     // The order is a pure function of (seed, epoch): resumable mid-epoch.
     if (!(epoch == from.epoch && first_epoch_bound)) data->begin_epoch(*backend, sampler.permutation(epoch), first_step);
     world.barrier();
@@ -226,7 +231,10 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
       const PhaseTimes before = times;
       const double step_start = wall_seconds();
       optimizer.step = progress.global_step + 1;  // one update per step, counted over the whole run
-      train_step(*backend, *comm, optimizer, layout.total(), batch, times, overlap);
+      heartbeat_step(progress.global_step + 1);
+      divergence.begin_step(*backend, progress.global_step);
+      train_step(*backend, *comm, optimizer, layout.total(), batch, times, overlap, &divergence);
+      heartbeat(WatchPhase::kStepEnd);
       if (traced) backend->synchronize();
       const double step_wall = wall_seconds() - step_start;
       step_seconds += step_wall;
@@ -254,6 +262,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     }
     const double sync_start = wall_seconds();
     backend->synchronize();  // device work queued by the steps is step time too
+    heartbeat(WatchPhase::kStepEnd);
     step_seconds += wall_seconds() - sync_start;
     const double epoch_seconds = world.allreduce_max(wall_seconds() - epoch_start);
     live.end_epoch();
@@ -262,16 +271,11 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     step_seconds = 0.0;
     epoch_steps = 0;
 
-    epoch_stats += backend->take_train_stats();
+    epoch_stats += divergence.take_train_stats(*backend);
     const BatchStats train_stats = sum_over_ranks(world, epoch_stats);
     epoch_stats = BatchStats{};
     const double train_loss = train_stats.loss_sum / static_cast<double>(train_stats.count);
-    if (!std::isfinite(train_loss)) {
-      std::ostringstream message;
-      message << "training diverged in epoch " << epoch + 1 << ": mean train loss is " << train_loss
-              << " (try a smaller --lr)";
-      throw DivergedError(message.str());
-    }
+    check_epoch_loss(world, epoch + 1, train_loss);  // every rank holds the same value
 
     const double eval_start = wall_seconds();
     const BatchStats test = evaluate_test_set(*backend, world, data->test_count(), data->test_held_from());
@@ -288,12 +292,14 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     metrics.epoch_seconds = epoch_seconds;
     metrics.images_per_second = static_cast<double>(data->train_count()) / epoch_seconds;
     metrics.wall_seconds = wall_seconds() - run_start;
+    metrics.skipped_steps = divergence.take_skipped();
     const std::vector<PhaseSpread> phases = reduce_phases(world, times);
     const AsyncAllreduceTimes overlap_times = mean_over_ranks(world, comm->take_async_times());
     times = PhaseTimes{};  // the epoch-end checkpoint below is counted in the next epoch's row
     // The row is written before the checkpoint: a resume from an older checkpoint drops later rows,
     // while a row missing after its checkpoint could never be recovered.
     if (root) {
+      heartbeat(WatchPhase::kLog);
       log.append_epoch(metrics, phases, step_spread);
       if (world.size() > 1) {
         AllreduceStats stats = allreduce_stats(metrics.epoch, world.size(), gradient_bytes, allreduce_count,
@@ -328,6 +334,9 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     std::printf("%s\n", report.c_str());
     std::fflush(stdout);
   }
+  if (root && divergence.policy() == NonFinitePolicy::kSkip)
+    std::printf("skipped_steps: %lld (non-finite gradients, --on-nonfinite skip)\n",
+                static_cast<long long>(divergence.skipped_total()));
   summary.params = backend->download_params();
   return summary;
 }

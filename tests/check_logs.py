@@ -9,7 +9,7 @@
 import csv
 import sys
 
-METRICS = "epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds".split(",")
+METRICS = "epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds,skipped_steps".split(",")
 TIMING = "epoch,phase,min_s,mean_s,max_s,max_rank".split(",")
 ALLREDUCE = ("epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps,overlap,buckets,exposed_s,"
              "overlap_fraction").split(",")

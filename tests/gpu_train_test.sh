@@ -4,7 +4,10 @@
 #   2. determinism: two identical GPU runs give bitwise identical final checkpoints, and a run stopped
 #      mid-epoch and resumed ends bitwise equal to an uninterrupted one
 #   3. with 2+ GPUs: 2 ranks (NCCL) against 1 GPU, same global batch, 20 steps: rel err <= 1e-5
-#   4. compute-sanitizer memcheck and racecheck clean on a short training run (when installed)
+#   4. compute-sanitizer memcheck, racecheck and initcheck clean on a short training run (when installed)
+#   5. divergence on the GPU (the non-finite kernel, kernels/nonfinite.cu): --lr 1e38 overflows the
+#      parameters in one step; the next step's gradients are non-finite: exit 4 with one line naming
+#      step 2, and no checkpoint written; the same under compute-sanitizer memcheck
 # Usage: gpu_train_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, CNN_MNIST_DIR, PYTHON)
 set -uo pipefail
 build=$1
@@ -118,6 +121,27 @@ if command -v compute-sanitizer >/dev/null; then
   done
 else
   echo "skip - compute-sanitizer not installed"
+fi
+
+# 5. divergence on the GPU.
+diverge=(--device gpu --data "$fashion" --train-samples 500 --test-samples 100 --filters 32 --batch 100 --epochs 1
+         --quiet --lr 1e38 --checkpoint-every-steps 1)
+"$binary" "${diverge[@]}" --out "$work/diverge" >"$work/diverge.out" 2>"$work/diverge.err"
+rc=$?
+if [[ $rc -eq 4 && $(wc -l <"$work/diverge.err") -eq 1 ]] &&
+   grep -q "training diverged: non-finite gradient in global step 2 (1-based)" "$work/diverge.err" &&
+   [[ $(cat "$work/diverge/checkpoints/latest") == ckpt-e0000-s00000001.h5 ]]; then
+  pass "GPU divergence: exit 4, one line, newest checkpoint is step 1: $(cat "$work/diverge.err")"
+else
+  fail "GPU divergence: exit $rc: $(head -3 "$work/diverge.err")"
+fi
+if command -v compute-sanitizer >/dev/null; then
+  if compute-sanitizer --tool memcheck --error-exitcode 99 "$binary" "${diverge[@]}" --out "$work/diverge-san" \
+      >"$work/diverge-san.log" 2>&1 || [[ $? -eq 4 ]]; then
+    pass "compute-sanitizer memcheck on the divergence path: $(grep -E 'SUMMARY' "$work/diverge-san.log" | tail -1 | xargs)"
+  else
+    fail "compute-sanitizer memcheck on the divergence path: $(grep -m3 -E 'ERROR|Invalid|Program hit' "$work/diverge-san.log" | xargs)"
+  fi
 fi
 
 if ((failures > 0)); then echo "gpu_train_test: $failures failure(s)"; exit 1; fi

@@ -20,11 +20,14 @@ echo "build: $(($(date +%s) - start)) s"
 grep -E "CUDA backend|NCCL|Boost.Test" "$out/cmake.log"
 
 status=0
-echo "--- smoke: one short GPU training run, and compute-sanitizer memcheck on it (full logs in \$OUT)"
+echo "--- smoke: one short GPU training run, and compute-sanitizer memcheck, racecheck, initcheck on it (logs in \$OUT)"
 smoke=(--device gpu --data "$CNN_FASHION_DIR" --train-samples 300 --test-samples 100 --filters 32 --batch 100 --epochs 1)
 ./build/cnn_mpi "${smoke[@]}" --out runs/smoke >"$out/smoke.log" 2>&1; echo "smoke exit $?"; tail -4 "$out/smoke.log"
-compute-sanitizer --tool memcheck "./build/cnn_mpi" "${smoke[@]}" --out runs/smoke-memcheck >"$out/memcheck.log" 2>&1
-echo "memcheck exit $?"; grep -E "=========" "$out/memcheck.log" | head -30
+for tool in memcheck racecheck initcheck; do
+  compute-sanitizer --tool "$tool" "./build/cnn_mpi" "${smoke[@]}" --out "runs/smoke-$tool" >"$out/$tool.log" 2>&1
+  echo "$tool exit $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$tool.log" | tail -1)"
+  grep -E "=========" "$out/$tool.log" | grep -v SUMMARY | head -10
+done
 
 (cd build && CNN_TEST_LOG_DIR="$log_dir" ctest -L gpu --output-on-failure --timeout 500) 2>&1 | tee "$out/ctest-gpu.log" | tail -40 || status=1
 

@@ -14,6 +14,7 @@ packages=(
   dataset-fashion-mnist                   # the embedded default data set
   python3 python3-numpy python3-matplotlib python3-h5py   # comparison plots, checkpoint checks
   util-linux procps time                  # script(1) for the pseudo-terminal test, ps/pgrep, /usr/bin/time
+  clang-14 libclang-rt-14-dev libomp-14-dev   # the ASan+UBSan test tree and the libFuzzer targets
 )
 if [[ "${1:-}" == "--with-slurm" ]]; then
   packages+=(slurmctld slurmd slurm-client munge libpmix-dev)

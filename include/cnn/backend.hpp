@@ -74,6 +74,9 @@ class Backend {
   // The ranges compute_gradients_overlapped reports, in the order it finishes them; empty when it
   // reports none (the default). Read after a step, so seconds_after can be measured ones.
   virtual std::vector<GradientReadyPoint> gradient_ready_points() { return {}; }
+  // Index of the first NaN or infinity in grads(), or -1 when all are finite: the divergence check
+  // (src/divergence.cpp). A device backend reads back one integer.
+  virtual std::int64_t first_nonfinite_grad() = 0;
 
   // params -= optimizer step using grads() * grad_scale.
   virtual void apply_update(const OptimizerSettings& settings, float grad_scale) = 0;

@@ -59,6 +59,10 @@ struct TrainConfig {
   int keep = 3;                         // newest checkpoints kept in RUN_DIR/checkpoints
   std::string resume;                   // "", "auto" (newest valid in --out) or a checkpoint path
 
+  // Reliability (docs/RELIABILITY.md)
+  double stall_timeout = 300;           // seconds without progress before the watchdog aborts; 0: off
+  std::string on_nonfinite = "stop";    // stop | skip: non-finite gradients stop the run or drop the step
+
   // `eval`
   std::string checkpoint;               // the checkpoint to evaluate
 

@@ -16,6 +16,7 @@ enum class ExitCode : int {
   kIo = 3,                 // a file could not be read or written
   kDiverged = 4,           // the loss or a gradient became non-finite
   kStoppedBySignal = 5,    // SIGTERM/SIGINT/SIGUSR1: checkpoint written, then stopped
+  kStalled = 6,            // a rank made no progress for --stall-timeout: the watchdog aborted the job
 };
 
 // The base class carries the exit code, so one catch in main() covers every typed error.

@@ -1,5 +1,5 @@
 // The run directory's logs, written by rank 0 only:
-//   metrics.csv  epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds
+//   metrics.csv  epoch,train_loss,test_loss,test_accuracy,images_per_s,epoch_seconds,wall_seconds,skipped_steps
 //   timing.csv   epoch,phase,min_s,mean_s,max_s,max_rank   (per phase, over ranks, seconds per epoch;
 //                plus a "step" row: the wall time of the epoch's training steps, to check phases against)
 //   allreduce.csv epoch,ranks,bytes_per_step,steps,mean_s,algbw_GBps,busbw_GBps,overlap,buckets,exposed_s,
@@ -26,6 +26,7 @@ struct EpochMetrics {
   double images_per_second = 0.0;
   double epoch_seconds = 0.0;  // training steps of this epoch
   double wall_seconds = 0.0;   // since the start of the run
+  std::int64_t skipped_steps = 0;  // steps whose update was dropped (--on-nonfinite skip)
 };
 
 // One phase of one epoch reduced over ranks.

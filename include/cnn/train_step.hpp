@@ -12,15 +12,18 @@
 
 namespace cnn {
 
+class DivergenceGuard;
+
 // `global_batch` is a range of positions in the epoch permutation already given to begin_epoch().
 // param_count is the length of the flat buffer (ParamLayout::total()).
-void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
-                Range global_batch, PhaseTimes& times);
-// As above, with the allreduce overlapped with the backward through `overlap` (its communicator's
-// non-blocking collectives) when it is not null and there are 2+ ranks. The parameters end bitwise
-// equal to the plain step's for 2 ranks (an elementwise sum of two values is the same in any order).
-void train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
-                Range global_batch, PhaseTimes& times, OverlapReducer* overlap);
+// One step; with `overlap` (not null, 2+ ranks) the allreduce runs under the backward through its
+// communicator's non-blocking collectives, and the parameters end bitwise equal to the plain step's for
+// 2 ranks (an elementwise sum of two values is the same in any order). With a guard, non-finite
+// gradients stop the run or (--on-nonfinite skip) drop the update: then it returns false. The phases
+// are marked for the stall watchdog (watchdog.hpp).
+bool train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
+                Range global_batch, PhaseTimes& times, OverlapReducer* overlap = nullptr,
+                DivergenceGuard* guard = nullptr);
 
 // Loss and accuracy over the first `count` test samples, split over ranks and summed on all of them.
 // The backend holds the test samples from `held_from` on (a rank in stream mode holds only its slice).

@@ -1,0 +1,82 @@
+// Divergence: non-finite gradients stop every rank together (exit 4) with one line naming the global
+// step, the rank(s) where they appeared and the layer; or, with --on-nonfinite skip, the step's update
+// is dropped on every rank and counted.
+//
+// The fast path costs one scan of the REDUCED gradient per step and no extra collective: a NaN or an
+// infinity on any rank survives the allreduce's sum (NaN + x = NaN, inf + x = inf or NaN), and every
+// rank holds the same reduced bytes (the parameters staying identical relies on that already), so all
+// ranks reach the same verdict on their own. Only on the rare failure path does each rank recompute its
+// own gradient (the step is deterministic) to learn where the value came from, and rank 0 gathers who
+// saw it. No checkpoint is written after a divergence: the stop comes before the update and before
+// any save, so the newest checkpoint is the last good one.
+//
+// A non-finite LOSS with finite gradients (an infinite cross-entropy from a probability rounded to 0)
+// is caught at the epoch's end, where the epoch's mean train loss is checked (also exit 4, one line).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cnn/backend.hpp"
+#include "cnn/communicator.hpp"
+#include "cnn/model.hpp"
+#include "cnn/sampler.hpp"
+
+namespace cnn {
+
+enum class NonFinitePolicy { kStop, kSkip };
+
+// "stop" | "skip"; throws UsageError naming --on-nonfinite.
+NonFinitePolicy parse_nonfinite_policy(const std::string& text);
+
+// The view ("fc.weight") holding flat index `index`, or "?" outside the layout.
+std::string param_name_at(const ParamLayout& layout, std::int64_t index);
+
+class DivergenceGuard {
+ public:
+  // world may be null (tests with a single rank and no MpiWorld).
+  DivergenceGuard(NonFinitePolicy policy, const ParamLayout& layout, const MpiWorld* world, int rank);
+
+  // The trainer calls this before each step with the steps done so far. With skip, the backend's
+  // train stats so far are banked, so a dropped step's loss can be left out of the epoch's.
+  void begin_step(Backend& backend, std::int64_t steps_done);
+
+  // Called by train_step right after compute_gradients (test hook CNN_TEST_NAN_AT=RANK:STEP puts a
+  // NaN into this rank's gradient in global step STEP, 1-based).
+  void after_compute(Backend& backend) const;
+  // Whether after_compute writes its NaN in this step (train_step then reduces after it, never
+  // overlapped, so every rank still sees the same sum).
+  bool injects_nan_now() const { return nan_hook_step_ != 0 && step_ == nan_hook_step_; }
+
+  // Collective in effect (every rank reaches the same verdict). After the allreduce: true when the
+  // update may be applied. Stop: throws AlreadyReported(kDiverged) on every rank after rank 0's one
+  // line. Skip: returns false on every rank (rank 0 prints one warning line per skipped step).
+  // `mine` is this rank's slice, recomputed on the failure path.
+  bool update_allowed(Backend& backend, Range mine, bool reduced_over_ranks);
+
+  // The backend's train stats since the last call plus the banked ones (use instead of
+  // Backend::take_train_stats in the trainer).
+  BatchStats take_train_stats(Backend& backend);
+
+  std::int64_t skipped_total() const { return skipped_total_; }
+  // Skipped steps since the last call (the metrics row of an epoch).
+  std::int64_t take_skipped();
+  NonFinitePolicy policy() const { return policy_; }
+
+ private:
+  NonFinitePolicy policy_;
+  const ParamLayout& layout_;
+  const MpiWorld* world_;
+  int rank_;
+  std::int64_t step_ = 0;  // 1-based global step being run
+  std::int64_t nan_hook_step_ = 0;
+  BatchStats banked_;
+  std::int64_t skipped_total_ = 0;
+  std::int64_t skipped_since_take_ = 0;
+};
+
+// The epoch-end check of the mean train loss: one line on rank 0 and AlreadyReported(kDiverged) on
+// every rank (all hold the same reduced value) when it is not finite.
+void check_epoch_loss(const MpiWorld& world, std::int64_t epoch, double mean_train_loss);
+
+}  // namespace cnn

@@ -1,0 +1,93 @@
+// The stall watchdog (--stall-timeout). A rank that makes no progress must not hang a cluster
+// allocation: the trainer marks each phase it enters with heartbeat() (a relaxed atomic store, a few
+// per step), and a thread per rank aborts the whole job (MPI_Abort) with one line naming the rank
+// and the phase when no heartbeat came for the timeout.
+//
+// Naming the right rank: when rank 1 stalls in its forward pass, the other ranks sit in the gradient
+// allreduce waiting for it, and make no progress either. Phases that only wait for other ranks
+// (allreduce, agreements, a checkpoint being written by rank 0) therefore get a grace margin on top
+// of the timeout, so the stalled rank's watchdog fires first and its MPI_Abort ends the others before
+// theirs would. Without an abort from the stalled rank (a rank killed outright while the launcher
+// keeps the others alive), the waiting ranks fire after the grace, saying they waited for a peer.
+//
+// A stop signal (SIGTERM from mpirun tearing the job down after a rank died) shortens the wait of a
+// waiting phase to kStopSignalGraceSeconds: a peer that is gone will never join the collective, so the
+// checkpoint the signal asks for cannot be written; the rank exits with 128 + signo at once instead of
+// until the launcher's SIGKILL (odls_base_sigkill_timeout may be raised to minutes).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace cnn {
+
+// What a rank is doing. kIdle: outside the training loop; the watchdog never fires there.
+enum class WatchPhase : int {
+  kIdle,
+  kData,             // the epoch's sample order and the step's batch
+  kForwardBackward,  // this rank's gradients (backend compute)
+  kNonFiniteCheck,   // the divergence check of the gradients
+  kAllreduce,        // waits for peers: the gradient allreduce
+  kUpdate,           // the optimizer step
+  kStepEnd,          // waits for peers: the per-step stop agreement and the epoch's reductions
+  kEval,             // this rank's share of the test set
+  kEvalReduce,       // waits for peers: the test stats' reduction
+  kLog,              // rank 0 appends to the run's logs
+  kCheckpoint,       // rank 0 writes a checkpoint
+  kCheckpointWait,   // waits for peers: the other ranks wait for rank 0's checkpoint verdict
+};
+inline constexpr int kWatchPhaseCount = 12;
+
+const char* watch_phase_name(WatchPhase phase);
+// True for phases that only wait for other ranks (they get the grace margin).
+bool waits_for_peers(WatchPhase phase);
+
+// The default of --stall-timeout, in seconds. A step of the seed model takes milliseconds, an
+// evaluation or a checkpoint of it a second at most, even on a slow shared file system: five minutes
+// of no progress is a stall, and it wastes at most five minutes of an allocation.
+inline constexpr double kDefaultStallTimeoutSeconds = 300.0;
+// Added to the timeout of the waiting phases, so the stalled rank reports first.
+inline constexpr double kMinWaitGraceSeconds = 5.0;
+// The wait in a waiting phase once a stop signal is pending (see above).
+inline constexpr double kStopSignalGraceSeconds = 5.0;
+
+// Marks the start of `phase` on this rank (any thread; cheap enough for every phase of every step).
+void heartbeat(WatchPhase phase);
+// The global step the rank is on, for the message.
+void heartbeat_step(std::int64_t global_step);
+
+// The parts of the decision the thread makes, separated for the unit test.
+struct StallVerdict {
+  bool fire = false;
+  bool signal_exit = false;  // a stop signal is pending: exit 128 + signo, a peer is gone
+  double limit = 0.0;        // the silence allowed in this phase, seconds
+};
+StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal);
+
+// The watchdog thread of one rank, from construction to destruction (RAII: the trainer owns one for
+// its loop). timeout_seconds <= 0: off (no thread).
+class Watchdog {
+ public:
+  Watchdog(double timeout_seconds, int rank, const std::string& host);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  void run();
+  [[noreturn]] void fire(WatchPhase phase, double silent_seconds, const StallVerdict& verdict);
+
+  double timeout_;
+  int rank_;
+  std::string host_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cnn

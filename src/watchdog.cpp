@@ -1,0 +1,178 @@
+#include "cnn/watchdog.hpp"
+
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "cnn/collective_errors.hpp"
+#include "cnn/errors.hpp"
+#include "cnn/phase_times.hpp"
+#include "cnn/signals.hpp"
+
+namespace cnn {
+
+namespace {
+
+// Written by the training thread, read by the watchdog thread. Relaxed order is enough: the watchdog
+// only needs to see the counter move eventually, and a late view merely delays a verdict by a tick.
+std::atomic<std::uint64_t> g_beats{0};
+std::atomic<int> g_phase{static_cast<int>(WatchPhase::kIdle)};
+std::atomic<std::int64_t> g_step{0};
+
+// Test hook CNN_TEST_STALL=RANK:STEP:PHASE (e.g. 1:5:forward/backward): that rank stops making
+// progress when it enters PHASE at global step STEP, as a hung device, file system or peer would.
+struct StallHook {
+  bool armed = false;
+  int rank = -1;
+  std::int64_t step = -1;
+  int phase = -1;
+};
+StallHook g_hook;
+std::atomic<bool> g_hook_armed{false};
+
+constexpr const char* kPhaseNames[kWatchPhaseCount] = {
+    "idle",      "data",      "forward/backward", "non-finite check", "allreduce",  "update", "step-end agreement",
+    "eval",      "eval reduction", "log write",   "checkpoint write", "checkpoint wait"};
+
+StallHook parse_stall_hook(int rank) {
+  StallHook hook;
+  const char* text = std::getenv("CNN_TEST_STALL");
+  if (text == nullptr) return hook;
+  const std::string value = text;
+  const std::size_t first = value.find(':');
+  const std::size_t second = first == std::string::npos ? first : value.find(':', first + 1);
+  if (second == std::string::npos) return hook;  // a test hook, never user input: malformed means off
+  const std::string phase = value.substr(second + 1);
+  for (int p = 0; p < kWatchPhaseCount; ++p)
+    if (phase == kPhaseNames[p]) hook.phase = p;
+  hook.rank = std::atoi(value.substr(0, first).c_str());
+  hook.step = std::atoll(value.substr(first + 1, second - first - 1).c_str());
+  hook.armed = hook.phase >= 0 && hook.rank == rank;
+  return hook;
+}
+
+[[noreturn]] void stall_forever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+
+std::string seconds_text(double s) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", s);
+  return text;
+}
+
+}  // namespace
+
+const char* watch_phase_name(WatchPhase phase) { return kPhaseNames[static_cast<int>(phase)]; }
+
+bool waits_for_peers(WatchPhase phase) {
+  switch (phase) {
+    case WatchPhase::kAllreduce:
+    case WatchPhase::kStepEnd:
+    case WatchPhase::kEvalReduce:
+    case WatchPhase::kCheckpointWait:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void heartbeat(WatchPhase phase) {
+  const int p = static_cast<int>(phase);
+  g_phase.store(p, std::memory_order_relaxed);
+  g_beats.fetch_add(1, std::memory_order_relaxed);
+  if (g_hook_armed.load(std::memory_order_relaxed) && p == g_hook.phase &&
+      g_step.load(std::memory_order_relaxed) == g_hook.step)
+    stall_forever();
+}
+
+void heartbeat_step(std::int64_t global_step) {
+  g_step.store(global_step, std::memory_order_relaxed);
+  g_beats.fetch_add(1, std::memory_order_relaxed);
+}
+
+StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal) {
+  StallVerdict verdict;
+  if (phase == WatchPhase::kIdle || timeout_seconds <= 0) return verdict;
+  const bool waiting = waits_for_peers(phase);
+  verdict.limit = waiting ? timeout_seconds + std::max(kMinWaitGraceSeconds, timeout_seconds / 4) : timeout_seconds;
+  if (waiting && pending_signal != 0 && kStopSignalGraceSeconds < verdict.limit) {
+    verdict.limit = kStopSignalGraceSeconds;
+    verdict.signal_exit = true;
+  }
+  verdict.fire = silent_seconds > verdict.limit;
+  return verdict;
+}
+
+Watchdog::Watchdog(double timeout_seconds, int rank, const std::string& host)
+    : timeout_(timeout_seconds), rank_(rank), host_(host) {
+  g_hook = parse_stall_hook(rank);
+  g_hook_armed.store(g_hook.armed, std::memory_order_relaxed);
+  heartbeat(WatchPhase::kIdle);
+  if (timeout_ > 0) thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  heartbeat(WatchPhase::kIdle);
+  if (!thread_.joinable()) return;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void Watchdog::run() {
+  // Ten looks per timeout, at most one a second: a verdict is late by at most a tenth.
+  const auto tick = std::chrono::duration<double>(std::clamp(timeout_ / 10, 0.02, 1.0));
+  std::uint64_t seen = g_beats.load(std::memory_order_relaxed);
+  double since = wall_seconds();
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, tick, [this] { return stopping_; })) {
+    const std::uint64_t beats = g_beats.load(std::memory_order_relaxed);
+    const double now = wall_seconds();
+    if (beats != seen) {
+      seen = beats;
+      since = now;
+      continue;
+    }
+    const auto phase = static_cast<WatchPhase>(g_phase.load(std::memory_order_relaxed));
+    const StallVerdict verdict = judge_stall(phase, now - since, timeout_, local_stop_signal());
+    if (verdict.fire) fire(phase, now - since, verdict);
+  }
+}
+
+void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict& verdict) {
+  const std::string who = "rank " + std::to_string(rank_) + " on " + host_;
+  const std::string where = std::string("phase ") + watch_phase_name(phase) + " at global step " +
+                            std::to_string(g_step.load(std::memory_order_relaxed));
+  if (verdict.signal_exit) {
+    const int signo = local_stop_signal();
+    print_error_line(who + ": " + signal_name(signo) + " arrived while waiting for other ranks in " + where +
+                     ", and nothing moved for " + seconds_text(silent_seconds) +
+                     ": a peer rank is gone, so no checkpoint can be written; stopping now (the last checkpoint "
+                     "is intact)");
+    _exit(128 + signo);
+  }
+  if (waits_for_peers(phase)) {
+    print_error_line(who + " waited " + seconds_text(silent_seconds) + " for other ranks in " + where +
+                     " (--stall-timeout " + seconds_text(timeout_) + " plus grace): a peer rank is dead or "
+                     "stalled; aborting the job");
+  } else {
+    print_error_line(who + " stalled: no progress for " + seconds_text(silent_seconds) + " in " + where +
+                     " (--stall-timeout " + seconds_text(timeout_) + "); aborting the job");
+  }
+  // MPI_Abort from this thread goes beyond MPI_THREAD_FUNNELED's promise; not hanging the allocation
+  // matters more here. Should the abort itself hang (a broken runtime), SIGALRM ends this process.
+  alarm(10);
+  MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kStalled));
+  _exit(static_cast<int>(ExitCode::kStalled));
+}
+
+}  // namespace cnn

@@ -1,0 +1,61 @@
+// The stall watchdog's verdicts (include/cnn/watchdog.hpp): own-work phases fire after the timeout;
+// phases that wait for peers get a grace margin, so the stalled rank reports first; a pending stop
+// signal shortens a wait; idle and a timeout of 0 never fire. (The end-to-end abort, with the right
+// rank named, is tested in fault_test.sh.)
+#define BOOST_TEST_MODULE watchdog
+#include "boost_test.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include "cnn/watchdog.hpp"
+
+using cnn::judge_stall;
+using cnn::WatchPhase;
+
+BOOST_AUTO_TEST_CASE(own_work_fires_after_the_timeout) {
+  BOOST_TEST(!judge_stall(WatchPhase::kForwardBackward, 9.9, 10, 0).fire);
+  BOOST_TEST(judge_stall(WatchPhase::kForwardBackward, 10.1, 10, 0).fire);
+  BOOST_TEST(judge_stall(WatchPhase::kCheckpoint, 10.1, 10, 0).fire);
+  BOOST_TEST(judge_stall(WatchPhase::kData, 10.1, 10, 0).fire);
+}
+
+BOOST_AUTO_TEST_CASE(waiting_phases_defer_to_the_stalled_rank) {
+  for (WatchPhase p : {WatchPhase::kAllreduce, WatchPhase::kStepEnd, WatchPhase::kEvalReduce,
+                       WatchPhase::kCheckpointWait}) {
+    BOOST_TEST(cnn::waits_for_peers(p));
+    const auto v = judge_stall(p, 10.1, 10, 0);
+    BOOST_TEST(!v.fire);
+    BOOST_TEST(v.limit >= 10 + cnn::kMinWaitGraceSeconds);
+    BOOST_TEST(judge_stall(p, 10 + 60, 10, 0).fire);
+  }
+  // The grace grows with the timeout (a quarter of it), so long timeouts keep the order too.
+  BOOST_TEST(judge_stall(WatchPhase::kAllreduce, 0, 300, 0).limit == 375.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_pending_stop_signal_shortens_a_wait_only) {
+  const auto waiting = judge_stall(WatchPhase::kAllreduce, cnn::kStopSignalGraceSeconds + 0.1, 300, SIGTERM);
+  BOOST_TEST(waiting.fire);
+  BOOST_TEST(waiting.signal_exit);
+  const auto working = judge_stall(WatchPhase::kCheckpoint, cnn::kStopSignalGraceSeconds + 0.1, 300, SIGTERM);
+  BOOST_TEST(!working.fire);  // writing the checkpoint the signal asked for is progress to wait for
+  BOOST_TEST(!working.signal_exit);
+}
+
+BOOST_AUTO_TEST_CASE(idle_and_off_never_fire) {
+  BOOST_TEST(!judge_stall(WatchPhase::kIdle, 1e9, 10, 0).fire);
+  BOOST_TEST(!judge_stall(WatchPhase::kForwardBackward, 1e9, 0, 0).fire);
+}
+
+BOOST_AUTO_TEST_CASE(a_watchdog_with_steady_heartbeats_stays_quiet) {
+  // A short timeout and heartbeats well inside it: the thread must not fire (it would abort this test).
+  cnn::Watchdog watchdog(0.2, 0, "test");
+  for (int i = 0; i < 30; ++i) {
+    cnn::heartbeat(WatchPhase::kForwardBackward);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  cnn::heartbeat(WatchPhase::kIdle);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // idle: no verdict however long
+  BOOST_TEST(true);
+}
