@@ -57,6 +57,19 @@ for d, size, train in ((sys.argv[1], 28, 200), (sys.argv[2], 8, 150)):
     idx(d + "/train-images-idx3-ubyte", train, size, size); idx(d + "/train-labels-idx1-ubyte", train)
     idx(d + "/t10k-images-idx3-ubyte", 100, size, size); idx(d + "/t10k-labels-idx1-ubyte", 100)
 PYEOF
+  # cifar: CIFAR-10 binary batches of 12 records each (label byte + 3x32x32), labels 0..9.
+  "$PY" - "$FX/cifar" <<'PYEOF'
+import os, random, sys
+random.seed(5)
+os.makedirs(sys.argv[1])
+for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+    with open(os.path.join(sys.argv[1], name), "wb") as f:
+        for _ in range(12):
+            f.write(bytes([random.randrange(10)]) + bytes(random.randrange(256) for _ in range(3072)))
+PYEOF
+  # h5: the idx fixture converted to HDF5 input (train.h5, test.h5) by the project's converter.
+  "$(dirname "$CNN")/cnn_convert" --dataset mnist --data "$FX/idx" --out "$FX/h5" >/dev/null 2>&1 ||
+    { echo "FAIL - the HDF5 fixture could not be made with cnn_convert"; exit 1; }
   # A finished run (one epoch) and its checkpoint; a run directory whose checkpoints/ is a file.
   "$CNN" "${COMMON[@]}" --out "$FX/run" >/dev/null 2>&1 || { echo "FAIL - the fixture run failed"; exit 1; }
   mkdir -p "$FX/ckpt" "$FX/blocked"
@@ -255,15 +268,35 @@ ckpt_huge_model       || 2 || describes a model of more than 2\^31 parameters ||
 ckpt_resume_is_dir    || 3 || Is a directory || --resume $FX/run/checkpoints --out $FX/new_run
 resume_missing        || 3 || cannot open checkpoint                         || --resume $FX/ckpt/none.h5 --out $FX/new_run
 resume_truncated      || 2 || cannot be read as HDF5                         || --resume @file(ckpt/good.h5:truncate:-2000) --out $FX/new_run
-resume_other_filters  || 2 || cannot resume from .*filters was 4, this run has 8 || --resume $FX/ckpt/good.h5 --filters 8 --out $FX/new_run
+resume_other_filters  || 2 || cannot resume from .*model was 'conv3x3:4 relu maxpool2 fc:10', this run has 'conv3x3:8 || --resume $FX/ckpt/good.h5 --filters 8 --out $FX/new_run
 resume_other_seed     || 2 || cannot resume from .*seed was 1, this run has 7 || --resume $FX/ckpt/good.h5 --seed 7 --out $FX/new_run
+# CIFAR-10 binary
+cifar_missing_batch   || 3 || data_batch_3.bin                               || --dataset cifar10 --data @dir(cifar:data_batch_3.bin:delete)
+cifar_empty_batch     || 2 || data_batch_2.bin: .*empty                      || --dataset cifar10 --data @dir(cifar:data_batch_2.bin:empty)
+cifar_partial_record  || 2 || data_batch_1.bin: .*(truncated|3073)           || --dataset cifar10 --data @dir(cifar:data_batch_1.bin:truncate:-5)
+cifar_bad_label       || 2 || test_batch.bin: .*label 11                     || --dataset cifar10 --data @dir(cifar:test_batch.bin:poke:0:0b)
+# HDF5 input
+h5_not_hdf5           || 2 || train.h5: not an HDF5 file                     || --dataset hdf5 --data @dir(h5:train.h5:text:hello)
+h5_truncated          || 2 || train.h5: cannot be read as HDF5               || --dataset hdf5 --data @dir(h5:train.h5:truncate:3000)
+h5_missing_test       || 3 || test.h5: file does not exist                   || --dataset hdf5 --data @dir(h5:test.h5:delete)
+h5_float_images       || 2 || train.h5: wrong datatype: /images              || --dataset hdf5 --data @dir(h5:train.h5:h5:del f["/images"]; f["/images"] = np.zeros((200, 1, 28, 28), np.float32))
+h5_count_mismatch     || 2 || train.h5: sample counts disagree               || --dataset hdf5 --data @dir(h5:train.h5:h5:del f["/labels"]; f["/labels"] = np.zeros(199, np.uint8))
+h5_bad_label_stream   || 2 || train.h5: label 10 at index 3                  || --dataset hdf5 --data-mode stream --data @dir(h5:train.h5:h5:f["/labels"][3] = 10)
+h5_missing_path       || 2 || missing dataset /pixels                        || --dataset hdf5 --data $FX/h5 --h5-images /pixels
+h5_stream_needs_h5    || 2 || data-mode stream needs --dataset hdf5          || --data-mode stream
+# --model SPEC and Adam
+model_unknown_token   || 2 || token 1 'conv9': expected                      || --model conv9
+model_last_not_classes || 2 || one output per class: fc:10                   || --model fc:7
+model_kernel_too_big  || 2 || 29x29 kernel does not fit its 1x28x28 input    || --model conv29x29:4
+model_zero_stride     || 2 || token 1 'maxpool2/s0': the stride must be      || --model maxpool2/s0
+optimizer_beta1_one   || 2 || --beta1 must be in                             || --optimizer adam --beta1 1
 # run directories
 run_holds_run         || 2 || already holds a run                            || --out $FX/run
 run_out_is_file       || 3 || plain                                          || --out $FX/plain
 run_out_under_file    || 3 || plain                                          || --out $FX/plain/run
 run_out_proc          || 3 || not writable|cannot create|ot a directory      || --out /proc/cnn_mpi_run
 run_checkpoints_file  || 3 || checkpoints                                    || --out $FX/blocked
-run_resume_other_run  || 2 || cannot resume from .*filters was 4             || --resume auto --out $FX/run --filters 8
+run_resume_other_run  || 2 || cannot resume from .*model was 'conv3x3:4 relu maxpool2 fc:10', this run has 'conv3x3:8 || --resume auto --out $FX/run --filters 8
 run_mpi_one_rank_data || 3 || data directory does not exist                  || mpi 1 --out $FX/mpmd : -np 1 $CNN --data $FX/nowhere --out $FX/mpmd
 TABLE
 
