@@ -19,6 +19,7 @@
 
 #include "cnn/checkpoint.hpp"
 #include "cnn/model.hpp"
+#include "cnn/network.hpp"
 #include "cnn/resume.hpp"
 #include "fuzz_support.hpp"
 
@@ -150,8 +151,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   c.seed = 1;
   c.dataset = "fashion";
   c.train_samples = 100;
-  const cnn::SeedModel model = cnn::make_model(c.model, c.filters, c.input, c.classes);
-  const cnn::ParamLayout layout = model.layout();
+  const cnn::Network network = cnn::build_network(c.model, c.filters, c.input, c.classes);
+  c.spec = network.spec;
+  const cnn::ParamLayout& layout = network.layout;
   state.params.assign(static_cast<std::size_t>(layout.total()), 0.25f);
   if (c.optimizer == "momentum") state.optimizer_state.assign(state.params.size(), 0.5f);
   const cnn::fuzz::TempDir dir;
@@ -190,9 +192,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // Our reader, as eval and --resume use it.
   cnn::fuzz::expect_clean([&] {
     const cnn::CheckpointConfig saved = cnn::read_checkpoint_config(path);
-    const cnn::SeedModel m = cnn::make_model(saved.model, saved.filters, saved.input, saved.classes);
-    const cnn::CheckpointState read = cnn::read_checkpoint(path, m.layout());
-    if (read.params.size() != static_cast<std::size_t>(m.layout().total())) std::abort();
+    // As eval does: the network the saved spec describes (a bad spec is a usage error, reported).
+    const cnn::Network net = cnn::build_network(saved.spec, saved.filters, saved.input, saved.classes);
+    const cnn::CheckpointState read = cnn::read_checkpoint(path, net.layout);
+    if (read.params.size() != static_cast<std::size_t>(net.layout.total())) std::abort();
     (void)cnn::check_resume(saved, state.config);
   });
   return 0;
