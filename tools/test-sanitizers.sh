@@ -6,6 +6,9 @@
 # Left out, and why:
 #   learning_test  full-data accuracy runs (minutes in Release, ~4x that under ASan); the same code
 #                  paths run in every other script test on smaller data.
+#   cifar_preset_learning_test   3 full Fashion-MNIST epochs of the cifar preset (100 s in Release);
+#                  its layer ops run under ASan in test_layers (finite differences, seq vs threads,
+#                  layer vs fused) and in resume_test (a general network with Adam, resumed).
 #   slurm_test     starts munge/slurmctld/slurmd and waits on a scheduler; cnn_mpi's side of it
 #                  (signals, requeue, resume) runs under ASan in signal_test and resume_test.
 #   compare_test   a timing sweep of tools/compare; its cnn_mpi runs are ordinary training runs.
@@ -37,4 +40,4 @@ export LD_PRELOAD=$PWD/$build/keep_plugins.so
 cd "$build"
 # -j2: the fuzz targets (one core each) run two at a time; script tests are RUN_SERIAL anyway.
 ctest --output-on-failure --timeout 1200 -j2 -LE gpu \
-  -E '^(learning_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test)$' "$@"
+  -E '^(learning_test|cifar_preset_learning_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test)$' "$@"
