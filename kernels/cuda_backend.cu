@@ -105,48 +105,26 @@ void CudaBackend::upload_params(const std::vector<float>& host) {
   if (static_cast<std::int64_t>(host.size()) != layout_.total())
     throw InputError("parameters have " + std::to_string(host.size()) + " floats; the model needs " +
                      std::to_string(layout_.total()));
-  CNN_CHECK_CUDA(cudaMemcpyAsync(params_.get(), host.data(), params_.bytes(), cudaMemcpyHostToDevice, stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  copy_to_device(params_, host, stream_);
 }
 
 std::vector<float> CudaBackend::download_params() {
-  std::vector<float> host(static_cast<std::size_t>(params_.size()));
-  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), params_.get(), params_.bytes(), cudaMemcpyDeviceToHost, stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  return host;
+  return copy_to_host(params_, stream_);
 }
 
 void CudaBackend::upload_optimizer_state(const std::vector<float>& host) {
   if (static_cast<std::int64_t>(host.size()) != optimizer_state_.size())
     throw InputError("optimizer state has " + std::to_string(host.size()) + " floats; " +
                      optimizer_name(optimizer_) + " needs " + std::to_string(optimizer_state_.size()));
-  if (host.empty()) return;
-  CNN_CHECK_CUDA(cudaMemcpyAsync(optimizer_state_.get(), host.data(), optimizer_state_.bytes(), cudaMemcpyHostToDevice,
-                                 stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  copy_to_device(optimizer_state_, host, stream_);
 }
 
 std::vector<float> CudaBackend::download_optimizer_state() {
-  std::vector<float> host(static_cast<std::size_t>(optimizer_state_.size()));
-  if (host.empty()) return host;
-  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), optimizer_state_.get(), optimizer_state_.bytes(), cudaMemcpyDeviceToHost,
-                                 stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  return host;
+  return copy_to_host(optimizer_state_, stream_);
 }
 
 void CudaBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
-  const auto size = static_cast<std::int64_t>(permutation.size());
-  if (size > data_.train_count)
-    throw InputError("the epoch's order has " + std::to_string(size) + " entries but the training set only " +
-                     std::to_string(data_.train_count));
-  if (permutation_.reserve(size)) drop_graphs();  // graphs captured the old address
-  // Once per epoch; the sync lets the caller free its vector and keeps earlier steps, which read the
-  // old order, from racing with the copy.
-  CNN_CHECK_CUDA(cudaMemcpyAsync(permutation_.get(), permutation.data(), static_cast<std::size_t>(size) * sizeof(std::int32_t),
-                                 cudaMemcpyHostToDevice, stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  permutation_size_ = size;
+  if (data_.set_order(permutation, stream_)) drop_graphs();  // graphs captured the old address
   eager_overlapped_step_ = true;  // one timed, eager overlapped step per epoch (overlap fraction)
 }
 
@@ -202,16 +180,20 @@ SeedStepTensors CudaBackend::step_tensors() const {
 // first (device to device) lets the rest of the step read fixed addresses, so a graph can replay it
 // with only this copy's source changed.
 void CudaBackend::enqueue_train_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed) {
-  const std::int64_t n = plan.n;
+  enqueue_data_and_forward(plan, indices, timed);
+  seed_backward_stage(step_tensors(), model_, plan, stream_);
+  if (timed) timer_->close(Phase::kBackward);
+}
+
+// The part of a step before the backward, shared by the plain and the overlapped step.
+void CudaBackend::enqueue_data_and_forward(const SeedStepPlan& plan, const std::int32_t* indices, bool timed) {
   const SeedStepTensors t = step_tensors();
-  CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
+  CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(plan.n) * sizeof(std::int32_t),
                                  cudaMemcpyDeviceToDevice, stream_));
   seed_data_stage(t, model_, plan, stream_);
   if (timed) timer_->close(Phase::kData);
   seed_forward_stage(t, model_, plan, stream_);
   if (timed) timer_->close(Phase::kForward);
-  seed_backward_stage(t, model_, plan, stream_);
-  if (timed) timer_->close(Phase::kBackward);
 }
 
 CudaBackend::StepGraph& CudaBackend::graph_for(std::int64_t n) {
@@ -223,7 +205,7 @@ CudaBackend::StepGraph& CudaBackend::graph_for(std::int64_t n) {
   try {
     CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue_train_step(plan, permutation_.get(), false);
+      enqueue_train_step(plan, data_.order.get(), false);
     } catch (...) {
       cudaGraph_t broken = nullptr;
       (void)cudaStreamEndCapture(stream_, &broken);  // ends the capture; the first error is the one to report
@@ -263,16 +245,16 @@ void CudaBackend::drop_graphs() noexcept {
 }
 
 void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
-  if (count < 0 || first < 0 || first + count > permutation_size_)
+  if (count < 0 || first < 0 || first + count > data_.order_size)
     throw Error(ExitCode::kFailure, "internal error: samples [" + std::to_string(first) + ", " +
                                         std::to_string(first + count) + ") lie outside this epoch's order of " +
-                                        std::to_string(permutation_size_) + " (was begin_epoch called?)");
+                                        std::to_string(data_.order_size) + " (was begin_epoch called?)");
   if (count == 0) {  // a rank with an empty slice still takes part in the allreduce, with zeros
     CNN_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
     return;
   }
   ensure_batch_capacity(count);
-  const std::int32_t* indices = permutation_.get() + first;
+  const std::int32_t* indices = data_.order.get() + first;
   // The first step of each batch size runs eagerly, phase by phase: it measures the split that graph
   // replays of that size are charged with (step_timer.hpp), and the graph is captured after it.
   if (use_graphs_ && graphs_.count(count) == 0) {

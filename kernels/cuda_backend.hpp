@@ -77,6 +77,7 @@ class CudaBackend final : public DeviceBackend {
   // Queues one step on the stream. `timed`: close a StepTimer phase after each stage (eager steps);
   // false while capturing a graph, whose replays are timed as one interval.
   void enqueue_train_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed);
+  void enqueue_data_and_forward(const SeedStepPlan& plan, const std::int32_t* indices, bool timed);
   StepGraph& graph_for(std::int64_t n);
   void drop_graphs() noexcept;
   SeedStepTensors step_tensors() const;
@@ -104,8 +105,6 @@ class CudaBackend final : public DeviceBackend {
 
   // The data, resident as uint8, and the orders that index it.
   DeviceDataset data_;
-  DeviceBuffer<std::int32_t> permutation_;  // this epoch's global order
-  std::int64_t permutation_size_ = 0;
 
   // Per-batch activations and scratch, sized for the largest batch so far.
   std::int64_t capacity_ = 0;

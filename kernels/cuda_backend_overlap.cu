@@ -17,16 +17,9 @@ namespace cnn::cuda {
 
 void CudaBackend::enqueue_overlapped_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed,
                                           GradientReadyListener& listener) {
-  const std::int64_t n = plan.n;
-  const SeedStepTensors t = step_tensors();
-  CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
-                                 cudaMemcpyDeviceToDevice, stream_));
-  seed_data_stage(t, model_, plan, stream_);
-  if (timed) timer_->close(Phase::kData);
-  seed_forward_stage(t, model_, plan, stream_);
-  if (timed) timer_->close(Phase::kForward);
+  enqueue_data_and_forward(plan, indices, timed);
   const std::int64_t fc_offset = layout_.find("fc.weight").offset;
-  seed_backward_stage(t, model_, plan, stream_, [&] {
+  seed_backward_stage(step_tensors(), model_, plan, stream_, [&] {
     listener.gradients_ready(fc_offset, layout_.total() - fc_offset);
     if (timed) conv_finalize_.start(stream_);
   });
@@ -51,7 +44,7 @@ CudaBackend::StepGraph& CudaBackend::overlapped_graph_for(std::int64_t n, Gradie
   try {
     CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue_overlapped_step(plan, permutation_.get(), false, listener);
+      enqueue_overlapped_step(plan, data_.order.get(), false, listener);
     } catch (...) {
       cudaGraph_t broken = nullptr;
       (void)cudaStreamEndCapture(stream_, &broken);
@@ -95,12 +88,12 @@ void CudaBackend::compute_gradients_overlapped(std::int64_t first, std::int64_t 
     listener.all_gradients_ready();
     return;
   }
-  if (first < 0 || first + count > permutation_size_)
+  if (first < 0 || first + count > data_.order_size)
     throw Error(ExitCode::kFailure, "internal error: samples [" + std::to_string(first) + ", " +
                                         std::to_string(first + count) + ") lie outside this epoch's order of " +
-                                        std::to_string(permutation_size_) + " (was begin_epoch called?)");
+                                        std::to_string(data_.order_size) + " (was begin_epoch called?)");
   ensure_batch_capacity(count);
-  const std::int32_t* indices = permutation_.get() + first;
+  const std::int32_t* indices = data_.order.get() + first;
   const bool have_graph = overlapped_generation_ == listener.generation() && overlapped_graphs_.count(count) != 0;
   if (!use_graphs_ || eager_overlapped_step_ || !have_graph) {
     // Eager: the first step of an epoch or of a batch size (timed phase by phase, and its

@@ -126,46 +126,26 @@ void CudaLayerBackend::upload_params(const std::vector<float>& host) {
   if (static_cast<std::int64_t>(host.size()) != network_.layout.total())
     throw InputError("parameters have " + std::to_string(host.size()) + " floats; the network needs " +
                      std::to_string(network_.layout.total()));
-  CNN_CHECK_CUDA(cudaMemcpyAsync(params_.get(), host.data(), params_.bytes(), cudaMemcpyHostToDevice, stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  copy_to_device(params_, host, stream_);
 }
 
 std::vector<float> CudaLayerBackend::download_params() {
-  std::vector<float> host(static_cast<std::size_t>(params_.size()));
-  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), params_.get(), params_.bytes(), cudaMemcpyDeviceToHost, stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  return host;
+  return copy_to_host(params_, stream_);
 }
 
 void CudaLayerBackend::upload_optimizer_state(const std::vector<float>& host) {
   if (static_cast<std::int64_t>(host.size()) != optimizer_state_.size())
     throw InputError("optimizer state has " + std::to_string(host.size()) + " floats; " +
                      optimizer_name(optimizer_) + " needs " + std::to_string(optimizer_state_.size()));
-  if (host.empty()) return;
-  CNN_CHECK_CUDA(cudaMemcpyAsync(optimizer_state_.get(), host.data(), optimizer_state_.bytes(), cudaMemcpyHostToDevice,
-                                 stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  copy_to_device(optimizer_state_, host, stream_);
 }
 
 std::vector<float> CudaLayerBackend::download_optimizer_state() {
-  std::vector<float> host(static_cast<std::size_t>(optimizer_state_.size()));
-  if (host.empty()) return host;
-  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), optimizer_state_.get(), optimizer_state_.bytes(), cudaMemcpyDeviceToHost,
-                                 stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  return host;
+  return copy_to_host(optimizer_state_, stream_);
 }
 
 void CudaLayerBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
-  const auto size = static_cast<std::int64_t>(permutation.size());
-  if (size > data_.train_count)
-    throw InputError("the epoch's order has " + std::to_string(size) + " entries but the training set only " +
-                     std::to_string(data_.train_count));
-  if (permutation_.reserve(size)) drop_graphs();  // graphs captured the old address
-  CNN_CHECK_CUDA(cudaMemcpyAsync(permutation_.get(), permutation.data(),
-                                 static_cast<std::size_t>(size) * sizeof(std::int32_t), cudaMemcpyHostToDevice, stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
-  permutation_size_ = size;
+  if (data_.set_order(permutation, stream_)) drop_graphs();  // graphs captured the old address
 }
 
 const CudaLayerBackend::Plans& CudaLayerBackend::plans_for(std::int64_t n) {
@@ -300,7 +280,7 @@ CudaLayerBackend::StepGraph& CudaLayerBackend::graph_for(std::int64_t n) {
   try {
     CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     try {
-      enqueue_train_step(n, permutation_.get(), false);
+      enqueue_train_step(n, data_.order.get(), false);
     } catch (...) {
       cudaGraph_t broken = nullptr;
       (void)cudaStreamEndCapture(stream_, &broken);
@@ -339,16 +319,16 @@ void CudaLayerBackend::drop_graphs() noexcept {
 }
 
 void CudaLayerBackend::compute_gradients(std::int64_t first, std::int64_t count) {
-  if (count < 0 || first < 0 || first + count > permutation_size_)
+  if (count < 0 || first < 0 || first + count > data_.order_size)
     throw Error(ExitCode::kFailure, "internal error: samples [" + std::to_string(first) + ", " +
                                         std::to_string(first + count) + ") lie outside this epoch's order of " +
-                                        std::to_string(permutation_size_) + " (was begin_epoch called?)");
+                                        std::to_string(data_.order_size) + " (was begin_epoch called?)");
   if (count == 0) {
     CNN_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
     return;
   }
   ensure_batch_capacity(count);
-  const std::int32_t* indices = permutation_.get() + first;
+  const std::int32_t* indices = data_.order.get() + first;
   if (use_graphs_ && graphs_.count(count) == 0) {
     timer_->open();
     enqueue_train_step(count, indices, true);

@@ -105,8 +105,6 @@ class CudaLayerBackend final : public DeviceBackend {
   DeviceBuffer<float> params_, grads_, optimizer_state_;
 
   DeviceDataset data_;
-  DeviceBuffer<std::int32_t> permutation_;
-  std::int64_t permutation_size_ = 0;
 
   // Per batch, sized for the largest batch so far: activations[k] is op k's input (activations[0]
   // the gathered images), gradients[k] dL/d(activations[k]) (for ReLU outputs: the pre-ReLU one).

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "cuda_check.hpp"
 
@@ -88,5 +89,24 @@ class PinnedBuffer {
   T* data_ = nullptr;
   std::int64_t count_ = 0;
 };
+
+// Whole-buffer copies between a host vector and a device buffer of the same length, finished on
+// return (the host vector may go away, and queued steps on `stream` have run): the host side of
+// parameters, optimizer state and checkpoints in both CUDA backends.
+template <class T>
+void copy_to_device(DeviceBuffer<T>& device, const std::vector<T>& host, cudaStream_t stream) {
+  if (host.empty()) return;
+  CNN_CHECK_CUDA(cudaMemcpyAsync(device.get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream));
+}
+
+template <class T>
+std::vector<T> copy_to_host(const DeviceBuffer<T>& device, cudaStream_t stream) {
+  std::vector<T> host(static_cast<std::size_t>(device.size()));
+  if (host.empty()) return host;
+  CNN_CHECK_CUDA(cudaMemcpyAsync(host.data(), device.get(), device.bytes(), cudaMemcpyDeviceToHost, stream));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream));
+  return host;
+}
 
 }  // namespace cnn::cuda

@@ -19,6 +19,25 @@ struct DeviceDataset {
   DeviceBuffer<std::uint8_t> train_images, train_labels, test_images, test_labels;
   DeviceBuffer<std::int32_t> test_order;  // 0 .. test_count-1: evaluation goes in order
   std::int64_t train_count = 0, test_count = 0;
+  DeviceBuffer<std::int32_t> order;       // this epoch's global order of the training samples
+  std::int64_t order_size = 0;
+
+  // Uploads the epoch's order, once per epoch. The sync lets the caller free its vector and keeps
+  // earlier steps, which read the old order, from racing with the copy. Returns true when the buffer
+  // moved (graphs captured with the old address must go).
+  bool set_order(const std::vector<std::int32_t>& permutation, cudaStream_t stream) {
+    const auto size = static_cast<std::int64_t>(permutation.size());
+    if (size > train_count)
+      throw InputError("the epoch's order has " + std::to_string(size) + " entries but the training set only " +
+                       std::to_string(train_count));
+    const bool moved = order.reserve(size);
+    if (size > 0)
+      CNN_CHECK_CUDA(cudaMemcpyAsync(order.get(), permutation.data(), static_cast<std::size_t>(size) * sizeof(std::int32_t),
+                                     cudaMemcpyHostToDevice, stream));
+    CNN_CHECK_CUDA(cudaStreamSynchronize(stream));
+    order_size = size;
+    return moved;
+  }
 
   // Uploads both splits; `sample` is the model's C*H*W, `model` its description for the error.
   // Returns true when a training buffer moved: graphs captured with the old addresses must then go.
