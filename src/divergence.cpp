@@ -15,15 +15,21 @@ namespace cnn {
 
 namespace {
 
-// CNN_TEST_NAN_AT=RANK:STEP (test hook): STEP on this rank, or 0.
-std::int64_t nan_hook_step(int rank) {
+struct NanHook {
+  long rank = -1;
+  std::int64_t step = 0;  // 0: no hook
+};
+
+// CNN_TEST_NAN_AT=RANK:STEP (test hook).
+NanHook nan_hook_from_environment() {
   const char* text = std::getenv("CNN_TEST_NAN_AT");
-  if (text == nullptr) return 0;
+  if (text == nullptr) return {};
   char* end = nullptr;
   const long hook_rank = std::strtol(text, &end, 10);
-  if (end == text || *end != ':' || hook_rank != rank) return 0;
+  if (end == text || *end != ':') return {};
   const long long step = std::strtoll(end + 1, nullptr, 10);
-  return step > 0 ? step : 0;
+  if (step <= 0) return {};
+  return {hook_rank, step};
 }
 
 }  // namespace
@@ -41,7 +47,11 @@ std::string param_name_at(const ParamLayout& layout, std::int64_t index) {
 }
 
 DivergenceGuard::DivergenceGuard(NonFinitePolicy policy, const ParamLayout& layout, const MpiWorld* world, int rank)
-    : policy_(policy), layout_(layout), world_(world), rank_(rank), nan_hook_step_(nan_hook_step(rank)) {}
+    : policy_(policy), layout_(layout), world_(world), rank_(rank) {
+  const NanHook hook = nan_hook_from_environment();
+  nan_hook_step_ = hook.step;
+  nan_hook_injects_here_ = hook.step != 0 && hook.rank == rank;
+}
 
 void DivergenceGuard::begin_step(Backend& backend, std::int64_t steps_done) {
   step_ = steps_done + 1;
@@ -50,7 +60,7 @@ void DivergenceGuard::begin_step(Backend& backend, std::int64_t steps_done) {
 }
 
 void DivergenceGuard::after_compute(Backend& backend) const {
-  if (nan_hook_step_ == 0 || step_ != nan_hook_step_) return;
+  if (!nan_hook_injects_here_ || step_ != nan_hook_step_) return;
   // The last element of fc.bias in the seed layout; any element would do, this one names a layer.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::int64_t index = layout_.total() - 1;

@@ -9,8 +9,9 @@ bool train_step(Backend& backend, Communicator& comm, const OptimizerSettings& o
                 Range global_batch, PhaseTimes& times, OverlapReducer* overlap, DivergenceGuard* guard) {
   const Range mine = rank_slice(global_batch, comm.rank(), comm.size());
   heartbeat(WatchPhase::kForwardBackward);
-  // The NaN test hook writes into this rank's gradient after its backward, so that step reduces after.
-  const bool overlapped = overlap != nullptr && comm.size() > 1 && !(guard && guard->injects_nan_now());
+  // The NaN test hook writes into one rank's gradient after its backward, so that step reduces after
+  // on every rank.
+  const bool overlapped = overlap != nullptr && comm.size() > 1 && !(guard && guard->nan_hook_step_now());
   if (overlapped) {
     // The allreduce runs inside, under the backward; what the host waited for it is the phase.
     backend.compute_gradients_overlapped(mine.begin, mine.count, *overlap);

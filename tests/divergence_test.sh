@@ -13,10 +13,14 @@ SOURCE_DIR=$2
 source "$SOURCE_DIR/tests/checkpoint_test_lib.sh"
 EXIT_DIVERGED=4
 RUN=(--epochs 2 --checkpoint-every-steps 2)
+# The hooked 2-rank runs force the overlapped step (auto picks it on some machines, not on others):
+# the hook's step must leave it on every rank together, or the ranks pair mismatched collectives and
+# hang. The short stall timeout turns such a hang into a failure within seconds.
+HOOKED=(--overlap on --stall-timeout 30)
 
 # --- stop: the NaN appears on rank 1 in global step 7; checkpoints exist after steps 2, 4 and 6.
 run_as stop env CNN_TEST_NAN_AT=1:7 "$MPIRUN" --oversubscribe -np 2 -x CNN_TEST_NAN_AT "$CNN" "${SMALL[@]}" "${RUN[@]}" \
-  --out "$WORK/stop"
+  "${HOOKED[@]}" --out "$WORK/stop"
 expect_rc stop "$EXIT_DIVERGED"
 lines=$(grep -c "^cnn_mpi: error:" "$WORK/stop.err")
 [ "$lines" -eq 1 ] && pass "stop: one cnn_mpi line" || fail "stop: $lines cnn_mpi lines"
@@ -43,7 +47,7 @@ expect_grep stop1 "$WORK/stop1.err" "global step 3 (1-based), layer fc.bias, ran
 
 # --- skip: the NaN on rank 0 in step 7 is dropped on both ranks.
 run_as skip env CNN_TEST_NAN_AT=0:7 "$MPIRUN" --oversubscribe -np 2 -x CNN_TEST_NAN_AT "$CNN" "${SMALL[@]}" "${RUN[@]}" \
-  --on-nonfinite skip --out "$WORK/skip"
+  "${HOOKED[@]}" --on-nonfinite skip --out "$WORK/skip"
 expect_rc skip 0
 expect_grep skip "$WORK/skip.err" "^warning: non-finite gradient in global step 7 (1-based), layer fc.bias, rank(s) 0; update skipped"
 expect_grep skip "$WORK/skip.out" "^skipped_steps: 1 "

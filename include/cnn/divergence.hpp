@@ -44,9 +44,10 @@ class DivergenceGuard {
   // Called by train_step right after compute_gradients (test hook CNN_TEST_NAN_AT=RANK:STEP puts a
   // NaN into this rank's gradient in global step STEP, 1-based).
   void after_compute(Backend& backend) const;
-  // Whether after_compute writes its NaN in this step (train_step then reduces after it, never
-  // overlapped, so every rank still sees the same sum).
-  bool injects_nan_now() const { return nan_hook_step_ != 0 && step_ == nan_hook_step_; }
+  // Whether the hook's step is this one, on whichever rank it injects. Every rank answers the same
+  // (they share the environment), so all take train_step's non-overlapped path together: one rank
+  // overlapping while another reduces after would pair mismatched collectives and hang.
+  bool nan_hook_step_now() const { return nan_hook_step_ != 0 && step_ == nan_hook_step_; }
 
   // Collective in effect (every rank reaches the same verdict). After the allreduce: true when the
   // update may be applied. Stop: throws AlreadyReported(kDiverged) on every rank after rank 0's one
@@ -69,7 +70,8 @@ class DivergenceGuard {
   const MpiWorld* world_;
   int rank_;
   std::int64_t step_ = 0;  // 1-based global step being run
-  std::int64_t nan_hook_step_ = 0;
+  std::int64_t nan_hook_step_ = 0;   // the hook's step (0: no hook), the same on every rank
+  bool nan_hook_injects_here_ = false;  // whether this rank is the hook's rank
   BatchStats banked_;
   std::int64_t skipped_total_ = 0;
   std::int64_t skipped_since_take_ = 0;
