@@ -45,6 +45,7 @@ CudaBackend::CudaBackend(const BackendOptions& options, const SeedModel& model)
   CNN_CHECK_CUDA(cudaSetDevice(device_));
   CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   timer_ = std::make_unique<StepTimer>(stream_);
+  nonfinite_check_ = std::make_unique<DeferredNonFiniteCheck>(stream_);
   // Keep what the twins' stream-ordered scratch allocations return to the pool, instead of handing
   // it back to the driver at every synchronisation.
   cudaMemPool_t pool = nullptr;
@@ -278,25 +279,26 @@ void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
 
 std::int64_t CudaBackend::first_nonfinite_grad() { return first_nonfinite(grads_.get(), layout_.total(), stream_); }
 
+bool CudaBackend::enqueue_nonfinite_check() {
+  nonfinite_check_->enqueue(grads_.get(), layout_.total(), stream_);
+  return true;
+}
+
+std::int64_t CudaBackend::enqueued_nonfinite_result() { return nonfinite_check_->result(); }
+
+void CudaBackend::set_grad_for_test(std::int64_t index, float value) {
+  CNN_CHECK_CUDA(cudaMemcpyAsync(grads_.get() + index, &value, sizeof(value), cudaMemcpyHostToDevice, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // `value` lives on this frame
+}
+
 void CudaBackend::apply_update(const OptimizerSettings& settings, float grad_scale) {
   const std::int64_t total = layout_.total();
   if (optimizer_state_.size() < total * optimizer_state_per_param(settings.kind))
     throw UsageError(std::string(optimizer_name(settings.kind)) +
                      " needs optimizer state, but the cuda backend was made for " + optimizer_name(optimizer_));
   timer_->open();
-  switch (settings.kind) {
-    case OptimizerKind::kSgd:
-      sgd_update(params_.get(), grads_.get(), total, settings.lr, grad_scale, stream_);
-      break;
-    case OptimizerKind::kMomentum:
-      momentum_update(params_.get(), optimizer_state_.get(), grads_.get(), total, settings.lr, settings.momentum,
-                      grad_scale, stream_);
-      break;
-    case OptimizerKind::kAdam:  // m, then v: two whole copies of the layout
-      adam_update(params_.get(), optimizer_state_.get(), optimizer_state_.get() + total, grads_.get(), total,
-                  settings.lr, settings.beta1, settings.beta2, settings.eps, settings.step, grad_scale, stream_);
-      break;
-  }
+  apply_optimizer(settings, params_.get(), optimizer_state_.get(), grads_.get(), total, grad_scale, stream_,
+                  nonfinite_check_->skip_flag());
   timer_->close(Phase::kUpdate);
 }
 

@@ -73,6 +73,7 @@ CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network&
   CNN_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   CNN_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   timer_ = std::make_unique<StepTimer>(stream_);
+  nonfinite_check_ = std::make_unique<DeferredNonFiniteCheck>(stream_);
   cudaMemPool_t pool = nullptr;
   CNN_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, device_));
   std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
@@ -310,6 +311,18 @@ std::int64_t CudaLayerBackend::first_nonfinite_grad() {
   return first_nonfinite(grads_.get(), network_.layout.total(), stream_);
 }
 
+bool CudaLayerBackend::enqueue_nonfinite_check() {
+  nonfinite_check_->enqueue(grads_.get(), network_.layout.total(), stream_);
+  return true;
+}
+
+std::int64_t CudaLayerBackend::enqueued_nonfinite_result() { return nonfinite_check_->result(); }
+
+void CudaLayerBackend::set_grad_for_test(std::int64_t index, float value) {
+  CNN_CHECK_CUDA(cudaMemcpyAsync(grads_.get() + index, &value, sizeof(value), cudaMemcpyHostToDevice, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // `value` lives on this frame
+}
+
 void CudaLayerBackend::drop_graphs() noexcept {
   for (auto& [n, entry] : graphs_) {
     if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
@@ -354,19 +367,8 @@ void CudaLayerBackend::apply_update(const OptimizerSettings& settings, float gra
     throw UsageError(std::string(optimizer_name(settings.kind)) + " needs optimizer state, but the cuda backend was made for " +
                      optimizer_name(optimizer_));
   timer_->open();
-  switch (settings.kind) {
-    case OptimizerKind::kSgd:
-      sgd_update(params_.get(), grads_.get(), total, settings.lr, grad_scale, stream_);
-      break;
-    case OptimizerKind::kMomentum:
-      momentum_update(params_.get(), optimizer_state_.get(), grads_.get(), total, settings.lr, settings.momentum,
-                      grad_scale, stream_);
-      break;
-    case OptimizerKind::kAdam:
-      adam_update(params_.get(), optimizer_state_.get(), optimizer_state_.get() + total, grads_.get(), total,
-                  settings.lr, settings.beta1, settings.beta2, settings.eps, settings.step, grad_scale, stream_);
-      break;
-  }
+  apply_optimizer(settings, params_.get(), optimizer_state_.get(), grads_.get(), total, grad_scale, stream_,
+                  nonfinite_check_->skip_flag());
   timer_->close(Phase::kUpdate);
 }
 

@@ -27,6 +27,7 @@
 #include "device_backend.hpp"
 #include "device_buffer.hpp"
 #include "device_dataset.hpp"
+#include "nonfinite.cuh"
 #include "layer_ops.hpp"
 #include "step_timer.hpp"
 
@@ -51,6 +52,9 @@ class CudaLayerBackend final : public DeviceBackend {
   float* params() override { return params_.get(); }
   float* grads() override { return grads_.get(); }
   std::int64_t first_nonfinite_grad() override;
+  bool enqueue_nonfinite_check() override;
+  std::int64_t enqueued_nonfinite_result() override;
+  void set_grad_for_test(std::int64_t index, float value) override;
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;
   void compute_gradients(std::int64_t first, std::int64_t count) override;
   void apply_update(const OptimizerSettings& settings, float grad_scale) override;
@@ -103,6 +107,8 @@ class CudaLayerBackend final : public DeviceBackend {
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
 
   DeviceBuffer<float> params_, grads_, optimizer_state_;
+  // The divergence check; its device word gates apply_update. Made in the constructor, on device_.
+  std::unique_ptr<DeferredNonFiniteCheck> nonfinite_check_;
 
   DeviceDataset data_;
 

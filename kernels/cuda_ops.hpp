@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "cnn/model.hpp"
+#include "cnn/optimizer.hpp"
 
 namespace cnn::cuda {
 
@@ -50,10 +51,20 @@ void softmax_cross_entropy(float* grad_logits /*[n,K] or null*/, double* loss_su
                            std::int64_t* correct /*[1]*/, const float* logits /*[n,K]*/,
                            const std::uint8_t* labels /*[n]*/, std::int64_t n, int classes, cudaStream_t stream);
 
-void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float grad_scale, cudaStream_t stream);
+// The optimizer twins. skip_flag (optional): the divergence check's device word (nonfinite.cuh);
+// when it is set the update leaves everything as it was.
+void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float grad_scale, cudaStream_t stream,
+                const unsigned long long* skip_flag = nullptr);
 void momentum_update(float* params, float* velocity, const float* grads, std::int64_t n, float lr, float momentum,
-                     float grad_scale, cudaStream_t stream);
+                     float grad_scale, cudaStream_t stream, const unsigned long long* skip_flag = nullptr);
 void adam_update(float* params, float* m, float* v, const float* grads, std::int64_t n, float lr, float beta1,
-                 float beta2, float eps, std::int64_t step, float grad_scale, cudaStream_t stream);
+                 float beta2, float eps, std::int64_t step, float grad_scale, cudaStream_t stream,
+                 const unsigned long long* skip_flag = nullptr);
+// The twin of cnn::apply_optimizer over a whole flat buffer of `total` floats, by settings.kind
+// (`state`: optimizer_state_per_param(kind) whole copies, adam: m then v): both CUDA backends'
+// apply_update.
+void apply_optimizer(const OptimizerSettings& settings, float* params, float* state, const float* grads,
+                     std::int64_t total, float grad_scale, cudaStream_t stream,
+                     const unsigned long long* skip_flag = nullptr);
 
 }  // namespace cnn::cuda

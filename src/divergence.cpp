@@ -48,6 +48,9 @@ std::string param_name_at(const ParamLayout& layout, std::int64_t index) {
 
 DivergenceGuard::DivergenceGuard(NonFinitePolicy policy, const ParamLayout& layout, const MpiWorld* world, int rank)
     : policy_(policy), layout_(layout), world_(world), rank_(rank) {
+  // CNN_DEFERRED_NONFINITE=0: the check waits in its own step on every backend, for A/B timings.
+  const char* deferred = std::getenv("CNN_DEFERRED_NONFINITE");
+  deferred_allowed_ = deferred == nullptr || std::string(deferred) != "0";
   const NanHook hook = nan_hook_from_environment();
   nan_hook_step_ = hook.step;
   nan_hook_injects_here_ = hook.step != 0 && hook.rank == rank;
@@ -59,26 +62,51 @@ void DivergenceGuard::begin_step(Backend& backend, std::int64_t steps_done) {
   if (policy_ == NonFinitePolicy::kSkip) banked_ += backend.take_train_stats();
 }
 
-void DivergenceGuard::after_compute(Backend& backend) const {
-  if (!nan_hook_injects_here_ || step_ != nan_hook_step_) return;
-  // The last element of fc.bias in the seed layout; any element would do, this one names a layer.
-  const float nan = std::numeric_limits<float>::quiet_NaN();
-  const std::int64_t index = layout_.total() - 1;
-  if (backend.memory_space() != MemorySpace::kHost)
-    throw Error(ExitCode::kFailure, "the test hook CNN_TEST_NAN_AT works with host-memory backends only");
-  backend.grads()[index] = nan;
+void DivergenceGuard::after_compute(Backend& backend) const { inject_test_nan(backend, step_); }
+
+void DivergenceGuard::inject_test_nan(Backend& backend, std::int64_t step) const {
+  if (!nan_hook_injects_here_ || step != nan_hook_step_) return;
+  // The last element of the layout (the last layer's bias); any element would do, this one names a layer.
+  backend.set_grad_for_test(layout_.total() - 1, std::numeric_limits<float>::quiet_NaN());
 }
 
 bool DivergenceGuard::update_allowed(Backend& backend, Range mine, bool reduced_over_ranks) {
   heartbeat(WatchPhase::kNonFiniteCheck);
+  // Stop on a device backend: the verdict is read a step late, so the GPU never idles for it. The
+  // device skips a flagged step's update by itself, so the parameters stay those before that step
+  // until settle() reports it (in the next step, before a checkpoint or a re-bind, at the epoch's end).
+  if (policy_ == NonFinitePolicy::kStop && deferred_allowed_) {
+    settle(backend);
+    if (backend.enqueue_nonfinite_check()) {
+      pending_ = PendingCheck{true, step_, mine, reduced_over_ranks};
+      return true;
+    }
+  }
   const std::int64_t reduced_index = backend.first_nonfinite_grad();
   if (reduced_index < 0) return true;  // the fast path: every rank saw the same finite buffer
+  return on_nonfinite(backend, reduced_index, step_, mine, reduced_over_ranks);
+}
 
-  // The failure path, reached by every rank at the same step. Who saw it in their own gradient?
+void DivergenceGuard::settle(Backend& backend) {
+  if (!pending_.active) return;
+  const PendingCheck check = pending_;
+  pending_ = PendingCheck{};
+  heartbeat(WatchPhase::kNonFiniteCheck);
+  const std::int64_t reduced_index = backend.enqueued_nonfinite_result();
+  if (reduced_index < 0) return;
+  on_nonfinite(backend, reduced_index, check.step, check.mine, check.reduced_over_ranks);
+}
+
+// The failure path, reached by every rank for the same step (each saw the same reduced buffer).
+// Returns false (skip) or throws (stop).
+bool DivergenceGuard::on_nonfinite(Backend& backend, std::int64_t reduced_index, std::int64_t step, Range mine,
+                                   bool reduced_over_ranks) {
+  // Who saw it in their own gradient? The parameters are still those before `step` (its update was
+  // not applied), so recomputing this rank's slice gives the same local sum again (deterministic).
   std::int64_t local_index = reduced_index;
   if (reduced_over_ranks) {
-    backend.compute_gradients(mine.begin, mine.count);  // deterministic: the same local sum again
-    after_compute(backend);
+    backend.compute_gradients(mine.begin, mine.count);
+    inject_test_nan(backend, step);
     local_index = backend.first_nonfinite_grad();
   }
   std::vector<double> seen;
@@ -106,7 +134,7 @@ bool DivergenceGuard::update_allowed(Backend& backend, Range mine, bool reduced_
     if (count == 1) layer = param_name_at(layout_, static_cast<std::int64_t>(seen[r]));
   }
   std::ostringstream message;
-  message << "non-finite gradient in global step " << step_ << " (1-based), layer " << layer << ", ";
+  message << "non-finite gradient in global step " << step << " (1-based), layer " << layer << ", ";
   if (count > 0) {
     message << "rank(s) " << ranks.str();
   } else {

@@ -200,6 +200,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   // Mid-epoch saves carry the partial epoch's stats summed over ranks, so a resume logs the exact loss.
   DivergenceGuard divergence(parse_nonfinite_policy(config.on_nonfinite), layout, &world, world.rank());
   auto save_mid_epoch = [&] {
+    divergence.settle(*backend);  // a step the device left unapplied stops the run before its checkpoint
     epoch_stats += divergence.take_train_stats(*backend);
     const BatchStats total = sum_over_ranks(world, epoch_stats);
     CheckpointProgress at = progress;
@@ -219,7 +220,9 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     const double epoch_start = wall_seconds();
     live.begin_epoch(epoch, first_step, epoch_start);
     for (std::int64_t step = first_step; step < steps; ++step) {
-      // Stream mode re-binds the backend here when the step starts a new window of samples.
+      // Stream mode re-binds the backend here when the step starts a new window of samples (after
+      // the last step's deferred check, which may recompute that step on the old window).
+      if (data->rebinds_before(step)) divergence.settle(*backend);
       const Range batch = data->step_batch(*backend, step, global_batch_range(step, data->train_count(), config.batch));
       if (steps_run == 0 && root) {
         std::printf("startup: %.3f s to first step\n", wall_seconds() - process_start);
@@ -261,6 +264,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
       if (checkpointer.due_after_step(progress.global_step)) save_mid_epoch();
     }
     const double sync_start = wall_seconds();
+    divergence.settle(*backend);  // the epoch's last step, before its stats, evaluation and checkpoint
     backend->synchronize();  // device work queued by the steps is step time too
     heartbeat(WatchPhase::kStepEnd);
     step_seconds += wall_seconds() - sync_start;

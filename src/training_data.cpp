@@ -46,6 +46,7 @@ class InMemoryData final : public TrainingData {
     backend.begin_epoch(permutation);
   }
   Range step_batch(Backend&, std::int64_t, Range global_batch) override { return global_batch; }
+  bool rebinds_before(std::int64_t) const override { return false; }
   std::int64_t test_held_from() const override { return 0; }
 
  private:
@@ -113,8 +114,12 @@ class StreamedData final : public TrainingData {
     if (first_step < steps_) start_load(0, first_step);
   }
 
+  bool rebinds_before(std::int64_t step) const override {
+    return current_ < 0 || step >= windows_[static_cast<std::size_t>(current_)].plan.end_step;
+  }
+
   Range step_batch(Backend& backend, std::int64_t step, Range global_batch) override {
-    if (current_ < 0 || step >= windows_[static_cast<std::size_t>(current_)].plan.end_step) {
+    if (rebinds_before(step)) {
       const int next = current_ < 0 ? 0 : 1 - current_;
       if (!pending_.valid())
         throw Error(ExitCode::kFailure, "internal error: no window was read for step " + std::to_string(step));

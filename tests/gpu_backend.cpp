@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -30,6 +31,7 @@
 #include "cnn/sampler.hpp"
 #include "kernels/cuda_ops.hpp"
 #include "kernels/device_buffer.hpp"
+#include "kernels/nonfinite.cuh"
 
 namespace {
 
@@ -324,6 +326,57 @@ BOOST_AUTO_TEST_CASE(optimizer_kernels_match_cpu_twins) {
                              nullptr);
   CHECK_CLOSE_REL(to_host(d_pm), pm_cpu, "momentum_update params");
   CHECK_CLOSE_REL(to_host(d_v), v_cpu, "momentum_update velocity");
+}
+
+// The divergence check (kernels/nonfinite.cu): the first non-finite index wherever it lies, and the
+// deferred check's device word leaving every optimizer's update undone, bit for bit.
+BOOST_AUTO_TEST_CASE(nonfinite_check_finds_the_first_and_gates_the_update) {
+  cudaStream_t stream = nullptr;  // the legacy stream: to_host() synchronises the device
+  const std::int64_t n = 100003;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> finite(static_cast<std::size_t>(n), 0.5f);
+  BOOST_TEST(cnn::cuda::first_nonfinite(to_device(finite).get(), n, stream) == -1);
+  for (std::int64_t at : {std::int64_t{0}, std::int64_t{1}, std::int64_t{4095}, std::int64_t{50000}, n - 1})
+    for (float bad : {nan, inf, -inf}) {
+      std::vector<float> g = finite;
+      g[static_cast<std::size_t>(at)] = bad;
+      g[static_cast<std::size_t>(n - 1)] = nan;  // a later one must not win
+      BOOST_TEST(cnn::cuda::first_nonfinite(to_device(g).get(), n, stream) == at, "at " << at << " value " << bad);
+    }
+
+  std::mt19937 rng(11);
+  const auto params = uniform(rng, static_cast<std::size_t>(n), -1.0f, 1.0f);
+  const auto state = uniform(rng, static_cast<std::size_t>(2 * n), 0.0f, 0.1f);  // Adam's v must be >= 0
+  const auto grads = uniform(rng, static_cast<std::size_t>(n), -5.0f, 5.0f);
+  std::vector<float> bad_grads = grads;
+  bad_grads[777] = nan;
+  cnn::cuda::DeferredNonFiniteCheck check(stream);
+  BOOST_TEST(check.result() == -1);  // nothing enqueued yet
+  for (cnn::OptimizerKind kind : {cnn::OptimizerKind::kSgd, cnn::OptimizerKind::kMomentum, cnn::OptimizerKind::kAdam}) {
+    BOOST_TEST_CONTEXT(cnn::optimizer_name(kind)) {
+      cnn::OptimizerSettings settings;
+      settings.kind = kind;
+      settings.step = 3;
+      auto d_p = to_device(params);
+      auto d_s = to_device(state);
+      auto d_bad = to_device(bad_grads);
+      check.enqueue(d_bad.get(), n, stream);
+      cnn::cuda::apply_optimizer(settings, d_p.get(), d_s.get(), d_bad.get(), n, 0.01f, stream, check.skip_flag());
+      BOOST_TEST(check.result() == 777);
+      BOOST_TEST((to_host(d_p) == params), "a flagged step changed the parameters");
+      BOOST_TEST((to_host(d_s) == state), "a flagged step changed the optimizer state");
+
+      auto d_g = to_device(grads);
+      check.enqueue(d_g.get(), n, stream);
+      cnn::cuda::apply_optimizer(settings, d_p.get(), d_s.get(), d_g.get(), n, 0.01f, stream, check.skip_flag());
+      BOOST_TEST(check.result() == -1);
+      std::vector<float> p_cpu = params, s_cpu = state;
+      cnn::apply_optimizer(settings, p_cpu.data(), s_cpu.data(), grads.data(), n, 0, n, 0.01f);
+      CHECK_CLOSE_REL(to_host(d_p), p_cpu, "finite step after a flagged one: params");
+      if (kind != cnn::OptimizerKind::kSgd) CHECK_CLOSE_REL(to_host(d_s), s_cpu, "finite step: optimizer state");
+    }
+  }
 }
 
 // ---- 2. whole backend against seq ---------------------------------------------------------------

@@ -8,6 +8,13 @@
 #   5. divergence on the GPU (the non-finite kernel, kernels/nonfinite.cu): --lr 1e38 overflows the
 #      parameters in one step; the next step's gradients are non-finite: exit 4 with one line naming
 #      step 2, and no checkpoint written; the same under compute-sanitizer memcheck
+#   6. the deferred check (read a step late; the device skips the flagged update itself), with the
+#      test hook CNN_TEST_NAN_AT, for the fused seed step and the layer path (CNN_CUDA_LAYERS=1):
+#      a NaN in step 7 stops with exit 4 naming step 7, the newest checkpoint is step 6's, and a
+#      resume from it ends bitwise equal to an uninterrupted run; a NaN in step 8, a checkpoint step,
+#      stops before that checkpoint; skip drops the step and counts it; and 2 ranks sharing the GPU
+#      (--allreduce mpi) name only the rank that saw it, which holds only if the flagged update left
+#      the parameters untouched (the failure path recomputes the step with them)
 # Usage: gpu_train_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, CNN_MNIST_DIR, PYTHON)
 set -uo pipefail
 build=$1
@@ -142,6 +149,61 @@ if command -v compute-sanitizer >/dev/null; then
   else
     fail "compute-sanitizer memcheck on the divergence path: $(grep -m3 -E 'ERROR|Invalid|Program hit' "$work/diverge-san.log" | xargs)"
   fi
+fi
+
+# 6. The deferred check, with the test hook.
+hooked=("${small[@]}" --checkpoint-every-steps 2)
+for path in fused layers; do
+  envs=()
+  [[ $path == layers ]] && envs=(CNN_CUDA_LAYERS=1)
+  ref="$work/det1"
+  if [[ $path == layers ]]; then
+    ref="$work/ref-layers"
+    env "${envs[@]}" "$binary" "${small[@]}" --out "$ref" >/dev/null || fail "$path: reference run failed"
+  fi
+  env "${envs[@]}" CNN_TEST_NAN_AT=0:7 "$binary" "${hooked[@]}" --out "$work/nan7-$path" >/dev/null 2>"$work/nan7-$path.err"
+  rc=$?
+  if [[ $rc -eq 4 && $(wc -l <"$work/nan7-$path.err") -eq 1 ]] &&
+     grep -q "non-finite gradient in global step 7 (1-based), layer fc.bias, rank(s) 0;" "$work/nan7-$path.err" &&
+     [[ $(cat "$work/nan7-$path/checkpoints/latest") == ckpt-e0000-s00000006.h5 ]] &&
+     ! ls "$work/nan7-$path"/checkpoints/*s0000000[7-9]* >/dev/null 2>&1; then
+    pass "$path: NaN in step 7: exit 4, one line, newest checkpoint is step 6's"
+  else
+    fail "$path: NaN in step 7: exit $rc, latest $(cat "$work/nan7-$path/checkpoints/latest"): $(head -2 "$work/nan7-$path.err")"
+  fi
+  if env "${envs[@]}" "$binary" "${hooked[@]}" --out "$work/nan7-$path" --resume auto >/dev/null 2>&1 &&
+     out=$("$python" "$compare" exact "$(latest "$ref")" "$(latest "$work/nan7-$path")" 2>&1); then
+    pass "$path: resumed from step 6 equals an uninterrupted run: $out"
+  else
+    fail "$path: resume after the stop: ${out:-the run failed}"
+  fi
+  env "${envs[@]}" CNN_TEST_NAN_AT=0:8 "$binary" "${hooked[@]}" --out "$work/nan8-$path" >/dev/null 2>"$work/nan8-$path.err"
+  rc=$?
+  if [[ $rc -eq 4 ]] && grep -q "global step 8 (1-based)" "$work/nan8-$path.err" &&
+     [[ $(cat "$work/nan8-$path/checkpoints/latest") == ckpt-e0000-s00000006.h5 ]]; then
+    pass "$path: NaN in checkpoint step 8: stopped before its checkpoint"
+  else
+    fail "$path: NaN in step 8: exit $rc, latest $(cat "$work/nan8-$path/checkpoints/latest"): $(head -2 "$work/nan8-$path.err")"
+  fi
+  env "${envs[@]}" CNN_TEST_NAN_AT=0:5 "$binary" "${small[@]}" --on-nonfinite skip --out "$work/skip-$path" \
+    >"$work/skip-$path.out" 2>"$work/skip-$path.err"
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -q "^warning: non-finite gradient in global step 5 (1-based)" "$work/skip-$path.err" &&
+     [[ $(awk -F, 'NR == 2 { print $8 }' "$work/skip-$path/metrics.csv") == 1 ]]; then
+    pass "$path: skip: step 5 dropped and counted"
+  else
+    fail "$path: skip: exit $rc: $(head -2 "$work/skip-$path.err")"
+  fi
+done
+source "$source_dir/tools/mpi-env.sh"
+CNN_TEST_NAN_AT=1:7 mpirun -np 2 -x CNN_TEST_NAN_AT "$binary" "${hooked[@]}" --allreduce mpi --overlap off \
+  --out "$work/nan-2ranks" >/dev/null 2>"$work/nan-2ranks.err"
+rc=$?
+if [[ $rc -eq 4 ]] && grep -q "^cnn_mpi: error: .*global step 7 (1-based), layer fc.bias, rank(s) 1;" "$work/nan-2ranks.err" &&
+   [[ $(cat "$work/nan-2ranks/checkpoints/latest") == ckpt-e0000-s00000006.h5 ]]; then
+  pass "2 ranks on one GPU: NaN on rank 1 in step 7: rank 1 named alone, newest checkpoint step 6's"
+else
+  fail "2 ranks on one GPU: exit $rc: $(grep -m2 -E 'cnn_mpi|error' "$work/nan-2ranks.err" | xargs)"
 fi
 
 if ((failures > 0)); then echo "gpu_train_test: $failures failure(s)"; exit 1; fi

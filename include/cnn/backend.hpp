@@ -77,6 +77,15 @@ class Backend {
   // Index of the first NaN or infinity in grads(), or -1 when all are finite: the divergence check
   // (src/divergence.cpp). A device backend reads back one integer.
   virtual std::int64_t first_nonfinite_grad() = 0;
+  // The same check without a wait, for backends where the wait costs (a device sync per step):
+  // enqueues the check of grads() and makes the next apply_update leave parameters and optimizer
+  // state untouched when it finds a non-finite value. Returns false when the backend has no such
+  // check (the CPU backends, whose check is a cheap scan); src/divergence.cpp then waits as before.
+  virtual bool enqueue_nonfinite_check() { return false; }
+  // What the last enqueued check found (index, or -1); waits for that check only.
+  virtual std::int64_t enqueued_nonfinite_result() { return -1; }
+  // Test hook CNN_TEST_NAN_AT (src/divergence.cpp): overwrites one gradient, in grads()'s memory.
+  virtual void set_grad_for_test(std::int64_t index, float value) { grads()[index] = value; }
 
   // params -= optimizer step using grads() * grad_scale.
   virtual void apply_update(const OptimizerSettings& settings, float grad_scale) = 0;

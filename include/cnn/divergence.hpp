@@ -53,7 +53,14 @@ class DivergenceGuard {
   // update may be applied. Stop: throws AlreadyReported(kDiverged) on every rank after rank 0's one
   // line. Skip: returns false on every rank (rank 0 prints one warning line per skipped step).
   // `mine` is this rank's slice, recomputed on the failure path.
+  // With stop on a device backend the check of this step is only enqueued (the device itself skips
+  // the update when it fails) and read by settle(): the next update_allowed calls it.
   bool update_allowed(Backend& backend, Range mine, bool reduced_over_ranks);
+  // Reads the enqueued check of the last step, if any, and stops as update_allowed would have. The
+  // trainer calls it wherever the parameters leave the device or the data moves: before a
+  // checkpoint, before stream mode re-binds, and at the epoch's end. Collective like update_allowed
+  // (every rank calls it at the same points).
+  void settle(Backend& backend);
 
   // The backend's train stats since the last call plus the banked ones (use instead of
   // Backend::take_train_stats in the trainer).
@@ -65,6 +72,16 @@ class DivergenceGuard {
   NonFinitePolicy policy() const { return policy_; }
 
  private:
+  struct PendingCheck {
+    bool active = false;
+    std::int64_t step = 0;
+    Range mine;
+    bool reduced_over_ranks = false;
+  };
+  void inject_test_nan(Backend& backend, std::int64_t step) const;
+  bool on_nonfinite(Backend& backend, std::int64_t reduced_index, std::int64_t step, Range mine,
+                    bool reduced_over_ranks);
+
   NonFinitePolicy policy_;
   const ParamLayout& layout_;
   const MpiWorld* world_;
@@ -72,6 +89,8 @@ class DivergenceGuard {
   std::int64_t step_ = 0;  // 1-based global step being run
   std::int64_t nan_hook_step_ = 0;   // the hook's step (0: no hook), the same on every rank
   bool nan_hook_injects_here_ = false;  // whether this rank is the hook's rank
+  PendingCheck pending_;  // an enqueued device check not yet read
+  bool deferred_allowed_ = true;  // CNN_DEFERRED_NONFINITE=0 turns the deferred check off
   BatchStats banked_;
   std::int64_t skipped_total_ = 0;
   std::int64_t skipped_since_take_ = 0;

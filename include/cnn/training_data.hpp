@@ -42,6 +42,9 @@ class TrainingData {
   // Before each step, in step order: returns the batch to hand to train_step() (stream mode: after
   // re-binding the backend when `step` starts a new window).
   virtual Range step_batch(Backend& backend, std::int64_t step, Range global_batch) = 0;
+  // Whether step_batch(step) will re-bind the backend (stream mode, at a window's start). The same on
+  // every rank: windows hold the same steps everywhere (src/stream_plan.cpp).
+  virtual bool rebinds_before(std::int64_t step) const = 0;
   // The first test sample the backend holds (stream mode: the start of this rank's slice).
   virtual std::int64_t test_held_from() const = 0;
   // One line about what was read, for the end of a run; empty in memory mode.
