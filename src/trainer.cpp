@@ -131,7 +131,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   agree_or_stop(world, [&] {
     backend = make_backend(backend_options, network);
     data->bind(*backend, world.rank(), world.size(), config.batch);
-    comm = make_communicator(world, *backend);
+    comm = make_communicator(world, *backend, config.allreduce);
   });
 
   if (resume.resumed) {

@@ -196,7 +196,10 @@ for path in fused layers; do
   fi
 done
 source "$source_dir/tools/mpi-env.sh"
-CNN_TEST_NAN_AT=1:7 mpirun -np 2 -x CNN_TEST_NAN_AT "$binary" "${hooked[@]}" --allreduce mpi --overlap off \
+# Both ranks on the first GPU, whatever the machine has (NCCL refuses that; --allreduce mpi serves it).
+first_gpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | head -1)
+CNN_TEST_NAN_AT=1:7 CUDA_VISIBLE_DEVICES=$first_gpu mpirun -np 2 -x CNN_TEST_NAN_AT -x CUDA_VISIBLE_DEVICES \
+  "$binary" "${hooked[@]}" --allreduce mpi --overlap off \
   --out "$work/nan-2ranks" >/dev/null 2>"$work/nan-2ranks.err"
 rc=$?
 if [[ $rc -eq 4 ]] && grep -q "^cnn_mpi: error: .*global step 7 (1-based), layer fc.bias, rank(s) 1;" "$work/nan-2ranks.err" &&
