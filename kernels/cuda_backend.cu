@@ -12,7 +12,6 @@
 #include "cuda_check.hpp"
 #include "cuda_layer_backend.hpp"
 #include "cuda_ops.hpp"
-#include "nonfinite.cuh"
 
 namespace cnn::cuda {
 namespace {
@@ -45,7 +44,7 @@ CudaBackend::CudaBackend(const BackendOptions& options, const SeedModel& model)
   CNN_CHECK_CUDA(cudaSetDevice(device_));
   CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   timer_ = std::make_unique<StepTimer>(stream_);
-  nonfinite_check_ = std::make_unique<DeferredNonFiniteCheck>(stream_);
+  make_nonfinite_check();
   // Keep what the twins' stream-ordered scratch allocations return to the pool, instead of handing
   // it back to the driver at every synchronisation.
   cudaMemPool_t pool = nullptr;
@@ -277,20 +276,6 @@ void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
   train_samples_ += count;
 }
 
-std::int64_t CudaBackend::first_nonfinite_grad() { return first_nonfinite(grads_.get(), layout_.total(), stream_); }
-
-bool CudaBackend::enqueue_nonfinite_check() {
-  nonfinite_check_->enqueue(grads_.get(), layout_.total(), stream_);
-  return true;
-}
-
-std::int64_t CudaBackend::enqueued_nonfinite_result() { return nonfinite_check_->result(); }
-
-void CudaBackend::set_grad_for_test(std::int64_t index, float value) {
-  CNN_CHECK_CUDA(cudaMemcpyAsync(grads_.get() + index, &value, sizeof(value), cudaMemcpyHostToDevice, stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // `value` lives on this frame
-}
-
 void CudaBackend::apply_update(const OptimizerSettings& settings, float grad_scale) {
   const std::int64_t total = layout_.total();
   if (optimizer_state_.size() < total * optimizer_state_per_param(settings.kind))
@@ -298,7 +283,7 @@ void CudaBackend::apply_update(const OptimizerSettings& settings, float grad_sca
                      " needs optimizer state, but the cuda backend was made for " + optimizer_name(optimizer_));
   timer_->open();
   apply_optimizer(settings, params_.get(), optimizer_state_.get(), grads_.get(), total, grad_scale, stream_,
-                  nonfinite_check_->skip_flag());
+                  update_skip_flag());
   timer_->close(Phase::kUpdate);
 }
 

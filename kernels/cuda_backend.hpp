@@ -17,7 +17,6 @@
 #include "device_backend.hpp"
 #include "device_buffer.hpp"
 #include "device_dataset.hpp"
-#include "nonfinite.cuh"
 #include "seed_step.hpp"
 #include "step_timer.hpp"
 #include "timing_event_pair.hpp"
@@ -50,10 +49,6 @@ class CudaBackend final : public DeviceBackend {
   // of each epoch runs eagerly, so that the communicator's events can time it (overlap fraction).
   void compute_gradients_overlapped(std::int64_t first, std::int64_t count, GradientReadyListener& listener) override;
   std::vector<GradientReadyPoint> gradient_ready_points() override;
-  std::int64_t first_nonfinite_grad() override;
-  bool enqueue_nonfinite_check() override;
-  std::int64_t enqueued_nonfinite_result() override;
-  void set_grad_for_test(std::int64_t index, float value) override;
   void apply_update(const OptimizerSettings& settings, float grad_scale) override;
   BatchStats take_train_stats() override;
   BatchStats evaluate(std::int64_t first, std::int64_t count) override;
@@ -67,6 +62,9 @@ class CudaBackend final : public DeviceBackend {
   cudaStream_t stream() const override { return stream_; }
   int device() const override { return device_; }
   bool uses_graphs() const { return use_graphs_; }
+
+ protected:
+  std::int64_t param_count() const override { return layout_.total(); }
 
  private:
   // A captured step for one batch size. `index_copy` is the graph's first node, the copy of this
@@ -98,8 +96,6 @@ class CudaBackend final : public DeviceBackend {
 
   // Flat buffers, one layout (see ParamLayout).
   DeviceBuffer<float> params_, grads_, optimizer_state_;
-  // The divergence check; its device word gates apply_update. Made in the constructor, on device_.
-  std::unique_ptr<DeferredNonFiniteCheck> nonfinite_check_;
   const float* conv_weight_ = nullptr;  // views into params_ and grads_
   const float* conv_bias_ = nullptr;
   const float* fc_weight_ = nullptr;

@@ -11,7 +11,6 @@
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
-#include "nonfinite.cuh"
 #include "launch.hpp"
 #include "seed_shape.hpp"
 
@@ -73,7 +72,7 @@ CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network&
   CNN_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   CNN_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   timer_ = std::make_unique<StepTimer>(stream_);
-  nonfinite_check_ = std::make_unique<DeferredNonFiniteCheck>(stream_);
+  make_nonfinite_check();
   cudaMemPool_t pool = nullptr;
   CNN_CHECK_CUDA(cudaDeviceGetDefaultMemPool(&pool, device_));
   std::uint64_t keep_all = std::numeric_limits<std::uint64_t>::max();
@@ -307,22 +306,6 @@ CudaLayerBackend::StepGraph& CudaLayerBackend::graph_for(std::int64_t n) {
   return step;
 }
 
-std::int64_t CudaLayerBackend::first_nonfinite_grad() {
-  return first_nonfinite(grads_.get(), network_.layout.total(), stream_);
-}
-
-bool CudaLayerBackend::enqueue_nonfinite_check() {
-  nonfinite_check_->enqueue(grads_.get(), network_.layout.total(), stream_);
-  return true;
-}
-
-std::int64_t CudaLayerBackend::enqueued_nonfinite_result() { return nonfinite_check_->result(); }
-
-void CudaLayerBackend::set_grad_for_test(std::int64_t index, float value) {
-  CNN_CHECK_CUDA(cudaMemcpyAsync(grads_.get() + index, &value, sizeof(value), cudaMemcpyHostToDevice, stream_));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // `value` lives on this frame
-}
-
 void CudaLayerBackend::drop_graphs() noexcept {
   for (auto& [n, entry] : graphs_) {
     if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
@@ -368,7 +351,7 @@ void CudaLayerBackend::apply_update(const OptimizerSettings& settings, float gra
                      optimizer_name(optimizer_));
   timer_->open();
   apply_optimizer(settings, params_.get(), optimizer_state_.get(), grads_.get(), total, grad_scale, stream_,
-                  nonfinite_check_->skip_flag());
+                  update_skip_flag());
   timer_->close(Phase::kUpdate);
 }
 

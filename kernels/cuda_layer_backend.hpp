@@ -27,7 +27,6 @@
 #include "device_backend.hpp"
 #include "device_buffer.hpp"
 #include "device_dataset.hpp"
-#include "nonfinite.cuh"
 #include "layer_ops.hpp"
 #include "step_timer.hpp"
 
@@ -51,10 +50,6 @@ class CudaLayerBackend final : public DeviceBackend {
   std::vector<float> download_optimizer_state() override;
   float* params() override { return params_.get(); }
   float* grads() override { return grads_.get(); }
-  std::int64_t first_nonfinite_grad() override;
-  bool enqueue_nonfinite_check() override;
-  std::int64_t enqueued_nonfinite_result() override;
-  void set_grad_for_test(std::int64_t index, float value) override;
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;
   void compute_gradients(std::int64_t first, std::int64_t count) override;
   void apply_update(const OptimizerSettings& settings, float grad_scale) override;
@@ -65,6 +60,9 @@ class CudaLayerBackend final : public DeviceBackend {
 
   cudaStream_t stream() const override { return stream_; }
   int device() const override { return device_; }
+
+ protected:
+  std::int64_t param_count() const override { return network_.layout.total(); }
 
  private:
   // One executed step of the network: a layer, with a following ReLU folded in.
@@ -107,8 +105,6 @@ class CudaLayerBackend final : public DeviceBackend {
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
 
   DeviceBuffer<float> params_, grads_, optimizer_state_;
-  // The divergence check; its device word gates apply_update. Made in the constructor, on device_.
-  std::unique_ptr<DeferredNonFiniteCheck> nonfinite_check_;
 
   DeviceDataset data_;
 

@@ -1,5 +1,5 @@
-// make_device_communicator: NCCL when the build has it, otherwise MPI through host staging; and what
-// the two share.
+// make_device_communicator: NCCL or MPI through host staging, by name; which one a run starts with;
+// and what the two share.
 #include "cnn/cuda_backend.hpp"
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
@@ -13,17 +13,6 @@ void cuda::StreamCommunicator::barrier() {
   world_.barrier();
 }
 
-std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend) {
-  auto* cuda_backend = dynamic_cast<cuda::DeviceBackend*>(&backend);
-  if (cuda_backend == nullptr)
-    throw Error(ExitCode::kFailure, "internal error: a device communicator needs the cuda backend, not " + backend.name());
-#ifdef CNN_HAVE_NCCL
-  return cuda::make_nccl_communicator(world, *cuda_backend);
-#else
-  return cuda::make_host_staged_communicator(world, *cuda_backend);
-#endif
-}
-
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path) {
   auto* cuda_backend = dynamic_cast<cuda::DeviceBackend*>(&backend);
   if (cuda_backend == nullptr)
@@ -34,6 +23,10 @@ std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Ba
 #endif
   throw UsageError("--allreduce " + path + ": not available in this build (available: " +
                    (device_nccl_available() ? "nccl, mpi" : "mpi") + ")");
+}
+
+std::string device_allreduce_path(const std::string& requested) {
+  return requested != "mpi" && device_nccl_available() ? "nccl" : "mpi";
 }
 
 bool device_nccl_available() {

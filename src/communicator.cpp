@@ -153,10 +153,7 @@ std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& 
   if (world.size() == 1) return std::make_unique<SingleRankCommunicator>(backend.memory_space());
   if (backend.memory_space() == MemorySpace::kHost) return std::make_unique<MpiCommunicator>(world);
 #ifdef CNN_HAVE_CUDA
-  // --allreduce mpi never creates an NCCL communicator: NCCL refuses two ranks on one GPU, which MPI
-  // through host memory serves.
-  if (allreduce == "mpi") return make_device_communicator(world, backend, "mpi");
-  return make_device_communicator(world, backend);
+  return make_device_communicator(world, backend, device_allreduce_path(allreduce));
 #else
   (void)allreduce;
   throw Error(ExitCode::kFailure, "a device-memory backend in a build without CUDA");

@@ -99,8 +99,7 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
     paths.push_back({"mpi", std::move(comm), 0.0});
   } else {
 #ifdef CNN_HAVE_CUDA
-    // The path of `comm`, as make_communicator chose it for config.allreduce.
-    const std::string given = config.allreduce != "mpi" && device_nccl_available() ? "nccl" : "mpi";
+    const std::string given = device_allreduce_path(config.allreduce);  // the path of `comm`
     std::vector<std::string> names;
     if (config.allreduce != "auto") names = {config.allreduce};
     else if (device_nccl_available()) names = {"nccl", "mpi"};

@@ -141,9 +141,9 @@ class SingleRankCommunicator : public Communicator {
 };
 
 // The communicator that suits the world and the backend: none for a single rank; MPI for host
-// memory; for device memory NCCL when built with it, otherwise MPI through host staging, and always
-// the latter for `allreduce` "mpi" (--allreduce; "auto" and "nccl" take the default). The choice is
-// printed by the trainer.
+// memory; for device memory the path device_allreduce_path(allreduce) names (--allreduce: NCCL when
+// built with it, MPI through host staging otherwise or when asked for). The choice is printed by the
+// trainer.
 std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend,
                                                 const std::string& allreduce = "auto");
 

@@ -20,12 +20,14 @@ int cuda_device_count();
 // usable, and UsageError for a network the kernels do not support.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network);
 
-// Allreduce of device buffers for a backend made by make_cuda_backend: NCCL on the backend's stream
-// when built with NCCL (CNN_HAVE_NCCL), otherwise MPI_Allreduce through pinned host memory.
-std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend);
-// One path by name, for the scaling advisor: "nccl" (UsageError in a build without NCCL) or "mpi"
-// (MPI_Allreduce through pinned host memory).
+// Allreduce of device buffers for a backend made by make_cuda_backend, by path: "nccl" (NCCL on the
+// backend's stream; UsageError in a build without NCCL) or "mpi" (MPI_Allreduce through pinned host
+// memory).
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path);
+// The path device ranks start with for --allreduce `requested` (auto, nccl or mpi): "mpi" when asked
+// for (NCCL refuses two ranks on one GPU, MPI through host memory serves them), otherwise NCCL when
+// the build has it; the scaling advisor may then switch.
+std::string device_allreduce_path(const std::string& requested);
 // Whether this build has NCCL.
 bool device_nccl_available();
 
