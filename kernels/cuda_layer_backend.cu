@@ -245,7 +245,7 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
         conv2d_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out,
                                 in, n, layer.conv, false, side_workspace_.get(), side_stream_);
         if (grad_in != nullptr)
-          conv2d_backward_data(plans.ops[k].dgrad, grad_in, grad_out, params + layer.weight_offset, mask, n,
+          conv2d_backward_data(plans.ops[k], grad_in, grad_out, params + layer.weight_offset, mask, n,
                                layer.conv, workspace_.get(), stream_);
         break;
       case LayerKind::kFc:
@@ -258,7 +258,10 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
                            layer.in.size(), layer.fc_out, workspace_.get(), stream_);
         break;
       case LayerKind::kMaxPool:
-        if (grad_in != nullptr) maxpool_backward_masked(grad_in, grad_out, argmax_[k].get(), mask, n, layer.pool, stream_);
+        // The ReLU before the pool masks through the pool's output (see maxpool_backward_masked).
+        if (grad_in != nullptr)
+          maxpool_backward_masked(grad_in, grad_out, argmax_[k].get(), mask != nullptr ? activations_[k + 1].get() : nullptr,
+                                  n, layer.pool, stream_);
         break;
       case LayerKind::kRelu:
         // Its own mask (output > 0) equals the one of a ReLU before it, so nothing else to fold.

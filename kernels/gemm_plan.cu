@@ -2,17 +2,26 @@
 // shape and the GPU's multiprocessor count only, so the order of every sum is fixed.
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 
 #include "implicit_gemm.cuh"
 
 namespace cnn::cuda {
+namespace {
+// Tuning experiments only (read once per process, so every plan of a run agrees).
+int knob(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : fallback;
+}
+}  // namespace
 
 GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split) {
   // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
   constexpr std::array<std::array<int, 2>, 5> kTiles = {{{64, 64}, {128, 32}, {64, 32}, {32, 64}, {32, 32}}};
   constexpr int kMinTilesPerSplit = 4;
-  constexpr int kMaxSplits = 512;
-  const std::int64_t target_threads = std::int64_t{multiprocessors} * 512;  // 16 warps each
+  static const int kMaxSplits = knob("CNN_GEMM_MAX_SPLITS", 4096);
+  static const int kThreadsPerSM = knob("CNN_GEMM_THREADS_PER_SM", 512);  // 16 warps
+  const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;
   const int k_tiles = std::max(1, static_cast<int>(ceil_div(k, kGemmBK)));
   GemmPlan best;
   std::int64_t best_threads = -1;

@@ -50,7 +50,12 @@ struct FastDiv {
 #endif
 };
 
-constexpr int kGemmBK = 8;
+// The k depth of a tile. CNN_GEMM_BK (8 or 16) is a build-time experiment knob: deeper tiles put more
+// loads in flight per barrier, at the price of registers.
+#ifndef CNN_GEMM_BK
+#define CNN_GEMM_BK 8
+#endif
+constexpr int kGemmBK = CNN_GEMM_BK;
 constexpr int kGemmThreadTile = 4;
 
 // A launch of the product: tile config, split-K, and the order-fixing numbers.

@@ -181,6 +181,26 @@ struct ConvDgradB {
   __device__ __forceinline__ float load(Fixed c, Step k) const { return c >= 0 && k >= 0 ? __ldg(weight + c + k) : 0.0f; }
 };
 
+// Input gradient by columns, A[m = (s,oy,ox), k = f] = grad_out[s, f, oy, ox]: consecutive m of one
+// sample are adjacent, so the lanes (walking m) read whole rows; k only adds f*OH*OW.
+struct ColumnsGradA {
+  static constexpr bool kKContiguous = false;
+  ConvGeometry g;
+  const float* grad_out;
+  int positions;  // n*OH*OW
+  using Fixed = int;  // s*F*OH*OW + oy*OW + ox, or -1
+  using Step = int;   // f*OH*OW, or -1
+  __device__ __forceinline__ Fixed fixed(int m) const {
+    if (m >= positions) return -1;
+    const int s = g.by_ohw.div(m);
+    return s * static_cast<int>(g.FOHW) + (m - s * g.OHW);
+  }
+  __device__ __forceinline__ Step step(int f) const { return f < g.F ? f * g.OHW : -1; }
+  __device__ __forceinline__ float load(Fixed m, Step f) const {
+    return m >= 0 && f >= 0 ? __ldg(grad_out + m + f) : 0.0f;
+  }
+};
+
 // ---- stores ---------------------------------------------------------------------------------------
 
 // out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox).
@@ -210,6 +230,15 @@ struct ConvDgradStore {
     const std::int64_t e = (static_cast<std::int64_t>(s) * channels + c) * hw + (m - s * hw);
     if (kMask && !(relu_out[e] > 0.0f)) v = 0.0f;
     grad_in[e] = v;
+  }
+};
+
+// dcol[n = (c,i,j), m = (s,oy,ox)]: tap-major, so the gather below reads consecutive positions.
+struct ColumnsStore {
+  float* columns;
+  int positions;
+  __device__ __forceinline__ void operator()(int m, int q, float v) const {
+    columns[static_cast<std::int64_t>(q) * positions + m] = v;
   }
 };
 
@@ -266,6 +295,66 @@ __global__ void relu_backward_kernel(float* grad_in, const float* grad_out, cons
     grad_in[e] = out[e] > 0.0f ? grad_out[e] : 0.0f;
 }
 
+// col2im: a thread per input pixel (s, c, h, w) adds the columns of the taps (i, j) whose window
+// covers it, in row-major tap order (a fixed order: no atomics), then applies the ReLU mask.
+// Neighbouring lanes take neighbouring w, hence neighbouring output positions of the same tap.
+// kKS > 0 fixes the kernel size at compile time: all taps' loads are issued before the first add
+// (predicated), instead of one dependent load per loop trip; the sum order stays the same.
+template <bool kMask, int kKS>
+__global__ void gather_columns_kernel(float* __restrict__ grad_in, const float* __restrict__ columns,
+                                      const float* __restrict__ relu_out, ConvGeometry g, int pixels, int positions) {
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < pixels; e += gridDim.x * blockDim.x) {
+    const int plane = g.by_hw.div(e);  // s*C + c
+    const int r = e - plane * g.HW;
+    const int h = g.by_w.div(r);
+    const int w = r - h * g.W;
+    const int s = plane / g.C;
+    const int c = plane - s * g.C;
+    const float* tap_columns = columns + static_cast<std::int64_t>(c) * g.KK * positions + s * g.OHW;
+    // Output row (column) of tap i (j), or -1 where the tap's window does not cover the pixel.
+    auto output_index = [&](int numerator, int extent) {
+      if (numerator < 0) return -1;
+      if (g.stride != 1) {
+        if (numerator % g.stride != 0) return -1;
+        numerator /= g.stride;
+      }
+      return numerator < extent ? numerator : -1;
+    };
+    float sum = 0.0f;
+    if constexpr (kKS > 0) {
+      int oy[kKS], ox[kKS];
+#pragma unroll
+      for (int i = 0; i < kKS; ++i) oy[i] = output_index(h + g.pad - i, g.OH);
+#pragma unroll
+      for (int j = 0; j < kKS; ++j) ox[j] = output_index(w + g.pad - j, g.OW);
+      float v[kKS][kKS];
+#pragma unroll
+      for (int i = 0; i < kKS; ++i)
+#pragma unroll
+        for (int j = 0; j < kKS; ++j)
+          v[i][j] = oy[i] >= 0 && ox[j] >= 0
+                        ? __ldg(tap_columns + static_cast<std::int64_t>(i * kKS + j) * positions + oy[i] * g.OW + ox[j])
+                        : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kKS; ++i)
+#pragma unroll
+        for (int j = 0; j < kKS; ++j)
+          if (oy[i] >= 0 && ox[j] >= 0) sum += v[i][j];
+    } else {
+      for (int i = 0; i < g.KS; ++i) {
+        const int oy = output_index(h + g.pad - i, g.OH);
+        if (oy < 0) continue;
+        for (int j = 0; j < g.KS; ++j) {
+          const int ox = output_index(w + g.pad - j, g.OW);
+          if (ox >= 0) sum += __ldg(tap_columns + static_cast<std::int64_t>(i * g.KS + j) * positions + oy * g.OW + ox);
+        }
+      }
+    }
+    if (kMask && !(relu_out[e] > 0.0f)) sum = 0.0f;
+    grad_in[e] = sum;
+  }
+}
+
 // Indices are 32-bit (the launchers check the sizes) and divided through FastDiv: the pooling kernels
 // are memory-bound, and 64-bit divisions per element would cost more than the bytes.
 struct PoolGeometry {
@@ -299,41 +388,63 @@ __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __
   }
 }
 
-// A thread per INPUT pixel gathers, in row-major (py, px) order, the output gradients of the windows
-// it won: no scatter, so no atomics even when windows overlap. kTiled: windows do not overlap
-// (size == stride), so a pixel lies in at most one window, found by one division.
-template <bool kMask, bool kTiled>
-__global__ void maxpool_backward_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
-                                        const std::int32_t* __restrict__ argmax, const float* __restrict__ relu_out,
-                                        PoolGeometry g) {
+// The mask of a ReLU folded in before the pool: a window's winner let gradient through iff the
+// window's maximum (the pool's output) is > 0, since the winner's input IS that maximum. Reading the
+// pool's output instead of its input reads a quarter of the bytes for 2x2 windows.
+//
+// Overlapping windows (size != stride): a thread per INPUT pixel gathers, in row-major (py, px)
+// order, the output gradients of the windows it won: no scatter, so no atomics.
+template <bool kMask>
+__global__ void maxpool_backward_gather_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
+                                               const std::int32_t* __restrict__ argmax,
+                                               const float* __restrict__ pooled_out, PoolGeometry g) {
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_in; e += gridDim.x * blockDim.x) {
     const int plane = g.by_hw.div(e);
     const int r = e - plane * g.H * g.W;
     const int h = g.by_w.div(r);
     const int w = r - h * g.W;
     const int out_plane = plane * g.OH * g.OW;
+    // Windows py with py*stride <= h < py*stride + size.
+    const int lo_y = h - g.size + 1, lo_x = w - g.size + 1;
+    const int py0 = lo_y <= 0 ? 0 : (lo_y + g.stride - 1) / g.stride;
+    const int px0 = lo_x <= 0 ? 0 : (lo_x + g.stride - 1) / g.stride;
+    const int py1 = min(g.OH - 1, h / g.stride);
+    const int px1 = min(g.OW - 1, w / g.stride);
     float sum = 0.0f;
-    if (kTiled) {
-      const int py = g.by_size.div(h), px = g.by_size.div(w);
-      if (py < g.OH && px < g.OW) {
+    for (int py = py0; py <= py1; ++py)
+      for (int px = px0; px <= px1; ++px) {
         const int o = out_plane + py * g.OW + px;
-        if (__ldg(argmax + o) == r) sum = __ldg(grad_out + o);
+        if (argmax[o] == r && (!kMask || pooled_out[o] > 0.0f)) sum += grad_out[o];
       }
-    } else {
-      // Windows py with py*stride <= h < py*stride + size.
-      const int lo_y = h - g.size + 1, lo_x = w - g.size + 1;
-      const int py0 = lo_y <= 0 ? 0 : (lo_y + g.stride - 1) / g.stride;
-      const int px0 = lo_x <= 0 ? 0 : (lo_x + g.stride - 1) / g.stride;
-      const int py1 = min(g.OH - 1, h / g.stride);
-      const int px1 = min(g.OW - 1, w / g.stride);
-      for (int py = py0; py <= py1; ++py)
-        for (int px = px0; px <= px1; ++px) {
-          const int o = out_plane + py * g.OW + px;
-          if (argmax[o] == r) sum += grad_out[o];
-        }
-    }
-    if (kMask && !(relu_out[e] > 0.0f)) sum = 0.0f;
     grad_in[e] = sum;
+  }
+}
+
+// Tiled windows (size == stride): each input pixel lies in at most one window, so a thread per
+// WINDOW reads its argmax, gradient and (kMask) maximum at once and writes the window's pixels, the
+// winner's gradient and zeros. The last row and column of windows also zero the pixels that no
+// window covers (H or W not a multiple of the size).
+template <bool kMask>
+__global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
+                                              const std::int32_t* __restrict__ argmax,
+                                              const float* __restrict__ pooled_out, PoolGeometry g) {
+  for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < g.total_out; o += gridDim.x * blockDim.x) {
+    const int plane = g.by_ohw.div(o);
+    const int r = o - plane * g.OH * g.OW;
+    const int py = g.by_ow.div(r);
+    const int px = r - py * g.OW;
+    const int winner = __ldg(argmax + o);
+    float grad = __ldg(grad_out + o);
+    if (kMask && !(__ldg(pooled_out + o) > 0.0f)) grad = 0.0f;
+    const int y0 = py * g.size, x0 = px * g.size;
+    const int rows = py == g.OH - 1 ? g.H - y0 : g.size;
+    const int cols = px == g.OW - 1 ? g.W - x0 : g.size;
+    float* dst = grad_in + static_cast<std::int64_t>(plane) * g.H * g.W;
+    for (int a = 0; a < rows; ++a)
+      for (int b = 0; b < cols; ++b) {
+        const int index = (y0 + a) * g.W + x0 + b;
+        dst[index] = index == winner ? grad : 0.0f;
+      }
   }
 }
 
@@ -377,18 +488,27 @@ void launch_either(bool flag, const GemmPlan& plan, const LoadA& a, const LoadB&
 }  // namespace
 
 std::int64_t LayerPlans::workspace_floats() const {
-  return std::max({forward.workspace_floats(), dgrad.workspace_floats(), wgrad.workspace_floats()});
+  return std::max({forward.workspace_floats(), dgrad_by_columns ? column_floats : dgrad.workspace_floats(),
+                   wgrad.workspace_floats()});
 }
 
-LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors) {
+LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, std::int64_t max_column_floats) {
   check_int_range(n * s.out_size(), "a convolution's output");
   check_int_range(n * s.in_size(), "a convolution's input");
   const int positions = static_cast<int>(n * s.out_h() * s.out_w());
   const int taps = s.channels * s.kernel * s.kernel;
   LayerPlans p;
   p.forward = plan_gemm(positions, s.filters, taps, multiprocessors, true);
-  p.dgrad = plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, s.filters * s.kernel * s.kernel,
-                      multiprocessors, true);
+  const std::int64_t column_floats = std::int64_t{taps} * positions;
+  p.dgrad_by_columns = column_floats <= max_column_floats;
+  if (p.dgrad_by_columns) {
+    // k = F is short and the columns are the output: no split-K, no workspace beyond the columns.
+    p.column_floats = column_floats;
+    p.dgrad = plan_gemm(positions, taps, s.filters, multiprocessors, false);
+  } else {
+    p.dgrad = plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, s.filters * s.kernel * s.kernel,
+                        multiprocessors, true);
+  }
   p.wgrad = plan_gemm(s.filters, taps + 1, positions, multiprocessors, true);
   return p;
 }
@@ -419,15 +539,40 @@ void conv2d_forward_planned(const GemmPlan& plan, float* out, const float* in, c
                 ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
 }
 
-void conv2d_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_out, const float* weight,
+void conv2d_backward_data(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
                           const float* relu_out, std::int64_t n, const ConvShape& shape, float* workspace,
                           cudaStream_t stream) {
   if (n <= 0) return;
   const ConvGeometry g(shape);
-  const ConvDgradA a{g, grad_out, static_cast<int>(n * g.HW)};
-  const ConvDgradB b{g, weight};
-  launch_either(relu_out != nullptr, plan, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
-                ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
+  if (!plans.dgrad_by_columns) {
+    const ConvDgradA a{g, grad_out, static_cast<int>(n * g.HW)};
+    const ConvDgradB b{g, weight};
+    launch_either(relu_out != nullptr, plans.dgrad, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
+                  ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
+    return;
+  }
+  const int positions = static_cast<int>(n * g.OHW);
+  const int taps = g.C * g.KK;
+  StridedLoader<false> b;  // weight[f, (c,i,j)] as [k = f, n = (c,i,j)]
+  b.p = weight;
+  b.rows = taps;
+  b.depth = g.F;
+  b.ld_mn = 1;
+  b.ld_k = taps;
+  launch_gemm(plans.dgrad, ColumnsGradA{g, grad_out, positions}, b, ColumnsStore{workspace, positions}, nullptr,
+              stream);
+  const int pixels = static_cast<int>(n * g.C * g.HW);
+  const unsigned blocks = grid_for(pixels);
+  const bool mask = relu_out != nullptr;
+  if (g.KS == 3 && mask)
+    gather_columns_kernel<true, 3><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, relu_out, g, pixels, positions);
+  else if (g.KS == 3)
+    gather_columns_kernel<false, 3><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, nullptr, g, pixels, positions);
+  else if (mask)
+    gather_columns_kernel<true, 0><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, relu_out, g, pixels, positions);
+  else
+    gather_columns_kernel<false, 0><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, nullptr, g, pixels, positions);
+  CNN_CHECK_LAUNCH();
 }
 
 void conv2d_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
@@ -503,20 +648,24 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
   launch_gemm(plan, a, b, WeightGradStore{grad_weight, grad_bias, I, accumulate}, workspace, stream);
 }
 
-void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax, const float* relu_out,
-                             std::int64_t n, const PoolShape& shape, cudaStream_t stream) {
+void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax,
+                             const float* pooled_out, std::int64_t n, const PoolShape& shape, cudaStream_t stream) {
   if (n <= 0) return;
   const PoolGeometry g = pool_geometry(shape, n);
-  const unsigned blocks = grid_for(g.total_in);
-  const bool tiled = shape.size == shape.stride;
-  if (relu_out != nullptr && tiled)
-    maxpool_backward_kernel<true, true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, relu_out, g);
-  else if (relu_out != nullptr)
-    maxpool_backward_kernel<true, false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, relu_out, g);
-  else if (tiled)
-    maxpool_backward_kernel<false, true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
-  else
-    maxpool_backward_kernel<false, false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
+  if (shape.size == shape.stride) {
+    const unsigned blocks = grid_for(g.total_out);
+    if (pooled_out != nullptr)
+      maxpool_backward_tiled_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, pooled_out, g);
+    else
+      maxpool_backward_tiled_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
+  } else {
+    const unsigned blocks = grid_for(g.total_in);
+    if (pooled_out != nullptr)
+      maxpool_backward_gather_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, pooled_out,
+                                                                                 g);
+    else
+      maxpool_backward_gather_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
+  }
   CNN_CHECK_LAUNCH();
 }
 
@@ -537,7 +686,7 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
   const LayerPlans plans = plan_conv(shape, n, multiprocessor_count());
   StreamScratch<float> workspace(plans.workspace_floats(), stream);
   if (grad_in != nullptr)
-    conv2d_backward_data(plans.dgrad, grad_in, grad_out, weight, nullptr, n, shape, workspace.get(), stream);
+    conv2d_backward_data(plans, grad_in, grad_out, weight, nullptr, n, shape, workspace.get(), stream);
   conv2d_backward_weights(plans.wgrad, grad_weight, grad_bias, grad_out, in, n, shape, true, workspace.get(), stream);
   workspace.release();
 }

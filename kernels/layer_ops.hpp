@@ -38,19 +38,29 @@ void maxpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C
 
 // ---- planned forms, for the layer backend ----------------------------------------------------------
 // The three products of a convolution or fully connected layer over a batch of n.
+// A convolution's input gradient goes one of two ways (dgrad_by_columns):
+//   by columns: dcol[(c,i,j), (s,oy,ox)] = sum_f weight[f,(c,i,j)] * grad_out[s,f,oy,ox], a product
+//     whose loaders only add offsets, then a gather (col2im) sums each input pixel's taps in (i,j)
+//     order. Costs column_floats of workspace; the usual case.
+//   direct: the product over k = (f,i,j) decodes each tap and tests its bounds per element, with
+//     no workspace beyond split-K. Taken when the columns would exceed max_column_floats.
 struct LayerPlans {
   GemmPlan forward, dgrad, wgrad;
+  bool dgrad_by_columns = false;
+  std::int64_t column_floats = 0;  // C*KH*KW x n*OH*OW when dgrad_by_columns
   std::int64_t workspace_floats() const;
 };
-LayerPlans plan_conv(const ConvShape& shape, std::int64_t n, int multiprocessors);
+constexpr std::int64_t kMaxColumnFloats = std::int64_t{1} << 26;  // 256 MiB
+LayerPlans plan_conv(const ConvShape& shape, std::int64_t n, int multiprocessors,
+                     std::int64_t max_column_floats = kMaxColumnFloats);
 LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors);
 
 // out = conv(in) + bias, then max(0, .) when `relu`.
 void conv2d_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
                             std::int64_t n, const ConvShape& shape, bool relu, float* workspace, cudaStream_t stream);
 // grad_in = the input gradient; where relu_out is given (the conv's input, itself a ReLU's output),
-// zero wherever relu_out <= 0: the ReLU's backward folded in.
-void conv2d_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_out, const float* weight,
+// zero wherever relu_out <= 0: the ReLU's backward folded in. By columns or direct, as planned.
+void conv2d_backward_data(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
                           const float* relu_out, std::int64_t n, const ConvShape& shape, float* workspace,
                           cudaStream_t stream);
 // grad_weight, grad_bias = (accumulate ? += : =) the batch's sums.
@@ -68,8 +78,10 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
                          const float* in, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
                          bool accumulate, float* workspace, cudaStream_t stream);
 
-// maxpool_backward, then zero wherever relu_out (the pool's input, a ReLU's output) <= 0.
-void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax, const float* relu_out,
-                             std::int64_t n, const PoolShape& shape, cudaStream_t stream);
+// maxpool_backward with the backward of a ReLU before the pool folded in (when pooled_out, the
+// pool's output, is given): zero wherever the pool's input <= 0. Only winners get gradient, and a
+// winner's input is its window's maximum, so the test reads pooled_out > 0.
+void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax,
+                             const float* pooled_out, std::int64_t n, const PoolShape& shape, cudaStream_t stream);
 
 }  // namespace cnn::cuda

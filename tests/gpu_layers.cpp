@@ -167,12 +167,20 @@ void check_conv(const cnn::ConvShape& s, std::int64_t n, std::uint32_t seed) {
   std::vector<float> relu_out = out;
   for (float& v : relu_out) v = std::max(v, 0.0f);
   CHECK_REL(to_host(d_out), relu_out, kOpTolerance, "conv2d_forward_planned with ReLU");
-  cnn::cuda::conv2d_backward_data(plans.dgrad, d_gi.get(), d_go.get(), d_w.get(), d_in.get(), n, s, workspace.get(),
-                                  nullptr);
   std::vector<float> masked = grad_in;
   for (std::size_t i = 0; i < masked.size(); ++i)
     if (!(in[i] > 0.0f)) masked[i] = 0.0f;
-  CHECK_REL(to_host(d_gi), masked, kOpTolerance, "conv2d_backward_data with mask");
+  BOOST_TEST(plans.dgrad_by_columns);
+  cnn::cuda::conv2d_backward_data(plans, d_gi.get(), d_go.get(), d_w.get(), d_in.get(), n, s, workspace.get(), nullptr);
+  CHECK_REL(to_host(d_gi), masked, kOpTolerance, "conv2d_backward_data by columns, with mask");
+  // The direct product, taken when the columns would not fit (here: a cap of 0 floats).
+  const cnn::cuda::LayerPlans direct = cnn::cuda::plan_conv(s, n, cnn::cuda::multiprocessor_count(), 0);
+  BOOST_TEST(!direct.dgrad_by_columns);
+  DeviceBuffer<float> direct_workspace(std::max<std::int64_t>(direct.workspace_floats(), 1));
+  d_gi = poisoned<float>(static_cast<std::int64_t>(grad_in.size()));
+  cnn::cuda::conv2d_backward_data(direct, d_gi.get(), d_go.get(), d_w.get(), d_in.get(), n, s, direct_workspace.get(),
+                                  nullptr);
+  CHECK_REL(to_host(d_gi), masked, kOpTolerance, "conv2d_backward_data direct, with mask");
   std::vector<float> gw_fresh(weight.size(), 0.0f), gb_fresh(bias.size(), 0.0f);
   cnn::conv2d_backward(nullptr, gw_fresh.data(), gb_fresh.data(), grad_out.data(), in.data(), weight.data(), n, s);
   cnn::cuda::conv2d_backward_weights(plans.wgrad, d_gw.get(), d_gb.get(), d_go.get(), d_in.get(), n, s, false,
@@ -245,6 +253,13 @@ BOOST_AUTO_TEST_CASE(relu_and_maxpool_match_cpu) {
       BOOST_TEST((to_host(d_arg) == arg), "maxpool_forward argmax");
       // Overlapping windows add several terms; the order is the CPU's, row-major.
       CHECK_REL(to_host(d_gx), gx, kOpTolerance, "maxpool_backward");
+      // With a ReLU's backward folded in, read through the pool's output: zero where the input <= 0.
+      std::vector<float> gx_masked = gx;
+      for (std::size_t i = 0; i < gx_masked.size(); ++i)
+        if (!(x[i] > 0.0f)) gx_masked[i] = 0.0f;
+      d_gx = poisoned<float>(static_cast<std::int64_t>(x.size()));
+      cnn::cuda::maxpool_backward_masked(d_gx.get(), d_go.get(), d_arg.get(), d_y.get(), n, p, nullptr);
+      CHECK_REL(to_host(d_gx), gx_masked, kOpTolerance, "maxpool_backward_masked");
     }
   }
 }
