@@ -18,7 +18,7 @@ int knob(const char* name, int fallback) {
 GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split) {
   // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
   constexpr std::array<std::array<int, 2>, 5> kTiles = {{{64, 64}, {128, 32}, {64, 32}, {32, 64}, {32, 32}}};
-  constexpr int kMinTilesPerSplit = 4;
+  static const int kMinTilesPerSplit = knob("CNN_GEMM_MIN_TILES_PER_SPLIT", 4);
   static const int kMaxSplits = knob("CNN_GEMM_MAX_SPLITS", 4096);
   static const int kThreadsPerSM = knob("CNN_GEMM_THREADS_PER_SM", 512);  // 16 warps
   const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;

@@ -2,13 +2,15 @@
 # One device call that tunes the implicit GEMM's launch plan (kernels/gemm_plan.cu) on the cifar
 # preset: builds gpu_layers once per tile depth in BKS (CNN_GEMM_BK, default "8 16"), runs the layer
 # tests on each build (so a tuning that breaks a result is seen at once), then the cifar ms/epoch for
-# every CNN_GEMM_THREADS_PER_SM x CNN_GEMM_MAX_SPLITS pair in THREADS / SPLITS. Logs go to $OUT.
-# Usage, from the tree: THREADS="512 1024" SPLITS="512 2048" bash kernels/bench/gemm_sweep.sh
+# every CNN_GEMM_THREADS_PER_SM x CNN_GEMM_MAX_SPLITS x CNN_GEMM_MIN_TILES_PER_SPLIT triple in
+# THREADS / SPLITS / MIN_TILES. Logs go to $OUT.
+# Usage, from the tree: THREADS="512 1024" SPLITS="512 2048" MIN_TILES="4 16" bash kernels/bench/gemm_sweep.sh
 set -uo pipefail
 out=${OUT:-gpu-out}
 bks=${BKS:-"8 16"}
 threads=${THREADS:-"512 1024"}
 splits=${SPLITS:-"512 2048"}
+min_tiles=${MIN_TILES:-4}
 mkdir -p "$out"
 nvidia-smi -L
 start=$(date +%s)
@@ -26,9 +28,11 @@ done
 for bk in $bks; do
   for t in $threads; do
     for s in $splits; do
-      echo "--- BK $bk, threads/SM $t, max splits $s"
-      CNN_GEMM_THREADS_PER_SM=$t CNN_GEMM_MAX_SPLITS=$s timeout 100 "build-bk$bk/tests/gpu_layers" \
-        --run_test=measure_cifar_epoch_time 2>&1 | grep -E "^[0-9]+ +on "
+      for m in $min_tiles; do
+        echo "--- BK $bk, threads/SM $t, max splits $s, min k-tiles per split $m"
+        CNN_GEMM_THREADS_PER_SM=$t CNN_GEMM_MAX_SPLITS=$s CNN_GEMM_MIN_TILES_PER_SPLIT=$m timeout 100 \
+          "build-bk$bk/tests/gpu_layers" --run_test=measure_cifar_epoch_time 2>&1 | grep -E "^[0-9]+ +on "
+      done
     done
   done
 done
