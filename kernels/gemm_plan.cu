@@ -1,5 +1,9 @@
 // plan_gemm (implicit_gemm.cuh): the tile and the split of one matrix product. A function of the
-// shape and the GPU's multiprocessor count only, so the order of every sum is fixed.
+// shape, the GPU's multiprocessor count and three tuning knobs only, so the order of every sum is
+// fixed. The knobs (CNN_GEMM_THREADS_PER_SM, CNN_GEMM_MAX_SPLITS, CNN_GEMM_MIN_TILES_PER_SPLIT) are
+// for kernels/bench/gemm_sweep.sh; their defaults are its measured best. A run resumed with other
+// values than it started with sums in another order, so it is not bitwise equal to an
+// uninterrupted one.
 #include <algorithm>
 #include <array>
 #include <cstdlib>
