@@ -295,6 +295,17 @@ __global__ void relu_backward_kernel(float* grad_in, const float* grad_out, cons
     grad_in[e] = out[e] > 0.0f ? grad_out[e] : 0.0f;
 }
 
+// Element e of an [planes, height, width] tensor: its plane, its index r in the plane, row y, column x.
+struct PlaneIndex {
+  int plane, r, y, x;
+};
+__device__ __forceinline__ PlaneIndex split_plane_index(int e, const FastDiv& by_plane, const FastDiv& by_width) {
+  const int plane = by_plane.div(e);
+  const int r = e - plane * static_cast<int>(by_plane.divisor);
+  const int y = by_width.div(r);
+  return {plane, r, y, r - y * static_cast<int>(by_width.divisor)};
+}
+
 // col2im: a thread per input pixel (s, c, h, w) adds the columns of the taps (i, j) whose window
 // covers it, in row-major tap order (a fixed order: no atomics), then applies the ReLU mask.
 // Neighbouring lanes take neighbouring w, hence neighbouring output positions of the same tap.
@@ -304,10 +315,7 @@ template <bool kMask, int kKS>
 __global__ void gather_columns_kernel(float* __restrict__ grad_in, const float* __restrict__ columns,
                                       const float* __restrict__ relu_out, ConvGeometry g, int pixels, int positions) {
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < pixels; e += gridDim.x * blockDim.x) {
-    const int plane = g.by_hw.div(e);  // s*C + c
-    const int r = e - plane * g.HW;
-    const int h = g.by_w.div(r);
-    const int w = r - h * g.W;
+    const auto [plane, r, h, w] = split_plane_index(e, g.by_hw, g.by_w);  // plane = s*C + c
     const int s = plane / g.C;
     const int c = plane - s * g.C;
     const float* tap_columns = columns + static_cast<std::int64_t>(c) * g.KK * positions + s * g.OHW;
@@ -360,17 +368,14 @@ __global__ void gather_columns_kernel(float* __restrict__ grad_in, const float* 
 struct PoolGeometry {
   int H, W, size, stride, OH, OW;
   int total_in, total_out;  // n*C*H*W, n*C*OH*OW
-  FastDiv by_hw, by_w, by_ohw, by_ow, by_size;
+  FastDiv by_hw, by_w, by_ohw, by_ow;
 };
 
 // A thread per output; the first maximum in row-major window order wins (strictly greater replaces).
 __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
                                        const float* __restrict__ in, PoolGeometry g) {
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_out; e += gridDim.x * blockDim.x) {
-    const int plane = g.by_ohw.div(e);
-    const int r = e - plane * g.OH * g.OW;
-    const int py = g.by_ow.div(r);
-    const int px = r - py * g.OW;
+    const auto [plane, r, py, px] = split_plane_index(e, g.by_ohw, g.by_ow);
     const float* src = in + static_cast<std::int64_t>(plane) * g.H * g.W;
     int best_index = (py * g.stride) * g.W + px * g.stride;
     float best = __ldg(src + best_index);
@@ -399,10 +404,7 @@ __global__ void maxpool_backward_gather_kernel(float* __restrict__ grad_in, cons
                                                const std::int32_t* __restrict__ argmax,
                                                const float* __restrict__ pooled_out, PoolGeometry g) {
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_in; e += gridDim.x * blockDim.x) {
-    const int plane = g.by_hw.div(e);
-    const int r = e - plane * g.H * g.W;
-    const int h = g.by_w.div(r);
-    const int w = r - h * g.W;
+    const auto [plane, r, h, w] = split_plane_index(e, g.by_hw, g.by_w);
     const int out_plane = plane * g.OH * g.OW;
     // Windows py with py*stride <= h < py*stride + size.
     const int lo_y = h - g.size + 1, lo_x = w - g.size + 1;
@@ -429,10 +431,7 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
                                               const std::int32_t* __restrict__ argmax,
                                               const float* __restrict__ pooled_out, PoolGeometry g) {
   for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < g.total_out; o += gridDim.x * blockDim.x) {
-    const int plane = g.by_ohw.div(o);
-    const int r = o - plane * g.OH * g.OW;
-    const int py = g.by_ow.div(r);
-    const int px = r - py * g.OW;
+    const auto [plane, r, py, px] = split_plane_index(o, g.by_ohw, g.by_ow);
     const int winner = __ldg(argmax + o);
     float grad = __ldg(grad_out + o);
     if (kMask && !(__ldg(pooled_out + o) > 0.0f)) grad = 0.0f;
@@ -465,7 +464,6 @@ PoolGeometry pool_geometry(const PoolShape& s, std::int64_t n) {
   g.by_w = FastDiv(g.W);
   g.by_ohw = FastDiv(g.OH * g.OW);
   g.by_ow = FastDiv(g.OW);
-  g.by_size = FastDiv(g.size);
   return g;
 }
 
