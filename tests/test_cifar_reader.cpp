@@ -2,7 +2,6 @@
 // + 3072 pixel bytes per record, five training batches and a test batch, raw or gzip): read back
 // exactly, in file order; and every malformed variant refused with one line naming the file.
 #define BOOST_TEST_MODULE cifar_reader
-#include <unistd.h>
 #include <zlib.h>
 
 #include <filesystem>
@@ -15,24 +14,14 @@
 #include "cnn/cifar_reader.hpp"
 #include "cnn/dataset.hpp"
 #include "cnn/errors.hpp"
+#include "test_files.hpp"
 
 namespace {
 
-using Bytes = std::vector<std::uint8_t>;
+using cnn::test::TempDir;
+using cnn::test::error_of;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "cnn_cifar_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
+using Bytes = std::vector<std::uint8_t>;
 
 // `records` random records; record r gets label labels[r] when given, else r % 10.
 Bytes records(int count, std::uint32_t seed) {
@@ -91,20 +80,6 @@ void expect_split(const cnn::Dataset& split, const std::vector<Bytes>& files) {
   BOOST_TEST(split.classes == 10);
   BOOST_TEST(split.labels == labels, boost::test_tools::per_element());
   BOOST_TEST((split.images == images));
-}
-
-template <class E, class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    BOOST_ERROR("wrong exception type: " << e.what());
-    return "";
-  }
-  BOOST_ERROR("no exception");
-  return "";
 }
 
 void expect_message(const std::string& message, const std::string& path, const std::string& fragment) {

@@ -7,7 +7,6 @@
 //    ranks, also from the middle of an epoch, and a rank reads exactly its own samples (counters).
 #define BOOST_TEST_MODULE hdf5_data
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -23,37 +22,13 @@
 #include "cnn/hdf5_images.hpp"
 #include "cnn/stream_plan.hpp"
 #include "cnn/training_data.hpp"
+#include "test_files.hpp"
 #include "test_util.hpp"
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "cnn_h5_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
-
-template <class E, class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    BOOST_ERROR("wrong exception type: " << e.what());
-    return "";
-  }
-  BOOST_ERROR("no exception");
-  return "";
-}
+using cnn::test::TempDir;
+using cnn::test::error_of;
 
 void expect_message(const std::string& message, const std::string& path, const std::string& fragment) {
   BOOST_TEST_INFO("message: " << message);

@@ -18,8 +18,11 @@
 #include "cnn/dataset.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/idx_reader.hpp"
+#include "test_files.hpp"
 
 namespace {
+
+using cnn::test::TempDir;
 
 using Bytes = std::vector<std::uint8_t>;
 
@@ -53,21 +56,6 @@ struct DataInstalled {
     result.message() << message;
     return result;
   }
-};
-
-// A fresh directory per test case (mkdtemp), removed with everything in it afterwards.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "cnn_idx_XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
 };
 
 void append_be32(Bytes& out, std::uint32_t value) {
