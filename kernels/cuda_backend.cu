@@ -196,52 +196,21 @@ void CudaBackend::enqueue_data_and_forward(const SeedStepPlan& plan, const std::
   if (timed) timer_->close(Phase::kForward);
 }
 
-CudaBackend::StepGraph& CudaBackend::graph_for(std::int64_t n) {
+StepGraph& CudaBackend::graph_for(std::int64_t n) {
   auto found = graphs_.find(n);
   if (found != graphs_.end()) return found->second;
   const SeedStepPlan plan = plan_seed_step(model_, n, fused_forward_);
-  // Owned by graphs_ from the start, so that drop_graphs() frees whatever exists on every path.
-  StepGraph& step = graphs_.emplace(n, StepGraph{}).first->second;
-  try {
-    CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue_train_step(plan, data_.order.get(), false);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      (void)cudaStreamEndCapture(stream_, &broken);  // ends the capture; the first error is the one to report
-      if (broken != nullptr) (void)cudaGraphDestroy(broken);
-      throw;
-    }
-    CNN_CHECK_CUDA(cudaStreamEndCapture(stream_, &step.graph));
-    std::size_t roots = 0;
-    CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nullptr, &roots));
-    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
-    if (roots == 1) {
-      CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, &step.index_copy, &roots));
-      CNN_CHECK_CUDA(cudaGraphNodeGetType(step.index_copy, &type));
-    }
-    if (roots != 1 || type != cudaGraphNodeTypeMemcpy)
-      throw Error(ExitCode::kFailure, "internal error: the captured training step does not start with its index "
-                                      "copy HINT: rerun with CNN_CUDA_GRAPHS=0 and report this");
-    CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, 0));
-  } catch (...) {
-    drop_graphs();
-    throw;
-  }
-  return step;
+  StepGraph step;
+  capture_step_graph(
+      step, stream_, [&] { enqueue_train_step(plan, data_.order.get(), false); }, batch_indices_.get(),
+      "rerun with CNN_CUDA_GRAPHS=0 and report this");
+  return graphs_.emplace(n, step).first->second;
 }
 
 void CudaBackend::drop_graphs() noexcept {
-  for (auto& [n, entry] : graphs_) {
-    if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
-    if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
-  }
+  for (auto& [n, step] : graphs_) destroy_step_graph(step);
   graphs_.clear();
-  for (auto& [n, entry] : overlapped_graphs_) {
-    if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
-    if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
-  }
-  overlapped_graphs_.clear();
+  drop_overlapped_graphs();
 }
 
 void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
@@ -262,12 +231,9 @@ void CudaBackend::compute_gradients(std::int64_t first, std::int64_t count) {
     enqueue_train_step(plan_seed_step(model_, count, fused_forward_), indices, true);
     graph_for(count);
   } else if (use_graphs_) {
-    StepGraph& step = graph_for(count);
-    CNN_CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(step.exec, step.index_copy, batch_indices_.get(), indices,
-                                                      static_cast<std::size_t>(count) * sizeof(std::int32_t),
-                                                      cudaMemcpyDeviceToDevice));
+    const StepGraph& step = graph_for(count);
     timer_->open();
-    CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream_));
+    launch_step_graph(step, batch_indices_.get(), indices, count, stream_);
     timer_->close_graph_step();
   } else {
     timer_->open();

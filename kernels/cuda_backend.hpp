@@ -18,6 +18,7 @@
 #include "device_buffer.hpp"
 #include "device_dataset.hpp"
 #include "seed_step.hpp"
+#include "step_graph.hpp"
 #include "step_timer.hpp"
 #include "timing_event_pair.hpp"
 
@@ -67,13 +68,6 @@ class CudaBackend final : public DeviceBackend {
   std::int64_t param_count() const override { return layout_.total(); }
 
  private:
-  // A captured step for one batch size. `index_copy` is the graph's first node, the copy of this
-  // step's slice of the permutation; each replay points it at a new slice.
-  struct StepGraph {
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cudaGraphNode_t index_copy = nullptr;
-  };
 
   void ensure_batch_capacity(std::int64_t n);
   // Queues one step on the stream. `timed`: close a StepTimer phase after each stage (eager steps);
@@ -129,6 +123,7 @@ class CudaBackend final : public DeviceBackend {
   void enqueue_overlapped_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed,
                                GradientReadyListener& listener);
   StepGraph& overlapped_graph_for(std::int64_t n, GradientReadyListener& listener);
+  void drop_overlapped_graphs() noexcept;
   std::map<std::int64_t, StepGraph> overlapped_graphs_;  // by batch size, for listener generation below
   std::uint64_t overlapped_generation_ = 0;
   bool eager_overlapped_step_ = true;  // the next overlapped step runs eagerly (set by begin_epoch)

@@ -28,55 +28,24 @@ void CudaBackend::enqueue_overlapped_step(const SeedStepPlan& plan, const std::i
   if (timed) timer_->close(Phase::kBackward);
 }
 
-CudaBackend::StepGraph& CudaBackend::overlapped_graph_for(std::int64_t n, GradientReadyListener& listener) {
+void CudaBackend::drop_overlapped_graphs() noexcept {
+  for (auto& [n, step] : overlapped_graphs_) destroy_step_graph(step);
+  overlapped_graphs_.clear();
+}
+
+StepGraph& CudaBackend::overlapped_graph_for(std::int64_t n, GradientReadyListener& listener) {
   if (listener.generation() != overlapped_generation_) {
-    for (auto& [size, entry] : overlapped_graphs_) {
-      if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
-      if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
-    }
-    overlapped_graphs_.clear();
+    drop_overlapped_graphs();
     overlapped_generation_ = listener.generation();
   }
   auto found = overlapped_graphs_.find(n);
   if (found != overlapped_graphs_.end()) return found->second;
   const SeedStepPlan plan = plan_seed_step(model_, n, fused_forward_);
-  StepGraph& step = overlapped_graphs_.emplace(n, StepGraph{}).first->second;
-  try {
-    CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue_overlapped_step(plan, data_.order.get(), false, listener);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      (void)cudaStreamEndCapture(stream_, &broken);
-      if (broken != nullptr) (void)cudaGraphDestroy(broken);
-      throw;
-    }
-    CNN_CHECK_CUDA(cudaStreamEndCapture(stream_, &step.graph));
-    // The index copy is a root of the graph, as in graph_for; NCCL's captured work may add roots of
-    // its own, so the copy is found by its destination rather than as the only root.
-    std::size_t roots = 0;
-    CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nullptr, &roots));
-    std::vector<cudaGraphNode_t> nodes(roots);
-    if (roots > 0) CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nodes.data(), &roots));
-    for (cudaGraphNode_t node : nodes) {
-      cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
-      CNN_CHECK_CUDA(cudaGraphNodeGetType(node, &type));
-      if (type != cudaGraphNodeTypeMemcpy) continue;
-      cudaMemcpy3DParms copy{};
-      CNN_CHECK_CUDA(cudaGraphMemcpyNodeGetParams(node, &copy));
-      if (copy.dstPtr.ptr == static_cast<void*>(batch_indices_.get())) step.index_copy = node;
-    }
-    if (step.index_copy == nullptr)
-      throw Error(ExitCode::kFailure, "internal error: the captured overlapped step has no index copy among its " +
-                                          std::to_string(roots) + " roots HINT: rerun with --overlap off and report this");
-    CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, 0));
-  } catch (...) {
-    if (step.exec != nullptr) (void)cudaGraphExecDestroy(step.exec);
-    if (step.graph != nullptr) (void)cudaGraphDestroy(step.graph);
-    overlapped_graphs_.erase(n);
-    throw;
-  }
-  return step;
+  StepGraph step;
+  capture_step_graph(
+      step, stream_, [&] { enqueue_overlapped_step(plan, data_.order.get(), false, listener); },
+      batch_indices_.get(), "rerun with --overlap off and report this");
+  return overlapped_graphs_.emplace(n, step).first->second;
 }
 
 void CudaBackend::compute_gradients_overlapped(std::int64_t first, std::int64_t count,
@@ -103,12 +72,9 @@ void CudaBackend::compute_gradients_overlapped(std::int64_t first, std::int64_t 
     eager_overlapped_step_ = false;
     if (use_graphs_) overlapped_graph_for(count, listener);
   } else {
-    StepGraph& step = overlapped_graph_for(count, listener);
-    CNN_CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(step.exec, step.index_copy, batch_indices_.get(), indices,
-                                                      static_cast<std::size_t>(count) * sizeof(std::int32_t),
-                                                      cudaMemcpyDeviceToDevice));
+    const StepGraph& step = overlapped_graph_for(count, listener);
     timer_->open();
-    CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream_));
+    launch_step_graph(step, batch_indices_.get(), indices, count, stream_);
     timer_->close_graph_step();
   }
   train_samples_ += count;

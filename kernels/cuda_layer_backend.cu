@@ -276,44 +276,18 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
   if (timed) timer_->close(Phase::kBackward);
 }
 
-CudaLayerBackend::StepGraph& CudaLayerBackend::graph_for(std::int64_t n) {
+StepGraph& CudaLayerBackend::graph_for(std::int64_t n) {
   auto found = graphs_.find(n);
   if (found != graphs_.end()) return found->second;
-  StepGraph& step = graphs_.emplace(n, StepGraph{}).first->second;
-  try {
-    CNN_CHECK_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      enqueue_train_step(n, data_.order.get(), false);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      (void)cudaStreamEndCapture(stream_, &broken);
-      if (broken != nullptr) (void)cudaGraphDestroy(broken);
-      throw;
-    }
-    CNN_CHECK_CUDA(cudaStreamEndCapture(stream_, &step.graph));
-    std::size_t roots = 0;
-    CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, nullptr, &roots));
-    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
-    if (roots == 1) {
-      CNN_CHECK_CUDA(cudaGraphGetRootNodes(step.graph, &step.index_copy, &roots));
-      CNN_CHECK_CUDA(cudaGraphNodeGetType(step.index_copy, &type));
-    }
-    if (roots != 1 || type != cudaGraphNodeTypeMemcpy)
-      throw Error(ExitCode::kFailure, "internal error: the captured training step does not start with its index "
-                                      "copy HINT: rerun with CNN_CUDA_GRAPHS=0 and report this");
-    CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, 0));
-  } catch (...) {
-    drop_graphs();
-    throw;
-  }
-  return step;
+  StepGraph step;
+  capture_step_graph(
+      step, stream_, [&] { enqueue_train_step(n, data_.order.get(), false); }, batch_indices_.get(),
+      "rerun with CNN_CUDA_GRAPHS=0 and report this");
+  return graphs_.emplace(n, step).first->second;
 }
 
 void CudaLayerBackend::drop_graphs() noexcept {
-  for (auto& [n, entry] : graphs_) {
-    if (entry.exec != nullptr) (void)cudaGraphExecDestroy(entry.exec);
-    if (entry.graph != nullptr) (void)cudaGraphDestroy(entry.graph);
-  }
+  for (auto& [n, step] : graphs_) destroy_step_graph(step);
   graphs_.clear();
 }
 
@@ -333,12 +307,9 @@ void CudaLayerBackend::compute_gradients(std::int64_t first, std::int64_t count)
     enqueue_train_step(count, indices, true);
     graph_for(count);
   } else if (use_graphs_) {
-    StepGraph& step = graph_for(count);
-    CNN_CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(step.exec, step.index_copy, batch_indices_.get(), indices,
-                                                      static_cast<std::size_t>(count) * sizeof(std::int32_t),
-                                                      cudaMemcpyDeviceToDevice));
+    const StepGraph& step = graph_for(count);
     timer_->open();
-    CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream_));
+    launch_step_graph(step, batch_indices_.get(), indices, count, stream_);
     timer_->close_graph_step();
   } else {
     timer_->open();

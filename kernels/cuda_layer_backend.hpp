@@ -28,6 +28,7 @@
 #include "device_buffer.hpp"
 #include "device_dataset.hpp"
 #include "layer_ops.hpp"
+#include "step_graph.hpp"
 #include "step_timer.hpp"
 
 namespace cnn::cuda {
@@ -73,11 +74,6 @@ class CudaLayerBackend final : public DeviceBackend {
     bool output_is_relu = false;        // its output is a ReLU's output (folded, or a kRelu op)
     std::int64_t in_size = 0, out_size = 0;  // floats per sample
     bool needs_input_grad = false;      // some earlier op has parameters
-  };
-  struct StepGraph {
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cudaGraphNode_t index_copy = nullptr;
   };
   // Launch shapes for one batch size.
   struct Plans {

@@ -1,0 +1,33 @@
+// A training step captured as a CUDA graph once per batch size and replayed with only its index copy
+// changed: the step's first work is a device-to-device copy of its slice of the epoch's permutation
+// into the batch's index buffer, and each replay points that copy at the next slice. Shared by the
+// fused seed step, its overlapped (NCCL inside) variant, and the layer backend.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+
+namespace cnn::cuda {
+
+struct StepGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaGraphNode_t index_copy = nullptr;  // the copy into the batch's index buffer
+};
+
+// Captures what `enqueue` queues on `stream` into `step` and instantiates it. The index copy is
+// found among the graph's roots by its destination, `batch_indices` (NCCL's captured work may add
+// roots of its own). On failure, ends the capture, frees what was made, and rethrows; a graph
+// without that copy is an internal error whose message ends with `hint`.
+void capture_step_graph(StepGraph& step, cudaStream_t stream, const std::function<void()>& enqueue,
+                        const std::int32_t* batch_indices, const char* hint);
+
+// Replays `step` on `stream` with its index copy reading `count` indices from `indices`.
+void launch_step_graph(const StepGraph& step, std::int32_t* batch_indices, const std::int32_t* indices,
+                       std::int64_t count, cudaStream_t stream);
+
+void destroy_step_graph(StepGraph& step) noexcept;
+
+}  // namespace cnn::cuda
