@@ -23,32 +23,13 @@
 
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
+#include "fast_div.cuh"
 #include "launch.hpp"
 #ifdef __CUDACC__
 #include "reduce.cuh"
 #endif
 
 namespace cnn::cuda {
-
-// n / d for 0 <= n < 2^31 by a multiply-high and a shift (the divisor is fixed per launch): index
-// decoding inside the tile loops would otherwise cost a ~20-instruction integer division each.
-struct FastDiv {
-  std::uint32_t divisor = 1, multiplier = 0, shift = 0;
-  FastDiv() = default;
-  explicit FastDiv(int d) : divisor(static_cast<std::uint32_t>(d)) {
-    if (d <= 1) return;
-    int log2_ceil = 0;
-    while ((std::uint64_t{1} << log2_ceil) < static_cast<std::uint64_t>(d)) ++log2_ceil;
-    const int p = 31 + log2_ceil;
-    multiplier = static_cast<std::uint32_t>(((std::uint64_t{1} << p) + d - 1) / static_cast<std::uint64_t>(d));
-    shift = static_cast<std::uint32_t>(p - 32);
-  }
-#ifdef __CUDACC__
-  __device__ __forceinline__ int div(int n) const {
-    return divisor == 1 ? n : static_cast<int>(__umulhi(static_cast<std::uint32_t>(n), multiplier) >> shift);
-  }
-#endif
-};
 
 // The k depth of a tile. CNN_GEMM_BK (8 or 16) is a build-time experiment knob: deeper tiles put more
 // loads in flight per barrier, at the price of registers.

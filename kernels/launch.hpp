@@ -23,6 +23,9 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1
 __device__ __forceinline__ std::int64_t ceil_div_device(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 #endif
 
+// Throws a UsageError naming `what` when `value` elements would not index with 32-bit integers.
+void check_int_range(std::int64_t value, const char* what);
+
 // Multiprocessors of the current device (cached per process; all ranks of a node see one model).
 int multiprocessor_count();
 

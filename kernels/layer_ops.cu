@@ -1,4 +1,5 @@
-// The general network's layer operations on the device: the twins of src/ (conv2d, relu, maxpool)
+// The general network's layer operations on the device: the twins of src/ (conv2d, relu; maxpool in
+// maxpool.cu)
 // and the planned forms of layer_ops.hpp. Convolutions and fully connected layers are implicit
 // matrix products (implicit_gemm.cuh): the loaders below decode a product's (row, k) into the
 // layer's tensors, the stores put each result in place.
@@ -295,23 +296,13 @@ __global__ void relu_backward_kernel(float* grad_in, const float* grad_out, cons
     grad_in[e] = out[e] > 0.0f ? grad_out[e] : 0.0f;
 }
 
-// Element e of an [planes, height, width] tensor: its plane, its index r in the plane, row y, column x.
-struct PlaneIndex {
-  int plane, r, y, x;
-};
-__device__ __forceinline__ PlaneIndex split_plane_index(int e, const FastDiv& by_plane, const FastDiv& by_width) {
-  const int plane = by_plane.div(e);
-  const int r = e - plane * static_cast<int>(by_plane.divisor);
-  const int y = by_width.div(r);
-  return {plane, r, y, r - y * static_cast<int>(by_width.divisor)};
-}
-
 // col2im: a thread per input pixel (s, c, h, w) adds the columns of the taps (i, j) whose window
 // covers it, in row-major tap order (a fixed order: no atomics), then applies the ReLU mask.
 // Neighbouring lanes take neighbouring w, hence neighbouring output positions of the same tap.
 // kKS > 0 fixes the kernel size at compile time: all taps' loads are issued before the first add
 // (predicated), instead of one dependent load per loop trip; the sum order stays the same.
-template <bool kMask, int kKS>
+// relu_out may be null (no ReLU to fold in).
+template <int kKS>
 __global__ void gather_columns_kernel(float* __restrict__ grad_in, const float* __restrict__ columns,
                                       const float* __restrict__ relu_out, ConvGeometry g, int pixels, int positions) {
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < pixels; e += gridDim.x * blockDim.x) {
@@ -358,119 +349,9 @@ __global__ void gather_columns_kernel(float* __restrict__ grad_in, const float* 
         }
       }
     }
-    if (kMask && !(relu_out[e] > 0.0f)) sum = 0.0f;
+    if (relu_out != nullptr && !(relu_out[e] > 0.0f)) sum = 0.0f;
     grad_in[e] = sum;
   }
-}
-
-// Indices are 32-bit (the launchers check the sizes) and divided through FastDiv: the pooling kernels
-// are memory-bound, and 64-bit divisions per element would cost more than the bytes.
-struct PoolGeometry {
-  int H, W, size, stride, OH, OW;
-  int total_in, total_out;  // n*C*H*W, n*C*OH*OW
-  FastDiv by_hw, by_w, by_ohw, by_ow;
-};
-
-// A thread per output; the first maximum in row-major window order wins (strictly greater replaces).
-__global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
-                                       const float* __restrict__ in, PoolGeometry g) {
-  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_out; e += gridDim.x * blockDim.x) {
-    const auto [plane, r, py, px] = split_plane_index(e, g.by_ohw, g.by_ow);
-    const float* src = in + static_cast<std::int64_t>(plane) * g.H * g.W;
-    int best_index = (py * g.stride) * g.W + px * g.stride;
-    float best = __ldg(src + best_index);
-    for (int a = 0; a < g.size; ++a)
-      for (int b = 0; b < g.size; ++b) {
-        const int index = (py * g.stride + a) * g.W + px * g.stride + b;
-        const float v = __ldg(src + index);
-        if (v > best) {
-          best = v;
-          best_index = index;
-        }
-      }
-    out[e] = best;
-    argmax[e] = best_index;
-  }
-}
-
-// The mask of a ReLU folded in before the pool: a window's winner let gradient through iff the
-// window's maximum (the pool's output) is > 0, since the winner's input IS that maximum. Reading the
-// pool's output instead of its input reads a quarter of the bytes for 2x2 windows.
-//
-// Overlapping windows (size != stride): a thread per INPUT pixel gathers, in row-major (py, px)
-// order, the output gradients of the windows it won: no scatter, so no atomics.
-template <bool kMask>
-__global__ void maxpool_backward_gather_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
-                                               const std::int32_t* __restrict__ argmax,
-                                               const float* __restrict__ pooled_out, PoolGeometry g) {
-  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_in; e += gridDim.x * blockDim.x) {
-    const auto [plane, r, h, w] = split_plane_index(e, g.by_hw, g.by_w);
-    const int out_plane = plane * g.OH * g.OW;
-    // Windows py with py*stride <= h < py*stride + size.
-    const int lo_y = h - g.size + 1, lo_x = w - g.size + 1;
-    const int py0 = lo_y <= 0 ? 0 : (lo_y + g.stride - 1) / g.stride;
-    const int px0 = lo_x <= 0 ? 0 : (lo_x + g.stride - 1) / g.stride;
-    const int py1 = min(g.OH - 1, h / g.stride);
-    const int px1 = min(g.OW - 1, w / g.stride);
-    float sum = 0.0f;
-    for (int py = py0; py <= py1; ++py)
-      for (int px = px0; px <= px1; ++px) {
-        const int o = out_plane + py * g.OW + px;
-        if (argmax[o] == r && (!kMask || pooled_out[o] > 0.0f)) sum += grad_out[o];
-      }
-    grad_in[e] = sum;
-  }
-}
-
-// Tiled windows (size == stride): each input pixel lies in at most one window, so a thread per
-// WINDOW reads its argmax, gradient and (kMask) maximum at once and writes the window's pixels, the
-// winner's gradient and zeros. The last row and column of windows also zero the pixels that no
-// window covers (H or W not a multiple of the size).
-template <bool kMask>
-__global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
-                                              const std::int32_t* __restrict__ argmax,
-                                              const float* __restrict__ pooled_out, PoolGeometry g) {
-  for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < g.total_out; o += gridDim.x * blockDim.x) {
-    const auto [plane, r, py, px] = split_plane_index(o, g.by_ohw, g.by_ow);
-    const int winner = __ldg(argmax + o);
-    float grad = __ldg(grad_out + o);
-    if (kMask && !(__ldg(pooled_out + o) > 0.0f)) grad = 0.0f;
-    const int y0 = py * g.size, x0 = px * g.size;
-    const int rows = py == g.OH - 1 ? g.H - y0 : g.size;
-    const int cols = px == g.OW - 1 ? g.W - x0 : g.size;
-    float* dst = grad_in + static_cast<std::int64_t>(plane) * g.H * g.W;
-    for (int a = 0; a < rows; ++a)
-      for (int b = 0; b < cols; ++b) {
-        const int index = (y0 + a) * g.W + x0 + b;
-        dst[index] = index == winner ? grad : 0.0f;
-      }
-  }
-}
-
-void check_int_range(std::int64_t value, const char* what);
-
-PoolGeometry pool_geometry(const PoolShape& s, std::int64_t n) {
-  check_int_range(n * s.in_size(), "a max-pool's input");
-  PoolGeometry g;
-  g.H = s.height;
-  g.W = s.width;
-  g.size = s.size;
-  g.stride = s.stride;
-  g.OH = s.out_h();
-  g.OW = s.out_w();
-  g.total_in = static_cast<int>(n * s.in_size());
-  g.total_out = static_cast<int>(n * s.out_size());
-  g.by_hw = FastDiv(g.H * g.W);
-  g.by_w = FastDiv(g.W);
-  g.by_ohw = FastDiv(g.OH * g.OW);
-  g.by_ow = FastDiv(g.OW);
-  return g;
-}
-
-void check_int_range(std::int64_t value, const char* what) {
-  if (value >= (std::int64_t{1} << 31))
-    throw UsageError(std::string("the cuda layer kernels index with 32-bit integers; ") + what + " has " +
-                     std::to_string(value) + " elements (lower --batch)");
 }
 
 // Launches a product with the store picked by a run-time flag.
@@ -484,6 +365,12 @@ void launch_either(bool flag, const GemmPlan& plan, const LoadA& a, const LoadB&
 }
 
 }  // namespace
+
+void check_int_range(std::int64_t value, const char* what) {
+  if (value >= (std::int64_t{1} << 31))
+    throw UsageError(std::string("the cuda layer kernels index with 32-bit integers; ") + what + " has " +
+                     std::to_string(value) + " elements (lower --batch)");
+}
 
 std::int64_t LayerPlans::workspace_floats() const {
   return std::max({forward.workspace_floats(), dgrad_by_columns ? column_floats : dgrad.workspace_floats(),
@@ -561,15 +448,10 @@ void conv2d_backward_data(const LayerPlans& plans, float* grad_in, const float* 
               stream);
   const int pixels = static_cast<int>(n * g.C * g.HW);
   const unsigned blocks = grid_for(pixels);
-  const bool mask = relu_out != nullptr;
-  if (g.KS == 3 && mask)
-    gather_columns_kernel<true, 3><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, relu_out, g, pixels, positions);
-  else if (g.KS == 3)
-    gather_columns_kernel<false, 3><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, nullptr, g, pixels, positions);
-  else if (mask)
-    gather_columns_kernel<true, 0><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, relu_out, g, pixels, positions);
+  if (g.KS == 3)
+    gather_columns_kernel<3><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, relu_out, g, pixels, positions);
   else
-    gather_columns_kernel<false, 0><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, nullptr, g, pixels, positions);
+    gather_columns_kernel<0><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, relu_out, g, pixels, positions);
   CNN_CHECK_LAUNCH();
 }
 
@@ -646,27 +528,6 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
   launch_gemm(plan, a, b, WeightGradStore{grad_weight, grad_bias, I, accumulate}, workspace, stream);
 }
 
-void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax,
-                             const float* pooled_out, std::int64_t n, const PoolShape& shape, cudaStream_t stream) {
-  if (n <= 0) return;
-  const PoolGeometry g = pool_geometry(shape, n);
-  if (shape.size == shape.stride) {
-    const unsigned blocks = grid_for(g.total_out);
-    if (pooled_out != nullptr)
-      maxpool_backward_tiled_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, pooled_out, g);
-    else
-      maxpool_backward_tiled_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
-  } else {
-    const unsigned blocks = grid_for(g.total_in);
-    if (pooled_out != nullptr)
-      maxpool_backward_gather_kernel<true><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, pooled_out,
-                                                                                 g);
-    else
-      maxpool_backward_gather_kernel<false><<<blocks, kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax, nullptr, g);
-  }
-  CNN_CHECK_LAUNCH();
-}
-
 // ---- twins ----------------------------------------------------------------------------------------
 
 void conv2d_forward(float* out, const float* in, const float* weight, const float* bias, std::int64_t n,
@@ -699,19 +560,6 @@ void relu_backward(float* grad_in, const float* grad_out, const float* out, std:
   if (count <= 0) return;
   relu_backward_kernel<<<grid_for(count), kBlockThreads, 0, stream>>>(grad_in, grad_out, out, count);
   CNN_CHECK_LAUNCH();
-}
-
-void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int64_t n, const PoolShape& shape,
-                     cudaStream_t stream) {
-  if (n <= 0) return;
-  const PoolGeometry g = pool_geometry(shape, n);
-  maxpool_forward_kernel<<<grid_for(g.total_out), kBlockThreads, 0, stream>>>(out, argmax, in, g);
-  CNN_CHECK_LAUNCH();
-}
-
-void maxpool_backward(float* grad_in, const float* grad_out, const std::int32_t* argmax, std::int64_t n,
-                      const PoolShape& shape, cudaStream_t stream) {
-  maxpool_backward_masked(grad_in, grad_out, argmax, nullptr, n, shape, stream);
 }
 
 }  // namespace cnn::cuda
