@@ -2,7 +2,7 @@
 // same argument order, same semantics (backward ops ACCUMULATE into parameter gradients and
 // OVERWRITE activation gradients), device pointers, plus the stream to run on. Each returns once its
 // kernels are queued. Scratch for split reductions comes from the stream-ordered allocator, so the
-// twins may be captured in a CUDA graph.
+// twins may be captured in a CUDA graph. Defined in layer_ops.cu, the max-pool ones in maxpool.cu.
 //
 // Below the twins: the planned forms the layer backend (cuda_layer_backend.cu) launches inside its
 // captured step, with the launch shape fixed once per batch size, a preallocated workspace, and the

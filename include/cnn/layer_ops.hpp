@@ -1,6 +1,7 @@
 // The layer operations of a general network (--model SPEC) on the CPU, over a batch of n samples in
-// NCHW layout. Each has a CUDA twin in kernels/layer_ops.cu with the same name and argument order
-// (namespace cnn::cuda, device pointers, plus a trailing cudaStream_t).
+// NCHW layout. Each has a CUDA twin in kernels/layer_ops.cu (max-pooling: kernels/maxpool.cu), declared
+// in kernels/layer_ops.hpp with the same name and argument order (namespace cnn::cuda, device
+// pointers, plus a trailing cudaStream_t).
 //
 // Same conventions as include/cnn/ops.hpp: backward functions ACCUMULATE (+=) into parameter
 // gradients, so a caller can sum gradients over several micro-batches; they OVERWRITE activation
