@@ -19,8 +19,11 @@
 // gradient dL/dW_fc[o,j] = sum_s dL/dlogit[s,o] * pooled[s,j], which needs the same pooled value.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
+#include "conv_pool_cell.cuh"
+#include "cuda_check.hpp"
 #include "input_batch.cuh"
 #include "launch.hpp"
 #include "reduce.cuh"
@@ -44,37 +47,63 @@ struct SweepShape {
   int pooled_width = 0;
 };
 
-// How the samples are split: enough blocks to fill the GPU a few times over, and as few splits
-// as that allows, because each split costs a partial row of every column. Depends only on the
-// shape and the GPU model, so the summation order is the same on every run.
+// How the samples are split. Each thread walks its split's samples one after another, so the
+// sweep's time is about (waves of blocks) x (samples per split): the plan takes the number of splits
+// that minimises that, each split also costing about kSplitCostSamples samples' worth of work (its
+// partial sums, written here and read by the finalize). It depends only on the shape, the GPU model
+// and the kernel's occupancy, so the summation order is the same on every run.
 struct SweepPlan {
   unsigned column_blocks = 1;
   std::int64_t splits = 1;
   std::int64_t samples_per_split = 1;
 };
 
-constexpr int kSweepBlocksPerMultiprocessor = 3;
 constexpr std::int64_t kMinSamplesPerSplit = 16;
+constexpr std::int64_t kSplitCostSamples = 8;
 
-inline SweepPlan plan_sweep(std::int64_t n, std::int64_t columns, int multiprocessors) {
+inline SweepPlan plan_sweep(std::int64_t n, std::int64_t columns, int multiprocessors, int blocks_per_multiprocessor) {
   SweepPlan plan;
   plan.column_blocks = static_cast<unsigned>(ceil_div(columns, kBlockThreads));
-  const std::int64_t target = static_cast<std::int64_t>(kSweepBlocksPerMultiprocessor) * multiprocessors;
+  const std::int64_t capacity = static_cast<std::int64_t>(std::max(blocks_per_multiprocessor, 1)) * multiprocessors;
+  n = std::max<std::int64_t>(n, 1);
   // Each split writes `rows` (about 20) partial values per column, where the batch has n: beyond n/16
   // splits the partial sums would cost more memory traffic than the activations they summarise.
-  const std::int64_t most = std::max<std::int64_t>(n / kMinSamplesPerSplit, 1);
-  std::int64_t splits = std::clamp<std::int64_t>(ceil_div(target, plan.column_blocks), 1, most);
-  splits = std::min<std::int64_t>(splits, 65535);
-  plan.samples_per_split = ceil_div(std::max<std::int64_t>(n, 1), splits);
-  plan.splits = ceil_div(std::max<std::int64_t>(n, 1), plan.samples_per_split);
+  const std::int64_t most = std::clamp<std::int64_t>(n / kMinSamplesPerSplit, 1, 65535);
+  std::int64_t best = 1;
+  std::int64_t best_cost = 0;
+  for (std::int64_t splits = 1; splits <= most; ++splits) {
+    const std::int64_t waves = ceil_div(static_cast<std::int64_t>(plan.column_blocks) * splits, capacity);
+    const std::int64_t cost = waves * (ceil_div(n, splits) + kSplitCostSamples);
+    if (splits == 1 || cost < best_cost) {
+      best = splits;
+      best_cost = cost;
+    }
+  }
+  plan.samples_per_split = ceil_div(n, best);
+  plan.splits = ceil_div(n, plan.samples_per_split);
   return plan;
+}
+
+// Samples per block-wide staging of dL/dlogits (fused sweep): 128 x 12 floats, 6 KB.
+constexpr int kSweepChunk = 128;
+constexpr int kLogitStride = 12;  // one sample's 10 dL/dlogits, padded to whole float4s
+
+// Registers: at one channel the sweep fits 64 (4 blocks of 256 per multiprocessor) without spilling;
+// three channels need more.
+template <int C>
+__host__ __device__ constexpr int sweep_min_blocks() {
+  return C == 1 ? 4 : 2;
 }
 
 // kFused = false: g comes from grad_pooled (the twin). kFused = true: g is computed from
 // grad_logits and fc_weight, and the fc weight gradient rows follow the conv rows.
-// Input: FloatBatch or GatheredBatch (input_batch.cuh), the [n, C, H, W] input pixels.
+// Input: FloatBatch, GatheredBatch or PatchBatch<C> (input_batch.cuh): where the windows come from.
+// One thread per column (gridDim.x x blockDim.x covers F*P), one split of the samples per blockIdx.y.
+// The loop has no branches on the data: a cell the ReLU cut (pooled == 0) gets g = 0, which adds
+// exactly zero (the pixels are finite and the sums start at +0), so the compiler can overlap the
+// loads and sums of several samples; the fused sweep's dL/dlogits come from shared memory.
 template <int C, bool kFused, class Input>
-__global__ void __launch_bounds__(kBlockThreads)
+__global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C>())
     conv_backward_sweep_kernel(float* __restrict__ partial /*[splits, rows, F*P]*/,
                                const float* __restrict__ grad_pooled /*[n, F*P], twin only*/,
                                const float* __restrict__ grad_logits /*[n, O], fused only*/,
@@ -85,86 +114,119 @@ __global__ void __launch_bounds__(kBlockThreads)
   constexpr int kConvRows = conv_grad_rows<C>();
   constexpr int kRows = kConvRows + (kFused ? kO : 0);
   constexpr int kUnroll = 4;  // loads of 4 samples in flight before the first is used
+  static_assert(kO <= kLogitStride && kLogitStride % 4 == 0, "a sample's dL/dlogits fit whole float4s");
+  // Every thread of the block reads the same sample's dL/dlogits at the same time: a broadcast.
+  __shared__ __align__(16) float logits_s[kFused ? kSweepChunk * kLogitStride : 4];
 
   const int P = shape.pooled_height * shape.pooled_width;
   const std::int64_t columns = static_cast<std::int64_t>(shape.filters) * P;
   const std::int64_t plane = static_cast<std::int64_t>(shape.height) * shape.width;
   const std::int64_t s_begin = blockIdx.y * shape.samples_per_split;
   const std::int64_t s_end = min(shape.n, s_begin + shape.samples_per_split);
+  const std::int64_t column = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const bool active = column < columns;  // the others only take part in the block's barriers
+  const std::int64_t j = active ? column : 0;
 
-  for (std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; j < columns;
-       j += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const int cell = static_cast<int>(j % P);
-    const int py = cell / shape.pooled_width;
-    const int px = cell - py * shape.pooled_width;
-    // Top-left input pixel of this cell's 4x4 patch; the winner (a,b) shifts the 3x3 window by (a,b).
-    const std::int64_t patch_origin = static_cast<std::int64_t>(kPoolWindow * py) * shape.width + kPoolWindow * px;
+  const int cell = static_cast<int>(j % P);
+  const int py = cell / shape.pooled_width;
+  const int px = cell - py * shape.pooled_width;
+  // The cell's 4x4 patch starts at (2py, 2px); the winner (a,b) shifts the 3x3 window by (a,b).
+  const PoolCellSite site{cell, static_cast<std::int64_t>(kPoolWindow * py) * shape.width + kPoolWindow * px,
+                          shape.width, plane};
 
-    float w_fc[kO];
+  float w_fc[kO];
+  if constexpr (kFused) {
+#pragma unroll
+    for (int o = 0; o < kO; ++o) w_fc[o] = fc_weight[o * columns + j];
+  }
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+
+  using Prefetch = decltype(in.prefetch(0, site));
+  // Sample s, the k-th of the staged chunk.
+  auto accumulate = [&](int k, std::int64_t s, float pooled_value, int winner, float grad_pooled_value,
+                        const Prefetch& patch) {
+    float g;
     if constexpr (kFused) {
+      float gl[kLogitStride];
+      load_float4s(gl, logits_s + k * kLogitStride);
+      g = 0.0f;
 #pragma unroll
-      for (int o = 0; o < kO; ++o) w_fc[o] = fc_weight[o * columns + j];
+      for (int o = 0; o < kO; ++o) g = fmaf(gl[o], w_fc[o], g);
+      // The fc weight term: gl * 0 when the ReLU cut the cell.
+#pragma unroll
+      for (int o = 0; o < kO; ++o) acc[kConvRows + o] = fmaf(gl[o], pooled_value, acc[kConvRows + o]);
+    } else {
+      g = grad_pooled_value;
     }
-    float acc[kRows];
+    // pooled == 0: the ReLU cut it, and no gradient reaches the conv.
+    g = pooled_value > 0.0f ? g : 0.0f;
+    float x[C][kSeedKernel][kSeedKernel];
+    in.template window<C>(x, patch, s, site, winner);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int i = 0; i < kSeedKernel; ++i)
+#pragma unroll
+        for (int k2 = 0; k2 < kSeedKernel; ++k2)
+          acc[c * kTaps1 + i * kSeedKernel + k2] = fmaf(g, x[c][i][k2], acc[c * kTaps1 + i * kSeedKernel + k2]);
+    acc[kConvRows - 1] += g;
+  };
 
-    auto accumulate = [&](std::int64_t s, float pooled_value, int winner, float grad_pooled_value) {
-      float g;
-      if constexpr (kFused) {
-        const float* go = grad_logits + s * kO;
-        float gl[kO];
-#pragma unroll
-        for (int o = 0; o < kO; ++o) gl[o] = go[o];
-        g = 0.0f;
-#pragma unroll
-        for (int o = 0; o < kO; ++o) g = fmaf(gl[o], w_fc[o], g);
-#pragma unroll
-        for (int o = 0; o < kO; ++o) acc[kConvRows + o] = fmaf(gl[o], pooled_value, acc[kConvRows + o]);
-      } else {
-        g = grad_pooled_value;
+  for (std::int64_t chunk = s_begin; chunk < s_end; chunk += kSweepChunk) {
+    const int count = static_cast<int>(min(static_cast<std::int64_t>(kSweepChunk), s_end - chunk));
+    if constexpr (kFused) {
+      __syncthreads();  // the previous chunk's readers are done
+      for (int e = threadIdx.x; e < count * kO; e += blockDim.x) {
+        const int k = e / kO;
+        logits_s[k * kLogitStride + (e - k * kO)] = __ldg(grad_logits + chunk * kO + e);
       }
-      const auto pixels = in.sample(s);
-      const std::int64_t window = patch_origin + (winner >> 1) * shape.width + (winner & 1);
-#pragma unroll
-      for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int i = 0; i < kSeedKernel; ++i)
-#pragma unroll
-          for (int k = 0; k < kSeedKernel; ++k)
-            acc[c * kTaps1 + i * kSeedKernel + k] =
-                fmaf(g, pixels[window + c * plane + i * shape.width + k], acc[c * kTaps1 + i * kSeedKernel + k]);
-      acc[kConvRows - 1] += g;
-    };
-
-    std::int64_t s = s_begin;
-    for (; s + kUnroll <= s_end; s += kUnroll) {
+      __syncthreads();
+    }
+    if (!active) continue;
+    int k = 0;
+    for (; k + kUnroll <= count; k += kUnroll) {
       float pv[kUnroll];
       int win[kUnroll];
       float gp[kUnroll];
+      Prefetch patch[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t idx = (s + u) * columns + j;
+        const std::int64_t s = chunk + k + u;
+        const std::int64_t idx = s * columns + j;
         pv[u] = __ldg(pooled + idx);
         win[u] = __ldg(argmax + idx);
         gp[u] = kFused ? 0.0f : __ldg(grad_pooled + idx);
+        patch[u] = in.prefetch(s, site);
       }
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        // pooled == 0 means the ReLU cut it: no gradient reaches the conv, and the fc weight term
-        // g_logit * 0 vanishes too.
-        if (pv[u] > 0.0f) accumulate(s + u, pv[u], win[u], gp[u]);
+      for (int u = 0; u < kUnroll; ++u) accumulate(k + u, chunk + k + u, pv[u], win[u], gp[u], patch[u]);
     }
-    for (; s < s_end; ++s) {
+    for (; k < count; ++k) {
+      const std::int64_t s = chunk + k;
       const std::int64_t idx = s * columns + j;
-      const float pv = __ldg(pooled + idx);
-      if (pv > 0.0f) accumulate(s, pv, __ldg(argmax + idx), kFused ? 0.0f : __ldg(grad_pooled + idx));
+      accumulate(k, s, __ldg(pooled + idx), __ldg(argmax + idx), kFused ? 0.0f : __ldg(grad_pooled + idx),
+                 in.prefetch(s, site));
     }
-
-    float* out = partial + blockIdx.y * static_cast<std::int64_t>(kRows) * columns + j;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) out[r * columns] = acc[r];
   }
+
+  if (!active) return;
+  float* out = partial + blockIdx.y * static_cast<std::int64_t>(kRows) * columns + j;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) out[r * columns] = acc[r];
+}
+
+// Resident blocks of one sweep kernel per multiprocessor (for plan_sweep); fixed per binary and GPU.
+template <int C, bool kFused, class Input>
+int sweep_blocks_per_multiprocessor() {
+  static const int blocks = [] {
+    int count = 0;
+    CNN_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, conv_backward_sweep_kernel<C, kFused, Input>,
+                                                                 kBlockThreads, 0));
+    return count;
+  }();
+  return blocks;
 }
 
 // One block per filter f: sums the conv rows of the partial buffer over splits and pool cells,

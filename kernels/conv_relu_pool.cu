@@ -100,7 +100,8 @@ void backward_for_channels(float* grad_weight, float* grad_bias, const float* gr
                            cudaStream_t stream) {
   const TensorShape p = m.pooled();
   const std::int64_t columns = m.fc_inputs();
-  const SweepPlan plan = plan_sweep(n, columns, multiprocessor_count());
+  const SweepPlan plan =
+      plan_sweep(n, columns, multiprocessor_count(), sweep_blocks_per_multiprocessor<C, false, FloatBatch>());
   StreamScratch<float> partial(plan.splits * conv_grad_rows<C>() * columns, stream);
   SweepShape shape;
   shape.n = n;

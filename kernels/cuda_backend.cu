@@ -144,6 +144,7 @@ void CudaBackend::ensure_batch_capacity(std::int64_t n) {
   moved |= sample_correct_.reserve(n);
   moved |= fc_partial_.reserve(plan.fc_partial_floats);
   moved |= sweep_partial_.reserve(plan.sweep_partial_floats);
+  moved |= patches_.reserve(plan.patch_words);
   capacity_ = std::max(capacity_, n);
   // A captured graph holds raw pointers: any buffer that moved invalidates every graph.
   if (moved) drop_graphs();
@@ -171,6 +172,7 @@ SeedStepTensors CudaBackend::step_tensors() const {
   t.sample_loss = sample_loss_.get();
   t.sample_correct = sample_correct_.get();
   t.sweep_partial = sweep_partial_.get();
+  t.patches = patches_.get();
   t.loss_sum = loss_sums_.get() + kTrainSlot;
   t.correct = correct_counts_.get() + kTrainSlot;
   return t;

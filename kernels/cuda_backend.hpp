@@ -108,6 +108,7 @@ class CudaBackend final : public DeviceBackend {
   DeviceBuffer<float> input_, pooled_, logits_, grad_logits_, sample_loss_, fc_partial_, sweep_partial_;
   DeviceBuffer<std::uint8_t> batch_labels_, argmax_;
   DeviceBuffer<int> sample_correct_;
+  DeviceBuffer<uint4> patches_;  // the fused forward's saved input patches
 
   // Device-side sums, read only when asked: [0] train, [1] evaluation.
   static constexpr int kTrainSlot = 0;

@@ -1,7 +1,12 @@
 // Where kernels read a batch's input pixels from. The twins take a gathered float batch; the fused
 // training step reads the resident uint8 data set through the batch's indices, so the batch is never
-// copied out as floats (a quarter of the bytes, and no gather kernel). Both give the same floats:
+// copied out as floats (a quarter of the bytes, and no gather kernel). All give the same floats:
 // uint8 * kPixelScale, as gather_normalize.
+//
+// The conv layer's backward sweep (conv_backward.cuh) reads, per (sample, pool cell), the 3x3 window
+// of the pool winner inside the cell's 4x4 input patch, through `prefetch` (issued before the
+// winner is known) and `window`. FloatBatch and GatheredBatch read the window from the image (nine
+// scattered loads); PatchBatch reads the patch the fused forward saved (one 16-byte load per channel).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +14,29 @@
 #include "seed_shape.hpp"
 
 namespace cnn::cuda {
+
+// Where one pool cell's 4x4 input patch sits.
+struct PoolCellSite {
+  int cell;             // py * PW + px
+  std::int64_t origin;  // offset of the patch's top-left pixel (2py, 2px) in a channel plane
+  int width;            // W
+  std::int64_t plane;   // H * W
+};
+
+struct NoPrefetch {};
+
+// The 3x3 window at the pool winner (a, b) = (winner >> 1, winner & 1), read from the image.
+template <int C, class Sample>
+__device__ __forceinline__ void read_window(float (&x)[C][kSeedKernel][kSeedKernel], const Sample& pixels,
+                                            const PoolCellSite& site, int winner) {
+  const std::int64_t window = site.origin + (winner >> 1) * site.width + (winner & 1);
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int i = 0; i < kSeedKernel; ++i)
+#pragma unroll
+      for (int k = 0; k < kSeedKernel; ++k) x[c][i][k] = pixels[window + c * site.plane + i * site.width + k];
+}
 
 struct FloatSample {
   const float* pixels;  // [C, H, W]
@@ -19,6 +47,12 @@ struct FloatBatch {
   const float* pixels;  // [n, C, H, W]
   std::int64_t image;   // C*H*W
   __device__ __forceinline__ FloatSample sample(std::int64_t s) const { return {pixels + s * image}; }
+  __device__ __forceinline__ NoPrefetch prefetch(std::int64_t, const PoolCellSite&) const { return {}; }
+  template <int C>
+  __device__ __forceinline__ void window(float (&x)[C][kSeedKernel][kSeedKernel], NoPrefetch, std::int64_t s,
+                                         const PoolCellSite& site, int winner) const {
+    read_window<C>(x, sample(s), site, winner);
+  }
 };
 
 struct ByteSample {
@@ -34,6 +68,59 @@ struct GatheredBatch {
   std::int64_t image;           // C*H*W
   __device__ __forceinline__ ByteSample sample(std::int64_t s) const {
     return {images + static_cast<std::int64_t>(__ldg(indices + s)) * image};
+  }
+  __device__ __forceinline__ NoPrefetch prefetch(std::int64_t, const PoolCellSite&) const { return {}; }
+  template <int C>
+  __device__ __forceinline__ void window(float (&x)[C][kSeedKernel][kSeedKernel], NoPrefetch, std::int64_t s,
+                                         const PoolCellSite& site, int winner) const {
+    read_window<C>(x, sample(s), site, winner);
+  }
+};
+
+// A 4x4 uint8 patch as one 16-byte word: row u in component u, column v in byte v (little end first).
+__device__ __forceinline__ unsigned& patch_row(uint4& p, int u) {
+  return u == 0 ? p.x : (u == 1 ? p.y : (u == 2 ? p.z : p.w));
+}
+__device__ __forceinline__ unsigned patch_row(const uint4& p, int u) {
+  return u == 0 ? p.x : (u == 1 ? p.y : (u == 2 ? p.z : p.w));
+}
+// Byte v of a packed row, as the float the twins see.
+__device__ __forceinline__ float patch_pixel(unsigned row, int v) {
+  return static_cast<float>((row >> (8 * v)) & 0xffu) * kPixelScale;
+}
+
+// The fused training step's copy of every (sample, pool cell) input patch, written by its forward
+// pass: [n][C][P] words (consecutive cells adjacent, so a warp's loads are contiguous). At 16 bytes
+// per cell and channel it is small (2.7 MB for 1000 28x28 images) and stays in L2 while the sweep
+// reads each patch once per filter.
+template <int C>
+struct PatchBatch {
+  const uint4* patches;  // [n][C][P]
+  int cells;             // P
+  struct Prefetch {
+    uint4 rows[C];
+  };
+  __device__ __forceinline__ Prefetch prefetch(std::int64_t s, const PoolCellSite& site) const {
+    Prefetch p;
+#pragma unroll
+    for (int c = 0; c < C; ++c) p.rows[c] = __ldg(patches + (s * C + c) * cells + site.cell);
+    return p;
+  }
+  // The winner picks three of the four rows (down by a) and three of the four bytes (right by b).
+  template <int CC>
+  __device__ __forceinline__ void window(float (&x)[CC][kSeedKernel][kSeedKernel], const Prefetch& p, std::int64_t,
+                                         const PoolCellSite&, int winner) const {
+    static_assert(CC == C, "one channel count");
+    const bool down = (winner >> 1) != 0;
+    const unsigned shift = 8u * static_cast<unsigned>(winner & 1);
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int i = 0; i < kSeedKernel; ++i) {
+        const unsigned row = (down ? patch_row(p.rows[c], i + 1) : patch_row(p.rows[c], i)) >> shift;
+#pragma unroll
+        for (int k = 0; k < kSeedKernel; ++k) x[c][i][k] = patch_pixel(row, k);
+      }
   }
 };
 

@@ -46,11 +46,13 @@ constexpr std::size_t kForwardMaxSharedBytes = 48 * 1024;
 // W_fc[o, f*P + cell] * pooled into the sample's partial logits. The block then sums the partial
 // logits over its cells (warp_halving_sum, then warps in order) and writes one partial sum per
 // (filter group, sample, logit); fc_softmax adds the groups. So the fc layer costs no second pass
-// over the [n, F*P] activations.
+// over the [n, F*P] activations. The blocks of filter group 0 also save each cell's 4x4 uint8 patch
+// (PatchBatch, input_batch.cuh) for the backward sweep, when `patches` is not null.
 template <int C>
 __global__ void __launch_bounds__(kForwardMaxThreads)
     seed_forward_kernel(float* __restrict__ pooled /*[n,F,PH,PW]*/, std::uint8_t* __restrict__ argmax /*[n,F,PH,PW]*/,
-                        float* __restrict__ fc_partial /*[groups, n, O]*/, GatheredBatch in,
+                        float* __restrict__ fc_partial /*[groups, n, O]*/, uint4* __restrict__ patches /*[n,C,P] or null*/,
+                        GatheredBatch in,
                         const float* __restrict__ conv_weight /*[F,C,3,3]*/, const float* __restrict__ conv_bias /*[F]*/,
                         const float* __restrict__ fc_weight /*[O, F*P]*/, std::int64_t n, int filters,
                         int filters_per_group, int height, int width, int pooled_height, int pooled_width) {
@@ -85,13 +87,23 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
 #pragma unroll
     for (int si = 0; si < kS; ++si) {
       const bool valid = s0 + si < n;
-      const ByteSample pixels = in.sample(valid ? s0 + si : s0);
+      const std::uint8_t* pixels = in.sample(valid ? s0 + si : s0).pixels;
 #pragma unroll
-      for (int c = 0; c < C; ++c)
+      for (int c = 0; c < C; ++c) {
+        uint4 packed;
 #pragma unroll
-        for (int u = 0; u < kPatch; ++u)
+        for (int u = 0; u < kPatch; ++u) {
+          unsigned row = 0;
 #pragma unroll
-          for (int v = 0; v < kPatch; ++v) patch[si][c][u][v] = valid ? pixels[origin + c * plane + u * width + v] : 0.0f;
+          for (int v = 0; v < kPatch; ++v)
+            row |= (valid ? static_cast<unsigned>(__ldg(pixels + origin + c * plane + u * width + v)) : 0u) << (8 * v);
+          patch_row(packed, u) = row;
+#pragma unroll
+          for (int v = 0; v < kPatch; ++v) patch[si][c][u][v] = patch_pixel(row, v);
+        }
+        // One filter group saves the patch for the backward sweep.
+        if (patches != nullptr && group == 0 && valid) patches[((s0 + si) * C + c) * P + cell] = packed;
+      }
     }
     for (int f = 0; f < nf; ++f) {
       float w[kStride];
@@ -418,7 +430,8 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
     const std::size_t smem = static_cast<std::size_t>(plan.filters_per_group) * forward_filter_stride<C>() * sizeof(float);
     const dim3 grid(static_cast<unsigned>(ceil_div(n, forward_samples<C>())), static_cast<unsigned>(plan.filter_groups));
     seed_forward_kernel<C><<<grid, plan.forward_threads, smem, stream>>>(
-        t.pooled, t.argmax, t.fc_partial, GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight,
+        t.pooled, t.argmax, t.fc_partial, plan.patch_words > 0 ? t.patches : nullptr,
+        GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight,
         t.conv_bias, t.fc_weight, n, m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height,
         p.width);
     CNN_CHECK_LAUNCH();
@@ -461,7 +474,7 @@ void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const S
   } else if (plan.fused_forward)
     conv_backward_sweep_kernel<C, true><<<sweep_grid, kBlockThreads, 0, stream>>>(
         t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax,
-        GatheredBatch{t.images, t.indices, image}, sweep_shape(m, plan));
+        PatchBatch<C>{t.patches, p.height * p.width}, sweep_shape(m, plan));
   else
     conv_backward_sweep_kernel<C, true><<<sweep_grid, kBlockThreads, 0, stream>>>(
         t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax, FloatBatch{t.input, image},
@@ -551,6 +564,12 @@ bool plan_staged(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
   return true;
 }
 
+template <int C>
+int plain_sweep_blocks_per_multiprocessor(bool fused_forward) {
+  return fused_forward ? sweep_blocks_per_multiprocessor<C, true, PatchBatch<C>>()
+                       : sweep_blocks_per_multiprocessor<C, true, FloatBatch>();
+}
+
 bool staged_sweep_enabled() {
   static const bool enabled = [] {
     // Opt-in: measured slower than conv_backward_sweep on an H100 (kernels/bench/NOTES.md, round 2).
@@ -579,7 +598,14 @@ SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forwa
   }
   const bool staged = staged_sweep_enabled() && (m.input.channels == 1 ? plan_staged<1>(plan, m, multiprocessors)
                                                                       : plan_staged<3>(plan, m, multiprocessors));
-  if (!staged) plan.sweep = plan_sweep(n, m.fc_inputs(), multiprocessors);
+  if (!staged) {
+    // The plain sweep after the fused forward reads the windows from the patches that forward saves.
+    const int resident = m.input.channels == 1 ? plain_sweep_blocks_per_multiprocessor<1>(fused_forward)
+                                               : plain_sweep_blocks_per_multiprocessor<3>(fused_forward);
+    plan.sweep = plan_sweep(n, m.fc_inputs(), multiprocessors, resident);
+    if (fused_forward)
+      plan.patch_words = n * m.input.channels * static_cast<std::int64_t>(m.pooled().height) * m.pooled().width;
+  }
   plan.sweep_rows = m.input.channels * kTaps1 + 1 + kSeedClasses;
   plan.fc_partial_floats = plan.logit_parts * n * kSeedClasses;
   plan.sweep_partial_floats = plan.sweep.splits * plan.sweep_rows * m.fc_inputs();

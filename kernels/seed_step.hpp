@@ -4,7 +4,8 @@
 //     writing pooled and argmax, and the fc layer's partial logits over this block's filters
 //   -> fc_softmax: logits = bias + partial sums, softmax cross-entropy -> dL/dlogits
 //   -> conv_backward_sweep (fused): fc and conv weight gradients in one pass; grad_pooled is
-//     computed on the fly, never stored
+//     computed on the fly, never stored, and the pool winners' input windows come from the patches
+//     the forward saved (one 16-byte load per sample and column instead of nine scattered bytes)
 //   (or, opt-in CNN_CUDA_STAGED_SWEEP=1, slower on an H100: staged_sweep in place of both: per chunk
 //     of 8 samples, softmax cross-entropy -> dL/dlogits (a warp per sample), the chunk's images
 //     staged in shared memory, then both weight gradients in one pass.)
@@ -47,6 +48,7 @@ struct SeedStepTensors {
   float* sample_loss = nullptr;           // [n]
   int* sample_correct = nullptr;          // [n]
   float* sweep_partial = nullptr;         // [plan.sweep.splits, plan.sweep_rows, F*P]
+  uint4* patches = nullptr;               // [plan.patch_words]: [n, C, P] 4x4 uint8 input patches
   double* loss_sum = nullptr;             // [1], the batch's loss sum is added
   std::int64_t* correct = nullptr;        // [1], the batch's correct count is added
 };
@@ -73,6 +75,7 @@ struct SeedStepPlan {
   int sweep_rows = 0;
   std::int64_t fc_partial_floats = 0;
   std::int64_t sweep_partial_floats = 0;
+  std::int64_t patch_words = 0;  // 16-byte words of saved input patches (fused forward + plain sweep)
 };
 
 SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forward);

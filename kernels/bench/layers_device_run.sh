@@ -18,9 +18,7 @@ export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 nvidia-smi -L | tee "$out/gpus.txt"
 nvcc --version | tail -2
 jobs=$(nproc)
-configure() {  # source dir, build dir, log name
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$out/cmake-$3.log" 2>&1
-}
+source "$(dirname "$0")/device_run_lib.sh"
 start=$(date +%s)
 (configure . build-after after && ninja -C build-after -j "$jobs" gpu_layers gpu_backend >"$out/build-after.log" 2>&1
  echo "after: build exit $? at $(($(date +%s) - start)) s") &
@@ -32,15 +30,6 @@ fi
 wait
 grep -E "error" "$out/build-after.log" | head -20
 
-run() {  # limit name command...
-  local limit=$1 name=$2
-  shift 2
-  echo "--- $name"
-  timeout "$limit" "$@" >"$out/$name.log" 2>&1
-  local status=$?
-  echo "$name: exit $status"
-  return $status
-}
 run 150 layers build-after/tests/gpu_layers --log_level=test_suite
 grep -E "^  |^cifar|^seed|^conv|error|fail|passed|No errors" "$out/layers.log" | head -80
 run 100 cifar-timing build-after/tests/gpu_layers --run_test=measure_cifar_epoch_time
