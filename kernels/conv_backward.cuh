@@ -17,6 +17,11 @@
 //   g[s,f,cell] = sum_o dL/dlogit[s,o] * W_fc[o, f*P+cell]
 // so the [n, F*P] matrix of g is never written to memory. The fused sweep also sums the fc weight
 // gradient dL/dW_fc[o,j] = sum_s dL/dlogit[s,o] * pooled[s,j], which needs the same pooled value.
+//
+// What bounds it is the latency of each thread's walk (ncu: most stalls wait on loads), not
+// bandwidth: so the windows come from a 16-byte patch per (sample, cell) where the fused forward
+// saved one (input_batch.cuh), dL/dlogits from shared memory, several samples' loads are in flight at
+// once, and the plan keeps the grid to one wave of the most resident blocks (kernels/bench/NOTES.md).
 #pragma once
 
 #include <algorithm>

@@ -5,8 +5,8 @@
 //
 // The conv layer's backward sweep (conv_backward.cuh) reads, per (sample, pool cell), the 3x3 window
 // of the pool winner inside the cell's 4x4 input patch, through `prefetch` (issued before the
-// winner is known) and `window`. FloatBatch and GatheredBatch read the window from the image (nine
-// scattered loads); PatchBatch reads the patch the fused forward saved (one 16-byte load per channel).
+// winner is known) and `window`. FloatBatch reads the window from the image (nine scattered loads);
+// PatchBatch reads the patch the fused forward saved from GatheredBatch (one 16-byte load per channel).
 #pragma once
 
 #include <cstdint>
@@ -68,12 +68,6 @@ struct GatheredBatch {
   std::int64_t image;           // C*H*W
   __device__ __forceinline__ ByteSample sample(std::int64_t s) const {
     return {images + static_cast<std::int64_t>(__ldg(indices + s)) * image};
-  }
-  __device__ __forceinline__ NoPrefetch prefetch(std::int64_t, const PoolCellSite&) const { return {}; }
-  template <int C>
-  __device__ __forceinline__ void window(float (&x)[C][kSeedKernel][kSeedKernel], NoPrefetch, std::int64_t s,
-                                         const PoolCellSite& site, int winner) const {
-    read_window<C>(x, sample(s), site, winner);
   }
 };
 

@@ -1,8 +1,6 @@
 // The fused training step of the seed CNN; see seed_step.hpp for the sequence and conv_backward.cuh
 // for the gradient formulas and the column-sweep layout.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "conv_backward.cuh"
 #include "conv_pool_cell.cuh"
@@ -167,216 +165,6 @@ __global__ void fc_softmax_kernel(float* __restrict__ grad_logits /*[n,O]*/, flo
 }
 
 
-// ---- staged sweep (the default backward) -----------------------------------------------------------
-
-// The fused backward's column sweep with the inputs staged in shared memory. Thread = (pool cell,
-// pair of filters): for each sample it reads the cell's 4x4 input patch once (8 LDS.64 from the
-// staged image) and serves both filters from registers, the pool winner picking the 3x3 window with
-// selects (no scattered loads). Per chunk of kStagedChunk samples the block first computes those
-// samples' logits and softmax cross-entropy (a warp per sample, as fc_softmax_kernel did; the
-// blocks with blockIdx.x == 0 also write dL/dlogits, the loss and the hit to global memory for the
-// finalize kernel) and stages the chunk's images as floats. Per-column sums run in sample order, so
-// each split's partial sums are exactly the old sweep's; only the split count differs.
-// Filters per thread: 2 by default (CNN_CUDA_SWEEP_FILTERS=1 for A/B).
-constexpr int kStagedChunk = kBlockThreads / 32;  // samples per chunk: one warp each for the softmax
-constexpr int kStagedLogitStride = 12;            // dL/dlogits of one sample, padded to float4s
-static_assert(kStagedChunk * 2 * 2 <= 32, "winners of a chunk are packed into 32 bits");
-
-struct StagedSweepArgs {
-  float* partial;                   // [splits, rows, F*P]
-  float* grad_logits;               // [n, O], written by the blocks of column block 0
-  float* sample_loss;               // [n]
-  int* sample_correct;              // [n]
-  const float* fc_partial;          // [parts, n, O]
-  const float* fc_bias;             // [O]
-  const std::uint8_t* labels;       // through label_indices, or [n] when that is null
-  const std::int32_t* label_indices;
-  std::int64_t parts;
-  const float* fc_weight;           // [O, F*P]
-  const float* pooled;              // [n, F*P]
-  const std::uint8_t* argmax;       // [n, F*P]
-};
-
-// Four pixels as loaded (uint8 data set or gathered floats), and as the floats the twins see.
-__device__ __forceinline__ uchar4 load_raw4(const std::uint8_t* __restrict__ p, int word) {
-  return __ldg(reinterpret_cast<const uchar4*>(p) + word);
-}
-__device__ __forceinline__ float4 load_raw4(const float* __restrict__ p, int word) {
-  return __ldg(reinterpret_cast<const float4*>(p) + word);
-}
-__device__ __forceinline__ float4 pixels4(uchar4 v) {
-  return make_float4(static_cast<float>(v.x) * kPixelScale, static_cast<float>(v.y) * kPixelScale,
-                     static_cast<float>(v.z) * kPixelScale, static_cast<float>(v.w) * kPixelScale);
-}
-__device__ __forceinline__ float4 pixels4(float4 v) { return v; }
-
-// Needs width % 4 == 0 (so images and rows stay 16-byte aligned as floats); the plan falls back to
-// conv_backward_sweep_kernel otherwise.
-template <int kFG>
-__host__ __device__ constexpr int staged_blocks_per_multiprocessor() {
-  return 2;
-}
-
-template <int C, int kFG, class Input>
-__global__ void __launch_bounds__(kBlockThreads, staged_blocks_per_multiprocessor<kFG>())
-    staged_sweep_kernel(StagedSweepArgs a, Input in, SweepShape shape) {
-  constexpr int kO = kSeedClasses;
-  constexpr int kK = kStagedChunk;
-  constexpr int kConvRows = conv_grad_rows<C>();
-  constexpr int kRows = kConvRows + kO;
-  extern __shared__ float4 staged_smem[];
-  float* img_s = reinterpret_cast<float*>(staged_smem);  // [kK][C][H][W]
-  __shared__ __align__(16) float gl_s[kK][kStagedLogitStride];
-
-  const int P = shape.pooled_height * shape.pooled_width;
-  const int W = shape.width;
-  const int plane = shape.height * W;
-  const int image = C * plane;
-  const std::int64_t n = shape.n;
-  const std::int64_t columns = static_cast<std::int64_t>(shape.filters) * P;
-  const int groups = (shape.filters + kFG - 1) / kFG;
-  const int t = static_cast<int>(blockIdx.x) * kBlockThreads + static_cast<int>(threadIdx.x);
-  const bool active = t < groups * P;
-  const int group = active ? t / P : 0;
-  const int cell = active ? t - group * P : 0;
-  const int py = cell / shape.pooled_width;
-  const int px = cell - py * shape.pooled_width;
-  const int origin = kPoolWindow * py * W + kPoolWindow * px;  // even: float2-aligned
-
-  bool live[kFG];
-  std::int64_t col[kFG];
-  float w_fc[kFG][kO];
-  float acc[kFG][kRows];
-#pragma unroll
-  for (int q = 0; q < kFG; ++q) {
-    const int f = group * kFG + q;
-    live[q] = active && f < shape.filters;
-    col[q] = live[q] ? static_cast<std::int64_t>(f) * P + cell : 0;
-#pragma unroll
-    for (int o = 0; o < kO; ++o) w_fc[q][o] = live[q] ? __ldg(a.fc_weight + o * columns + col[q]) : 0.0f;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[q][r] = 0.0f;
-  }
-
-  const unsigned lane = threadIdx.x & 31u;
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  const std::int64_t s_begin = blockIdx.y * shape.samples_per_split;
-  const std::int64_t s_end = min(n, s_begin + shape.samples_per_split);
-  for (std::int64_t s0 = s_begin; s0 < s_end; s0 += kK) {
-    const int count = static_cast<int>(min(static_cast<std::int64_t>(kK), s_end - s0));
-    // This chunk's activations and winners, in flight while the block stages.
-    float pv[kK][kFG];
-    unsigned winners = 0;
-#pragma unroll
-    for (int k = 0; k < kK; ++k)
-#pragma unroll
-      for (int q = 0; q < kFG; ++q) {
-        const bool ok = live[q] && k < count;
-        const std::int64_t idx = (s0 + k) * columns + col[q];
-        pv[k][q] = ok ? __ldg(a.pooled + idx) : 0.0f;
-        winners |= (ok ? static_cast<unsigned>(__ldg(a.argmax + idx)) : 0u) << (2 * (k * kFG + q));
-      }
-    // The chunk's first kBlockThreads words of each image: every load in flight at once (a loop
-    // over the samples would wait for each index and each image in turn).
-    const int words = image / 4;
-    using Raw = decltype(load_raw4(in.sample(0).pixels, 0));
-    Raw raw[kK];
-#pragma unroll
-    for (int k = 0; k < kK; ++k)
-      if (k < count && static_cast<int>(threadIdx.x) < words) raw[k] = load_raw4(in.sample(s0 + k).pixels, threadIdx.x);
-    const std::int64_t s_mine = s0 + min(warp, count - 1);
-    const int label = lane == 0 ? a.labels[a.label_indices != nullptr ? a.label_indices[s_mine] : s_mine] : 0;
-    __syncthreads();  // the previous chunk's readers are done with gl_s and img_s
-#pragma unroll
-    for (int k = 0; k < kK; ++k)
-      if (k < count && static_cast<int>(threadIdx.x) < words)
-        reinterpret_cast<float4*>(img_s + k * image)[threadIdx.x] = pixels4(raw[k]);
-    if (warp < count) {
-      const std::int64_t s = s0 + warp;
-      float z[kO];
-      fc_logits_from_partials(z, a.fc_partial, a.fc_bias, n, a.parts, s, lane);
-      if (lane == 0) {
-        float loss;
-        int correct;
-        softmax_cross_entropy_sample(z, label, gl_s[warp], loss, correct);
-        if (blockIdx.x == 0) {
-          a.sample_loss[s] = loss;
-          a.sample_correct[s] = correct;
-#pragma unroll
-          for (int o = 0; o < kO; ++o) a.grad_logits[s * kO + o] = gl_s[warp][o];
-        }
-      }
-    }
-    // Larger images (3 channels): the rest, sample by sample.
-    for (int k = 0; k < count; ++k) {
-      const auto pixels = in.sample(s0 + k).pixels;
-      float4* dst = reinterpret_cast<float4*>(img_s + k * image);
-      for (int e = kBlockThreads + threadIdx.x; e < words; e += kBlockThreads) dst[e] = pixels4(load_raw4(pixels, e));
-    }
-    __syncthreads();
-    if (!active) continue;
-#pragma unroll
-    for (int k = 0; k < kK; ++k) {
-      if (k >= count) break;
-      float gl[kStagedLogitStride];
-      load_float4s(gl, gl_s[k]);
-      float patch[C][kPatch][kPatch];
-      const float* img = img_s + k * image + origin;
-#pragma unroll
-      for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int u = 0; u < kPatch; ++u) {
-          const float2 l = *reinterpret_cast<const float2*>(img + c * plane + u * W);
-          const float2 r = *reinterpret_cast<const float2*>(img + c * plane + u * W + 2);
-          patch[c][u][0] = l.x;
-          patch[c][u][1] = l.y;
-          patch[c][u][2] = r.x;
-          patch[c][u][3] = r.y;
-        }
-#pragma unroll
-      for (int q = 0; q < kFG; ++q) {
-        const float value = pv[k][q];
-        float g = 0.0f;
-#pragma unroll
-        for (int o = 0; o < kO; ++o) g = fmaf(gl[o], w_fc[q][o], g);
-        // value == 0 (the ReLU cut it): the fc term adds gl*0 and no gradient reaches the conv.
-#pragma unroll
-        for (int o = 0; o < kO; ++o) acc[q][kConvRows + o] = fmaf(gl[o], value, acc[q][kConvRows + o]);
-        g = value > 0.0f ? g : 0.0f;
-        const unsigned winner = (winners >> (2 * (k * kFG + q))) & 3u;
-        const bool down = (winner >> 1) != 0;
-        const bool right = (winner & 1u) != 0;
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-#pragma unroll
-          for (int i = 0; i < kSeedKernel; ++i) {
-            float row[kPatch];
-#pragma unroll
-            for (int v = 0; v < kPatch; ++v) row[v] = down ? patch[c][i + 1][v] : patch[c][i][v];
-#pragma unroll
-            for (int kk = 0; kk < kSeedKernel; ++kk) {
-              const float x = right ? row[kk + 1] : row[kk];
-              acc[q][c * kTaps1 + i * kSeedKernel + kk] = fmaf(g, x, acc[q][c * kTaps1 + i * kSeedKernel + kk]);
-            }
-          }
-        acc[q][kConvRows - 1] += g;
-      }
-    }
-  }
-
-  float* out = a.partial + blockIdx.y * static_cast<std::int64_t>(kRows) * columns;
-#pragma unroll
-  for (int q = 0; q < kFG; ++q)
-    if (live[q])
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) out[r * columns + col[q]] = acc[q][r];
-}
-
-template <int C>
-std::size_t staged_sweep_smem(const SeedModel& m) {
-  return static_cast<std::size_t>(kStagedChunk) * C * m.input.height * m.input.width * sizeof(float);
-}
-
 // ---- backward --------------------------------------------------------------------------------------
 
 // Blocks [0, weight_blocks): the fc weight gradient from the sweep's splits. The next F blocks: one
@@ -441,7 +229,6 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
         t.fc_partial, t.pooled, t.fc_weight, n, m.fc_inputs(), plan.fc.chunk, plan.fc.chunks);
     CNN_CHECK_LAUNCH();
   }
-  if (plan.staged_sweep) return;  // the staged sweep takes the softmax
   fc_softmax_kernel<<<grid_for(n * 32, 128), 128, 0, stream>>>(
       t.grad_logits, t.sample_loss, t.sample_correct, t.fc_partial, t.fc_bias,
       plan.fused_forward ? t.all_labels : t.labels, plan.fused_forward ? t.indices : nullptr, n, plan.logit_parts);
@@ -454,24 +241,7 @@ void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const S
   const TensorShape p = m.pooled();
   const std::int64_t image = m.input.size();
   const dim3 sweep_grid(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits));
-  if (plan.staged_sweep) {
-    StagedSweepArgs a{t.sweep_partial, t.grad_logits, t.sample_loss, t.sample_correct, t.fc_partial, t.fc_bias,
-                      plan.fused_forward ? t.all_labels : t.labels, plan.fused_forward ? t.indices : nullptr,
-                      plan.logit_parts, t.fc_weight, t.pooled, t.argmax};
-    const GatheredBatch gathered{t.images, t.indices, image};
-    const FloatBatch floats{t.input, image};
-    if (plan.staged_filters == 1) {
-      if (plan.fused_forward)
-        staged_sweep_kernel<C, 1><<<sweep_grid, kBlockThreads, plan.staged_smem, stream>>>(a, gathered, sweep_shape(m, plan));
-      else
-        staged_sweep_kernel<C, 1><<<sweep_grid, kBlockThreads, plan.staged_smem, stream>>>(a, floats, sweep_shape(m, plan));
-    } else {
-      if (plan.fused_forward)
-        staged_sweep_kernel<C, 2><<<sweep_grid, kBlockThreads, plan.staged_smem, stream>>>(a, gathered, sweep_shape(m, plan));
-      else
-        staged_sweep_kernel<C, 2><<<sweep_grid, kBlockThreads, plan.staged_smem, stream>>>(a, floats, sweep_shape(m, plan));
-    }
-  } else if (plan.fused_forward)
+  if (plan.fused_forward)
     conv_backward_sweep_kernel<C, true><<<sweep_grid, kBlockThreads, 0, stream>>>(
         t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax,
         PatchBatch<C>{t.patches, p.height * p.width}, sweep_shape(m, plan));
@@ -511,72 +281,10 @@ void plan_forward(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
   plan.logit_parts = plan.filter_groups;
 }
 
-constexpr std::size_t kStagedMaxSmem = 100 * 1024;  // two blocks still fit in 228 KB
-
-// Splits for the staged sweep: the fewest that minimise (waves of blocks) x (chunks per split),
-// a block's fixed costs counted as half a chunk. Depends only on the shape and the GPU model.
-SweepPlan plan_staged_sweep(std::int64_t n, std::int64_t threads, int multiprocessors, int blocks_per_multiprocessor) {
-  SweepPlan plan;
-  plan.column_blocks = static_cast<unsigned>(ceil_div(threads, kBlockThreads));
-  const std::int64_t capacity = static_cast<std::int64_t>(blocks_per_multiprocessor) * multiprocessors;
-  const std::int64_t most = std::clamp<std::int64_t>(n / kStagedChunk, 1, 4096);
-  std::int64_t best = 1;
-  double best_cost = 0.0;
-  for (std::int64_t splits = 1; splits <= most; ++splits) {
-    const std::int64_t per_split = ceil_div(std::max<std::int64_t>(n, 1), splits);
-    const std::int64_t waves = ceil_div(static_cast<std::int64_t>(plan.column_blocks) * splits, capacity);
-    const double cost = static_cast<double>(waves) * (static_cast<double>(ceil_div(per_split, kStagedChunk)) + 0.5);
-    if (splits == 1 || cost < best_cost) {
-      best = splits;
-      best_cost = cost;
-    }
-  }
-  plan.samples_per_split = ceil_div(std::max<std::int64_t>(n, 1), best);
-  plan.splits = ceil_div(std::max<std::int64_t>(n, 1), plan.samples_per_split);
-  return plan;
-}
-
-int staged_filters() {
-  static const int filters = [] {
-    const char* value = std::getenv("CNN_CUDA_SWEEP_FILTERS");
-    return value != nullptr && std::strcmp(value, "1") == 0 ? 1 : 2;
-  }();
-  return filters;
-}
-
 template <int C>
-bool plan_staged(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
-  const std::size_t smem = staged_sweep_smem<C>(m);
-  if (m.input.width % 4 != 0 || smem > kStagedMaxSmem) return false;
-  if (smem > 48 * 1024) {
-    const int bytes = static_cast<int>(smem);
-    CNN_CHECK_CUDA(cudaFuncSetAttribute(staged_sweep_kernel<C, 1, GatheredBatch>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CNN_CHECK_CUDA(cudaFuncSetAttribute(staged_sweep_kernel<C, 1, FloatBatch>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CNN_CHECK_CUDA(cudaFuncSetAttribute(staged_sweep_kernel<C, 2, GatheredBatch>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    CNN_CHECK_CUDA(cudaFuncSetAttribute(staged_sweep_kernel<C, 2, FloatBatch>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  }
-  const std::int64_t P = static_cast<std::int64_t>(m.pooled().height) * m.pooled().width;
-  plan.staged_sweep = true;
-  plan.staged_smem = smem;
-  plan.staged_filters = staged_filters();
-  const int resident = plan.staged_filters == 1 ? staged_blocks_per_multiprocessor<1>() : staged_blocks_per_multiprocessor<2>();
-  plan.sweep = plan_staged_sweep(plan.n, ceil_div(m.filters, plan.staged_filters) * P, multiprocessors, resident);
-  return true;
-}
-
-template <int C>
-int plain_sweep_blocks_per_multiprocessor(bool fused_forward) {
+int step_sweep_blocks_per_multiprocessor(bool fused_forward) {
   return fused_forward ? sweep_blocks_per_multiprocessor<C, true, PatchBatch<C>>()
                        : sweep_blocks_per_multiprocessor<C, true, FloatBatch>();
-}
-
-bool staged_sweep_enabled() {
-  static const bool enabled = [] {
-    // Opt-in: measured slower than conv_backward_sweep on an H100 (kernels/bench/NOTES.md, round 2).
-    const char* value = std::getenv("CNN_CUDA_STAGED_SWEEP");
-    return value != nullptr && std::strcmp(value, "1") == 0;
-  }();
-  return enabled;
 }
 
 }  // namespace
@@ -596,16 +304,12 @@ SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forwa
     plan.fc = plan_fc_forward(n, m.fc_inputs(), multiprocessors);
     plan.logit_parts = plan.fc.chunks;
   }
-  const bool staged = staged_sweep_enabled() && (m.input.channels == 1 ? plan_staged<1>(plan, m, multiprocessors)
-                                                                      : plan_staged<3>(plan, m, multiprocessors));
-  if (!staged) {
-    // The plain sweep after the fused forward reads the windows from the patches that forward saves.
-    const int resident = m.input.channels == 1 ? plain_sweep_blocks_per_multiprocessor<1>(fused_forward)
-                                               : plain_sweep_blocks_per_multiprocessor<3>(fused_forward);
-    plan.sweep = plan_sweep(n, m.fc_inputs(), multiprocessors, resident);
-    if (fused_forward)
-      plan.patch_words = n * m.input.channels * static_cast<std::int64_t>(m.pooled().height) * m.pooled().width;
-  }
+  // The sweep after the fused forward reads the windows from the patches that forward saves.
+  const int resident = m.input.channels == 1 ? step_sweep_blocks_per_multiprocessor<1>(fused_forward)
+                                             : step_sweep_blocks_per_multiprocessor<3>(fused_forward);
+  plan.sweep = plan_sweep(n, m.fc_inputs(), multiprocessors, resident);
+  if (fused_forward)
+    plan.patch_words = n * m.input.channels * static_cast<std::int64_t>(m.pooled().height) * m.pooled().width;
   plan.sweep_rows = m.input.channels * kTaps1 + 1 + kSeedClasses;
   plan.fc_partial_floats = plan.logit_parts * n * kSeedClasses;
   plan.sweep_partial_floats = plan.sweep.splits * plan.sweep_rows * m.fc_inputs();

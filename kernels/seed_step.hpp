@@ -6,9 +6,6 @@
 //   -> conv_backward_sweep (fused): fc and conv weight gradients in one pass; grad_pooled is
 //     computed on the fly, never stored, and the pool winners' input windows come from the patches
 //     the forward saved (one 16-byte load per sample and column instead of nine scattered bytes)
-//   (or, opt-in CNN_CUDA_STAGED_SWEEP=1, slower on an H100: staged_sweep in place of both: per chunk
-//     of 8 samples, softmax cross-entropy -> dL/dlogits (a warp per sample), the chunk's images
-//     staged in shared memory, then both weight gradients in one pass.)
 //   -> finalize: adds every partial sum in a fixed order, writes the gradients and the batch's stats.
 // Unfused forward (CNN_CUDA_FUSED_FORWARD=0, for A/B): gather_normalize + gather_labels +
 // conv_relu_pool_forward (the twins) + fc partial sums, then the same last three kernels.
@@ -65,17 +62,11 @@ struct SeedStepPlan {
   // Unfused forward: the fc layer's K-chunks.
   FcForwardPlan fc;
   std::int64_t logit_parts = 0;  // partial sums per logit: filter groups or K-chunks
-  // Staged sweep (opt-in, CNN_CUDA_STAGED_SWEEP=1, and only for image widths that are multiples of 4;
-  // otherwise fc_softmax + conv_backward_sweep_kernel): the backward also takes the softmax
-  // cross-entropy, and each sweep thread owns a pool cell of CNN_CUDA_SWEEP_FILTERS (2) filters.
-  bool staged_sweep = false;
-  std::size_t staged_smem = 0;
-  int staged_filters = 2;  // filters per sweep thread
   SweepPlan sweep;
   int sweep_rows = 0;
   std::int64_t fc_partial_floats = 0;
   std::int64_t sweep_partial_floats = 0;
-  std::int64_t patch_words = 0;  // 16-byte words of saved input patches (fused forward + plain sweep)
+  std::int64_t patch_words = 0;  // 16-byte words of saved input patches (fused forward only)
 };
 
 SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forward);
@@ -84,8 +75,8 @@ SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forwa
 // three, once per batch size, into one CUDA graph, and marks the phase boundaries between them.
 // data: the unfused forward's gathers (nothing for the fused forward, which reads the data set directly).
 void seed_data_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
-// forward: pooled, argmax and the logits' partial sums (and, when the sweep is not staged, dL/dlogits
-// and the per-sample losses; the staged sweep computes those in the backward stage).
+// forward: pooled, argmax, the saved input patches (fused), the logits' partial sums, dL/dlogits and
+// the per-sample losses.
 void seed_forward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
 // backward: every gradient (overwritten) and the batch's loss and correct count (added). With
 // `fc_ready`, the last kernel runs in two launches and fc_ready() is called between them, when the fc
