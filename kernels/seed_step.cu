@@ -17,12 +17,19 @@ namespace {
 
 // ---- fused forward ---------------------------------------------------------------------------------
 
-// Samples per block of the fused forward: each fc weight a thread loads serves this many samples
+// Samples per thread of the fused forward: each fc weight a thread loads serves this many samples
 // (with 1 the whole fc weight matrix would stream through L2 once per sample). Fewer for 3 input
 // channels, whose patches take 3x the registers.
 template <int C>
 __host__ __device__ constexpr int forward_samples() {
   return C == 1 ? 4 : 1;
+}
+// Rows of threads per block (threadIdx.y), each with its own forward_samples: the rows load the same
+// fc weights at about the same time, so all but the first find them in L1, and the fc weights'
+// traffic from L2 is divided by the rows.
+template <int C>
+__host__ __device__ constexpr int forward_sample_rows() {
+  return C == 1 ? 2 : 1;
 }
 // Per thread: forward_samples x 10 partial logits, padded for warp_halving_sum (multiple of 16).
 template <int C>
@@ -33,12 +40,13 @@ template <int C>
 __host__ __device__ constexpr int forward_filter_stride() {
   return (C * kTaps1 + 1 + 3) / 4 * 4;  // weights + bias of one filter, in whole float4s
 }
-constexpr int kForwardMaxThreads = 256;
+constexpr int kForwardMaxCellThreads = 192;  // threadIdx.x: pool cells (13x13 = 169 for 28x28 input)
+constexpr int kForwardMaxThreads = 2 * kForwardMaxCellThreads;
 constexpr int kForwardMaxWarps = kForwardMaxThreads / 32;
-constexpr int kForwardBlocksPerMultiprocessor = 4;
+constexpr int kForwardBlockThreadsPerMultiprocessor = 4 * kForwardMaxCellThreads;
 constexpr std::size_t kForwardMaxSharedBytes = 48 * 1024;
 
-// Block = (group of samples, group of filters); thread = pool cell. For each filter the thread
+// Block = (group of samples, group of filters); thread = (pool cell, row of samples). For each filter the thread
 // computes the 2x2 conv outputs of its cell for each sample (4x4 input patches in registers, read
 // from the uint8 data set), keeps the max and its position (pooled, argmax), and adds
 // W_fc[o, f*P + cell] * pooled into the sample's partial logits. The block then sums the partial
@@ -66,13 +74,13 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
   const std::int64_t group = blockIdx.y;
   const int f0 = static_cast<int>(group) * filters_per_group;
   const int nf = min(filters_per_group, filters - f0);
-  stage_filters(w_s, conv_weight, conv_bias, f0, nf, kTaps, kStride);
+  if (threadIdx.y == 0) stage_filters(w_s, conv_weight, conv_bias, f0, nf, kTaps, kStride);
   __syncthreads();
 
   const int P = pooled_height * pooled_width;
   const std::int64_t columns = static_cast<std::int64_t>(filters) * P;
   const std::int64_t plane = static_cast<std::int64_t>(height) * width;
-  const std::int64_t s0 = static_cast<std::int64_t>(blockIdx.x) * kS;
+  const std::int64_t s0 = (static_cast<std::int64_t>(blockIdx.x) * blockDim.y + threadIdx.y) * kS;
   float acc[kAcc];
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
@@ -85,7 +93,8 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
 #pragma unroll
     for (int si = 0; si < kS; ++si) {
       const bool valid = s0 + si < n;
-      const std::uint8_t* pixels = in.sample(valid ? s0 + si : s0).pixels;
+      // (Sample 0 stands in for those past the batch's end: its pixels are read but never used.)
+      const std::uint8_t* pixels = in.sample(valid ? s0 + si : 0).pixels;
 #pragma unroll
       for (int c = 0; c < C; ++c) {
         uint4 packed;
@@ -125,8 +134,10 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
     }
   }
 
+  // blockDim.x is a multiple of 32, so a warp holds one row's cells.
   const unsigned lane = threadIdx.x & 31u;
-  const unsigned warp = threadIdx.x / 32;
+  const unsigned row_warps = blockDim.x / 32;
+  const unsigned warp = threadIdx.y * row_warps + threadIdx.x / 32;
   warp_halving_sum<kAcc>(acc, lane);
   if ((lane & 1u) == 0) {
     const int base = halving_base<kAcc>(lane);
@@ -138,7 +149,7 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
     const int si = threadIdx.x / kO;
     const int o = threadIdx.x - si * kO;
     float sum = 0.0f;
-    for (unsigned w = 0; w < blockDim.x / 32; ++w) sum += warp_sums[w][threadIdx.x];
+    for (unsigned w = 0; w < row_warps; ++w) sum += warp_sums[threadIdx.y * row_warps + w][threadIdx.x];
     if (s0 + si < n) fc_partial[(group * n + s0 + si) * kO + o] = sum;
   }
 }
@@ -216,8 +227,10 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
   const TensorShape p = m.pooled();
   if (plan.fused_forward) {
     const std::size_t smem = static_cast<std::size_t>(plan.filters_per_group) * forward_filter_stride<C>() * sizeof(float);
-    const dim3 grid(static_cast<unsigned>(ceil_div(n, forward_samples<C>())), static_cast<unsigned>(plan.filter_groups));
-    seed_forward_kernel<C><<<grid, plan.forward_threads, smem, stream>>>(
+    const dim3 grid(static_cast<unsigned>(ceil_div(n, forward_samples<C>() * forward_sample_rows<C>())),
+                    static_cast<unsigned>(plan.filter_groups));
+    const dim3 block(static_cast<unsigned>(plan.forward_threads), static_cast<unsigned>(forward_sample_rows<C>()));
+    seed_forward_kernel<C><<<grid, block, smem, stream>>>(
         t.pooled, t.argmax, t.fc_partial, plan.patch_words > 0 ? t.patches : nullptr,
         GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight,
         t.conv_bias, t.fc_weight, n, m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height,
@@ -269,15 +282,18 @@ void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const S
 
 template <int C>
 void plan_forward(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
-  const std::int64_t sample_blocks = ceil_div(std::max<std::int64_t>(plan.n, 1), forward_samples<C>());
-  const std::int64_t target = static_cast<std::int64_t>(kForwardBlocksPerMultiprocessor) * multiprocessors;
+  const std::int64_t sample_blocks =
+      ceil_div(std::max<std::int64_t>(plan.n, 1), forward_samples<C>() * forward_sample_rows<C>());
+  // About 4 blocks of 192 threads' worth per multiprocessor, counted in threads.
+  const std::int64_t target = static_cast<std::int64_t>(kForwardBlockThreadsPerMultiprocessor) * multiprocessors /
+                              (kForwardMaxCellThreads * forward_sample_rows<C>());
   const std::int64_t most_per_group =
       static_cast<std::int64_t>(kForwardMaxSharedBytes / (forward_filter_stride<C>() * sizeof(float)));
   std::int64_t groups = std::clamp<std::int64_t>(ceil_div(target, sample_blocks), 1, m.filters);
   plan.filters_per_group = static_cast<int>(std::min(ceil_div(m.filters, groups), most_per_group));
   plan.filter_groups = ceil_div(m.filters, plan.filters_per_group);
   const int P = m.pooled().height * m.pooled().width;
-  plan.forward_threads = static_cast<int>(std::min<std::int64_t>(ceil_div(P, 32) * 32, kForwardMaxThreads));
+  plan.forward_threads = static_cast<int>(std::min<std::int64_t>(ceil_div(P, 32) * 32, kForwardMaxCellThreads));
   plan.logit_parts = plan.filter_groups;
 }
 
