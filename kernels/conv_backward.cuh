@@ -102,7 +102,7 @@ __host__ __device__ constexpr int sweep_min_blocks() {
 
 // kFused = false: g comes from grad_pooled (the twin). kFused = true: g is computed from
 // grad_logits and fc_weight, and the fc weight gradient rows follow the conv rows.
-// Input: FloatBatch, GatheredBatch or PatchBatch<C> (input_batch.cuh): where the windows come from.
+// Input: FloatBatch or PatchBatch<C> (input_batch.cuh): where the windows come from.
 // One thread per column (gridDim.x x blockDim.x covers F*P), one split of the samples per blockIdx.y.
 // The loop has no branches on the data: a cell the ReLU cut (pooled == 0) gets g = 0, which adds
 // exactly zero (the pixels are finite and the sums start at +0), so the compiler can overlap the

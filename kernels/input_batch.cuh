@@ -25,19 +25,6 @@ struct PoolCellSite {
 
 struct NoPrefetch {};
 
-// The 3x3 window at the pool winner (a, b) = (winner >> 1, winner & 1), read from the image.
-template <int C, class Sample>
-__device__ __forceinline__ void read_window(float (&x)[C][kSeedKernel][kSeedKernel], const Sample& pixels,
-                                            const PoolCellSite& site, int winner) {
-  const std::int64_t window = site.origin + (winner >> 1) * site.width + (winner & 1);
-#pragma unroll
-  for (int c = 0; c < C; ++c)
-#pragma unroll
-    for (int i = 0; i < kSeedKernel; ++i)
-#pragma unroll
-      for (int k = 0; k < kSeedKernel; ++k) x[c][i][k] = pixels[window + c * site.plane + i * site.width + k];
-}
-
 struct FloatSample {
   const float* pixels;  // [C, H, W]
   __device__ __forceinline__ float operator[](std::int64_t offset) const { return __ldg(pixels + offset); }
@@ -48,10 +35,18 @@ struct FloatBatch {
   std::int64_t image;   // C*H*W
   __device__ __forceinline__ FloatSample sample(std::int64_t s) const { return {pixels + s * image}; }
   __device__ __forceinline__ NoPrefetch prefetch(std::int64_t, const PoolCellSite&) const { return {}; }
+  // The 3x3 window at the pool winner (a, b) = (winner >> 1, winner & 1), read from the image.
   template <int C>
   __device__ __forceinline__ void window(float (&x)[C][kSeedKernel][kSeedKernel], NoPrefetch, std::int64_t s,
                                          const PoolCellSite& site, int winner) const {
-    read_window<C>(x, sample(s), site, winner);
+    const FloatSample pixels = sample(s);
+    const std::int64_t window = site.origin + (winner >> 1) * site.width + (winner & 1);
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int i = 0; i < kSeedKernel; ++i)
+#pragma unroll
+        for (int k = 0; k < kSeedKernel; ++k) x[c][i][k] = pixels[window + c * site.plane + i * site.width + k];
   }
 };
 
