@@ -28,7 +28,6 @@
 #include <cstdint>
 
 #include "conv_pool_cell.cuh"
-#include "cuda_check.hpp"
 #include "input_batch.cuh"
 #include "launch.hpp"
 #include "reduce.cuh"
@@ -225,12 +224,8 @@ __global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C>())
 // Resident blocks of one sweep kernel per multiprocessor (for plan_sweep); fixed per binary and GPU.
 template <int C, bool kFused, class Input>
 int sweep_blocks_per_multiprocessor() {
-  static const int blocks = [] {
-    int count = 0;
-    CNN_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, conv_backward_sweep_kernel<C, kFused, Input>,
-                                                                 kBlockThreads, 0));
-    return count;
-  }();
+  static const int blocks =
+      resident_blocks_per_multiprocessor(conv_backward_sweep_kernel<C, kFused, Input>, kBlockThreads);
   return blocks;
 }
 

@@ -122,11 +122,7 @@ void fc_backward(float* grad_in, float* grad_weight, float* grad_bias, const flo
     workspace.release();
     return;
   }
-  static const int resident = [] {
-    int count = 0;
-    CNN_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, fc_backward_sweep_kernel<true>, kBlockThreads, 0));
-    return count;
-  }();
+  static const int resident = resident_blocks_per_multiprocessor(fc_backward_sweep_kernel<true>, kBlockThreads);
   const SweepPlan plan = plan_sweep(n, in_features, multiprocessor_count(), resident);
   StreamScratch<float> partial(plan.splits * kSeedClasses * in_features, stream);
   const dim3 grid(plan.column_blocks, static_cast<unsigned>(plan.splits));

@@ -1,9 +1,14 @@
-// Launch-shape helpers shared by the launchers. Kernels use grid-stride loops, so any grid is
-// correct; these only pick one that fills the GPU without launching millions of idle blocks.
+// Launch-shape helpers shared by the launchers. Most kernels use grid-stride loops, so any grid is
+// correct; these only pick one that fills the GPU without launching millions of idle blocks. (The
+// conv layer's column sweep, conv_backward.cuh, needs a grid that covers its columns.)
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+
+#ifdef __CUDACC__
+#include "cuda_check.hpp"
+#endif
 
 namespace cnn::cuda {
 
@@ -21,6 +26,15 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1
 
 #ifdef __CUDACC__
 __device__ __forceinline__ std::int64_t ceil_div_device(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Blocks of `kernel` that fit on one multiprocessor at `threads` per block and no dynamic shared
+// memory: fixed per binary and GPU model, so plans built on it repeat.
+template <class Kernel>
+int resident_blocks_per_multiprocessor(Kernel kernel, int threads) {
+  int count = 0;
+  CNN_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, threads, 0));
+  return count;
+}
 #endif
 
 // Throws a UsageError naming `what` when `value` elements would not index with 32-bit integers.

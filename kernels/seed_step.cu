@@ -53,11 +53,11 @@ constexpr std::size_t kForwardMaxSharedBytes = 48 * 1024;
 // logits over its cells (warp_halving_sum, then warps in order) and writes one partial sum per
 // (filter group, sample, logit); fc_softmax adds the groups. So the fc layer costs no second pass
 // over the [n, F*P] activations. The blocks of filter group 0 also save each cell's 4x4 uint8 patch
-// (PatchBatch, input_batch.cuh) for the backward sweep, when `patches` is not null.
+// (PatchBatch, input_batch.cuh) for the backward sweep.
 template <int C>
 __global__ void __launch_bounds__(kForwardMaxThreads)
     seed_forward_kernel(float* __restrict__ pooled /*[n,F,PH,PW]*/, std::uint8_t* __restrict__ argmax /*[n,F,PH,PW]*/,
-                        float* __restrict__ fc_partial /*[groups, n, O]*/, uint4* __restrict__ patches /*[n,C,P] or null*/,
+                        float* __restrict__ fc_partial /*[groups, n, O]*/, uint4* __restrict__ patches /*[n,C,P]*/,
                         GatheredBatch in,
                         const float* __restrict__ conv_weight /*[F,C,3,3]*/, const float* __restrict__ conv_bias /*[F]*/,
                         const float* __restrict__ fc_weight /*[O, F*P]*/, std::int64_t n, int filters,
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
           for (int v = 0; v < kPatch; ++v) patch[si][c][u][v] = patch_pixel(row, v);
         }
         // One filter group saves the patch for the backward sweep.
-        if (patches != nullptr && group == 0 && valid) patches[((s0 + si) * C + c) * P + cell] = packed;
+        if (group == 0 && valid) patches[((s0 + si) * C + c) * P + cell] = packed;
       }
     }
     for (int f = 0; f < nf; ++f) {
@@ -231,7 +231,7 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
                     static_cast<unsigned>(plan.filter_groups));
     const dim3 block(static_cast<unsigned>(plan.forward_threads), static_cast<unsigned>(forward_sample_rows<C>()));
     seed_forward_kernel<C><<<grid, block, smem, stream>>>(
-        t.pooled, t.argmax, t.fc_partial, plan.patch_words > 0 ? t.patches : nullptr,
+        t.pooled, t.argmax, t.fc_partial, t.patches,
         GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight,
         t.conv_bias, t.fc_weight, n, m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height,
         p.width);
