@@ -22,6 +22,7 @@
 
 namespace {
 
+using cnn::test::error_of;
 using cnn::test::TempDir;
 
 using Bytes = std::vector<std::uint8_t>;
@@ -99,20 +100,6 @@ void write_gzip(const std::string& path, const Bytes& bytes) {
 Bytes read_raw(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return Bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// Runs `call`, requires it to throw exactly `Expected`, and returns the message.
-template <typename Expected, typename Call>
-std::string error_of(Call call) {
-  try {
-    call();
-  } catch (const Expected& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    BOOST_FAIL("threw the wrong exception type: " << e.what());
-  }
-  BOOST_FAIL("did not throw");
-  return "";
 }
 
 // The message must name the file first, then say what is wrong.
