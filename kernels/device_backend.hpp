@@ -18,6 +18,8 @@ class DeviceBackend : public Backend {
  public:
   virtual cudaStream_t stream() const = 0;
   virtual int device() const = 0;
+  // Floats in the flat buffers (params(), grads()): what a communicator must be able to reduce.
+  virtual std::int64_t param_count() const = 0;
 
   // The divergence check on grads() (Backend's contract); the deferred one's word gates the update
   // through update_skip_flag().
@@ -27,8 +29,6 @@ class DeviceBackend : public Backend {
   void set_grad_for_test(std::int64_t index, float value) override;
 
  protected:
-  // Floats in the flat buffers (params(), grads()).
-  virtual std::int64_t param_count() const = 0;
   // Called by the constructor once the device is selected and stream() exists.
   void make_nonfinite_check();
   // For apply_optimizer: set when the last enqueued check found a non-finite gradient.

@@ -1,5 +1,5 @@
-// make_device_communicator: NCCL or MPI through host staging, by name; which one a run starts with;
-// and what the two share.
+// make_device_communicator: NCCL, peer memory or MPI through host staging, by name; which one a run
+// starts with; and what they share.
 #include "cnn/cuda_backend.hpp"
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
@@ -18,15 +18,24 @@ std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Ba
   if (cuda_backend == nullptr)
     throw Error(ExitCode::kFailure, "internal error: a device communicator needs the cuda backend, not " + backend.name());
   if (path == "mpi") return cuda::make_host_staged_communicator(world, *cuda_backend);
+  if (path == "peer")
+    return cuda::make_peer_communicator(world, cuda_backend->device(), cuda_backend->stream(), cuda_backend->param_count());
 #ifdef CNN_HAVE_NCCL
-  if (path == "nccl") return cuda::make_nccl_communicator(world, *cuda_backend);
+  if (path == "nccl") return cuda::make_nccl_communicator(world, cuda_backend->device(), cuda_backend->stream());
 #endif
   throw UsageError("--allreduce " + path + ": not available in this build (available: " +
-                   (device_nccl_available() ? "nccl, mpi" : "mpi") + ")");
+                   (device_nccl_available() ? "nccl, peer, mpi" : "peer, mpi") + ")");
 }
 
 std::string device_allreduce_path(const std::string& requested) {
-  return requested != "mpi" && device_nccl_available() ? "nccl" : "mpi";
+  if (requested == "mpi" || requested == "peer") return requested;
+  return device_nccl_available() ? "nccl" : "mpi";
+}
+
+std::string device_peer_unavailable(const MpiWorld& world, Backend& backend) {
+  auto* cuda_backend = dynamic_cast<cuda::DeviceBackend*>(&backend);
+  if (cuda_backend == nullptr) return "not the cuda backend";
+  return cuda::peer_allreduce_unavailable(world, cuda_backend->device());
 }
 
 bool device_nccl_available() {

@@ -16,7 +16,7 @@ constexpr std::int64_t kMaxMpiCount = INT_MAX;
 
 class HostStagedCommunicator final : public StreamCommunicator {
  public:
-  HostStagedCommunicator(const MpiWorld& world, DeviceBackend& backend) : StreamCommunicator(world, backend) {}
+  HostStagedCommunicator(const MpiWorld& world, DeviceBackend& backend) : StreamCommunicator(world, backend.stream()) {}
 
   std::string name() const override { return "MPI_Allreduce via pinned host memory (device memory)"; }
 

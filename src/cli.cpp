@@ -61,8 +61,8 @@ void validate(const TrainConfig& c) {
   }
   require(c.overlap == "on" || c.overlap == "off" || c.overlap == "auto",
           "--overlap: unknown value '" + c.overlap + "' (available: on, off, auto)");
-  require(c.allreduce == "nccl" || c.allreduce == "mpi" || c.allreduce == "auto",
-          "--allreduce: unknown path '" + c.allreduce + "' (available: nccl, mpi, auto)");
+  require(c.allreduce == "nccl" || c.allreduce == "peer" || c.allreduce == "mpi" || c.allreduce == "auto",
+          "--allreduce: unknown path '" + c.allreduce + "' (available: nccl, peer, mpi, auto)");
   require(c.threads >= 0, "--threads must be at least 1, or 0 for automatic (got " + str(c.threads) + ")");
   require(c.train_samples >= 0, "--train-samples must be 0 (all) or positive (got " + str(c.train_samples) + ")");
   require(c.test_samples >= 0, "--test-samples must be 0 (all) or positive (got " + str(c.test_samples) + ")");
@@ -178,7 +178,7 @@ CliResult parse_command_line(int argc, char** argv) {
                  "on | off | auto: run the gradient allreduce under the backward (auto: measured at start-up)")
       ->group("Execution");
   app.add_option("--allreduce", c.allreduce,
-                 "nccl | mpi | auto: the gradient allreduce of GPU ranks (auto: the faster, timed at start-up)")
+                 "nccl | peer | mpi | auto: the gradient allreduce of GPU ranks (auto: the fastest, timed at start-up)")
       ->group("Execution");
 
   app.add_option("--out", c.out_dir, "run directory for logs (default: runs/<UTC time>)")->group("Output");

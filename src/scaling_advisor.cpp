@@ -80,8 +80,8 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
                                           std::int64_t param_count, const std::string& run_dir) {
   GradientExchange exchange;
   const bool device = backend.memory_space() == MemorySpace::kDevice;
-  if (!device && config.allreduce == "nccl")
-    throw UsageError("--allreduce nccl needs GPU ranks (--device gpu); CPU ranks reduce with MPI");
+  if (!device && (config.allreduce == "nccl" || config.allreduce == "peer"))
+    throw UsageError("--allreduce " + config.allreduce + " needs GPU ranks (--device gpu); CPU ranks reduce with MPI");
   if (world.size() == 1) {
     exchange.comm = std::move(comm);
     return exchange;
@@ -101,9 +101,14 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
 #ifdef CNN_HAVE_CUDA
     const std::string given = device_allreduce_path(config.allreduce);  // the path of `comm`
     std::vector<std::string> names;
-    if (config.allreduce != "auto") names = {config.allreduce};
-    else if (device_nccl_available()) names = {"nccl", "mpi"};
-    else names = {"mpi"};
+    if (config.allreduce != "auto") {
+      names = {config.allreduce};
+    } else {
+      if (device_nccl_available()) names.push_back("nccl");
+      // Collective, like the communicators made below: every rank reaches it.
+      if (device_peer_unavailable(world, backend).empty()) names.push_back("peer");
+      names.push_back("mpi");
+    }
     for (const std::string& name : names)
       paths.push_back({name, name == given && comm ? std::move(comm) : make_device_communicator(world, backend, name), 0.0});
     comm.reset();

@@ -93,9 +93,10 @@ else
   fail "GPU resume differs from the uninterrupted run: $out"
 fi
 
-# 3. Two GPU ranks (NCCL) against one GPU, same global batch of 100, 20 steps.
+# 3. Two GPU ranks (NCCL, named: --allreduce auto may pick peer memory, which gpu_peer_allreduce_test
+#    holds against NCCL) against one GPU, same global batch of 100, 20 steps.
 if [[ $gpus -ge 2 ]]; then
-  if mpirun -np 2 --oversubscribe -x NCCL_NVLS_ENABLE "$binary" "${small[@]}" --out "$work/two" >"$work/two.log" 2>&1; then
+  if mpirun -np 2 --oversubscribe -x NCCL_NVLS_ENABLE "$binary" "${small[@]}" --allreduce nccl --out "$work/two" >"$work/two.log" 2>&1; then
     grep -q "NCCL" "$work/two.log" && pass "2-rank run used NCCL: $(grep -m1 'allreduce' "$work/two.log" | xargs)" ||
       fail "2-rank run did not report NCCL"
     if out=$("$python" "$compare" rel=1e-5 "$(latest "$work/two")" "$(latest "$work/det1")" 2>&1); then

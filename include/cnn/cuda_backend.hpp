@@ -21,13 +21,17 @@ int cuda_device_count();
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network);
 
 // Allreduce of device buffers for a backend made by make_cuda_backend, by path: "nccl" (NCCL on the
-// backend's stream; UsageError in a build without NCCL) or "mpi" (MPI_Allreduce through pinned host
-// memory).
+// backend's stream; UsageError in a build without NCCL), "peer" (one kernel through the other GPUs'
+// memory, summing in rank order; UsageError where device_peer_unavailable says why) or "mpi"
+// (MPI_Allreduce through pinned host memory). Collective.
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path);
-// The path device ranks start with for --allreduce `requested` (auto, nccl or mpi): "mpi" when asked
-// for (NCCL refuses two ranks on one GPU, MPI through host memory serves them), otherwise NCCL when
-// the build has it; the scaling advisor may then switch.
+// The path device ranks start with for --allreduce `requested` (auto, nccl, peer or mpi): the one
+// asked for (MPI through host memory also serves two ranks on one GPU, which NCCL refuses),
+// otherwise NCCL when the build has it; the scaling advisor may then switch.
 std::string device_allreduce_path(const std::string& requested);
+// Why the "peer" path cannot serve this world (ranks on several nodes, two ranks on one GPU, GPUs
+// without peer access, too many ranks), or "" when it can. Collective: same answer on every rank.
+std::string device_peer_unavailable(const MpiWorld& world, Backend& backend);
 // Whether this build has NCCL.
 bool device_nccl_available();
 

@@ -1,0 +1,186 @@
+// PeerCommunicator: the gradient allreduce through peer memory (peer_allreduce.cuh). Each rank
+// allocates its peer area, exports it with cudaIpcGetMemHandle, and maps every other rank's; the
+// allreduce is then one kernel on the stream, with no host involvement, so CUDA graphs capture it
+// like any kernel. Which variant serves which size (one-shot below, two-shot from) is measured at
+// set-up on the buffer's own sizes.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cnn/errors.hpp"
+#include "cnn/mpi_check.hpp"
+#include "cuda_check.hpp"
+#include "device_buffer.hpp"
+#include "device_communicators.hpp"
+#include "peer_allreduce.cuh"
+
+namespace cnn::cuda {
+
+std::string peer_allreduce_unavailable(const MpiWorld& world, int device) {
+  const int n = world.size();
+  if (n > kPeerMaxRanks) return "more than " + std::to_string(kPeerMaxRanks) + " ranks";
+  // Each rank's view of the others: on this node, on a GPU of its own that this one can reach.
+  struct Place {
+    char host[64];
+    int device;
+  } mine{};
+  world.host().copy(mine.host, sizeof(mine.host) - 1);
+  mine.device = device;
+  std::vector<Place> all(static_cast<std::size_t>(n));
+  CNN_CHECK_MPI(MPI_Allgather(&mine, sizeof(Place), MPI_BYTE, all.data(), sizeof(Place), MPI_BYTE, world.comm()));
+  int problem = 0;  // 1: another node, 2: a shared GPU, 3: no peer access
+  for (int q = 0; q < n; ++q) {
+    if (q == world.rank()) continue;
+    const Place& other = all[static_cast<std::size_t>(q)];
+    if (std::string(other.host) != std::string(mine.host)) problem = std::max(problem, 1);
+    else if (other.device == device) problem = std::max(problem, 2);
+    else {
+      int can = 0;
+      CNN_CHECK_CUDA(cudaDeviceCanAccessPeer(&can, device, other.device));
+      if (!can) problem = std::max(problem, 3);
+    }
+  }
+  switch (world.allreduce_max(problem)) {
+    case 1: return "the ranks span more than one node";
+    case 2: return "two ranks share a GPU";
+    case 3: return "a pair of GPUs has no peer access";
+    default: return "";
+  }
+}
+
+namespace {
+
+class PeerCommunicator final : public SideStreamCommunicator {
+ public:
+  PeerCommunicator(const MpiWorld& world, int device, cudaStream_t stream, std::int64_t capacity, int shots)
+      : SideStreamCommunicator(world, stream), capacity_(capacity) {
+    CNN_CHECK_CUDA(cudaSetDevice(device));
+    // CNN_PEER_BLOCKS: the grid, for measurements (kernels/bench); the same on every rank.
+    if (const char* blocks = std::getenv("CNN_PEER_BLOCKS"))
+      blocks_ = std::clamp(static_cast<int>(std::strtol(blocks, nullptr, 10)), 1, kPeerMaxBlocks);
+    view_.rank = world.rank();
+    view_.ranks = world.size();
+    view_.slot_floats = (std::max<std::int64_t>(capacity, 1) + 3) / 4 * 4;
+    const std::size_t bytes = kPeerStagingOffset + 2 * static_cast<std::size_t>(view_.slot_floats) * sizeof(float);
+    // cudaMalloc, not a pool: only such memory can be exported. Flags and epochs start at 0.
+    CNN_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&own_), bytes));
+    CNN_CHECK_CUDA(cudaMemset(own_, 0, bytes));
+    CNN_CHECK_CUDA(cudaDeviceSynchronize());  // the zeros are in place before any peer can signal
+    cudaIpcMemHandle_t handle{};
+    CNN_CHECK_CUDA(cudaIpcGetMemHandle(&handle, own_));
+    std::vector<cudaIpcMemHandle_t> handles(static_cast<std::size_t>(world.size()));
+    CNN_CHECK_MPI(MPI_Allgather(&handle, sizeof(handle), MPI_BYTE, handles.data(), sizeof(handle), MPI_BYTE, world.comm()));
+    for (int q = 0; q < world.size(); ++q) {
+      if (q == world.rank()) {
+        view_.area[q] = own_;
+        continue;
+      }
+      void* mapped = nullptr;
+      CNN_CHECK_CUDA(cudaIpcOpenMemHandle(&mapped, handles[static_cast<std::size_t>(q)], cudaIpcMemLazyEnablePeerAccess));
+      view_.area[q] = static_cast<char*>(mapped);
+      mapped_.push_back(mapped);
+    }
+    world.barrier();  // every rank has mapped every area before the first allreduce signals into it
+    if (shots == 1) two_shot_from_ = capacity_ + 1;
+    else if (shots == 2) two_shot_from_ = 0;
+    else choose_variant();
+  }
+  PeerCommunicator(const PeerCommunicator&) = delete;
+  PeerCommunicator& operator=(const PeerCommunicator&) = delete;
+  // Not stream_: it is the backend's, which may be gone (the backend goes first: its graphs hold this
+  // communicator's kernels). cudaFree waits for the device.
+  ~PeerCommunicator() override {
+    drain();
+    for (void* p : mapped_) (void)cudaIpcCloseMemHandle(p);  // cannot throw from here
+    if (own_ != nullptr) (void)cudaFree(own_);
+  }
+
+  std::string name() const override {
+    const std::string variant =
+        two_shot_from_ > capacity_ ? "one-shot"
+        : two_shot_from_ == 0      ? "two-shot"
+                                   : "two-shot from " + std::to_string(two_shot_from_ * static_cast<std::int64_t>(sizeof(float)) / 1000) + " kB";
+    return "peer memory over NVLink/PCIe, " + std::to_string(blocks_) + " blocks, " + variant + " (device memory)";
+  }
+
+  // Once per run (the initial parameters): through host memory, exact.
+  void broadcast(float* data, std::int64_t count, int root) override {
+    if (world_.size() == 1 || count == 0) return;
+    PinnedBuffer<float> host(count);
+    const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
+    if (world_.rank() == root) CNN_CHECK_CUDA(cudaMemcpyAsync(host.get(), data, bytes, cudaMemcpyDeviceToHost, stream_));
+    CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    world_.broadcast(host.get(), static_cast<std::int64_t>(bytes), root);
+    CNN_CHECK_CUDA(cudaMemcpyAsync(data, host.get(), bytes, cudaMemcpyHostToDevice, stream_));
+    CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // `host` goes away on return
+  }
+
+ private:
+  void queue_allreduce(float* data, std::int64_t count, cudaStream_t stream) override {
+    if (count > capacity_)
+      throw Error(ExitCode::kFailure, "internal error: peer allreduce of " + std::to_string(count) +
+                                          " floats, more than the " + std::to_string(capacity_) + " it was set up for");
+    const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0;
+    const bool two_shot = count >= two_shot_from_;
+    if (aligned && two_shot) peer_allreduce_kernel<4, true><<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
+    if (aligned && !two_shot) peer_allreduce_kernel<4, false><<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
+    if (!aligned && two_shot) peer_allreduce_kernel<1, true><<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
+    if (!aligned && !two_shot) peer_allreduce_kernel<1, false><<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
+    CNN_CHECK_CUDA(cudaGetLastError());
+  }
+
+  // Times both variants, back to back on the stream, at 1/64, 1/8 and all of the capacity (the
+  // buckets the overlap planner may ask for lie between); two-shot serves sizes from the smallest
+  // where it was faster on the slowest rank. Rank 0's choice holds everywhere.
+  void choose_variant() {
+    constexpr int kWarmup = 3, kRepeats = 20;
+    DeviceBuffer<float> scratch(capacity_);
+    CNN_CHECK_CUDA(cudaMemsetAsync(scratch.get(), 0, static_cast<std::size_t>(capacity_) * sizeof(float), stream_));
+    cudaEvent_t start = nullptr, stop = nullptr;
+    CNN_CHECK_CUDA(cudaEventCreate(&start));
+    CNN_CHECK_CUDA(cudaEventCreate(&stop));
+    two_shot_from_ = capacity_ + 1;
+    for (std::int64_t count : {std::max<std::int64_t>(capacity_ / 64, 1), std::max<std::int64_t>(capacity_ / 8, 1), capacity_}) {
+      double seconds[2] = {0.0, 0.0};
+      for (int variant = 0; variant < 2; ++variant) {
+        const std::int64_t saved = two_shot_from_;
+        two_shot_from_ = variant == 0 ? capacity_ + 1 : 0;
+        for (int r = 0; r < kWarmup; ++r) queue_allreduce(scratch.get(), count, stream_);
+        CNN_CHECK_CUDA(cudaEventRecord(start, stream_));
+        for (int r = 0; r < kRepeats; ++r) queue_allreduce(scratch.get(), count, stream_);
+        CNN_CHECK_CUDA(cudaEventRecord(stop, stream_));
+        CNN_CHECK_CUDA(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        CNN_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+        seconds[variant] = world_.allreduce_max(static_cast<double>(ms) * 1e-3 / kRepeats);
+        two_shot_from_ = saved;
+      }
+      if (seconds[1] < seconds[0] && two_shot_from_ > capacity_) two_shot_from_ = count;
+      if (seconds[1] >= seconds[0]) two_shot_from_ = capacity_ + 1;  // two-shot must win from there on up
+    }
+    (void)cudaEventDestroy(start);
+    (void)cudaEventDestroy(stop);
+    world_.broadcast(&two_shot_from_, sizeof(two_shot_from_));
+  }
+
+  std::int64_t capacity_;
+  int blocks_ = kPeerDefaultBlocks;
+  std::int64_t two_shot_from_ = 0;  // floats
+  char* own_ = nullptr;
+  std::vector<void*> mapped_;
+  PeerView view_{};
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_peer_communicator(const MpiWorld& world, int device, cudaStream_t stream,
+                                                     std::int64_t capacity, int shots) {
+  const std::string why = peer_allreduce_unavailable(world, device);
+  if (!why.empty()) throw UsageError("--allreduce peer: not available here: " + why);
+  return std::make_unique<PeerCommunicator>(world, device, stream, capacity, shots);
+}
+
+}  // namespace cnn::cuda
