@@ -22,25 +22,20 @@ namespace cnn::cuda {
 std::string peer_allreduce_unavailable(const MpiWorld& world, int device) {
   const int n = world.size();
   if (n > kPeerMaxRanks) return "more than " + std::to_string(kPeerMaxRanks) + " ranks";
-  // Each rank's view of the others: on this node, on a GPU of its own that this one can reach.
-  struct Place {
-    char host[64];
-    int device;
-  } mine{};
-  world.host().copy(mine.host, sizeof(mine.host) - 1);
-  mine.device = device;
-  std::vector<Place> all(static_cast<std::size_t>(n));
-  CNN_CHECK_MPI(MPI_Allgather(&mine, sizeof(Place), MPI_BYTE, all.data(), sizeof(Place), MPI_BYTE, world.comm()));
-  int problem = 0;  // 1: another node, 2: a shared GPU, 3: no peer access
-  for (int q = 0; q < n; ++q) {
+  // One node: MPI's shared-memory split (local_size) holds every rank. Then each rank on a GPU of
+  // its own that this one can reach.
+  int problem = world.local_size() != n ? 1 : 0;  // 1: several nodes, 2: a shared GPU, 3: no peer access
+  std::vector<int> devices(static_cast<std::size_t>(n));
+  CNN_CHECK_MPI(MPI_Allgather(&device, 1, MPI_INT, devices.data(), 1, MPI_INT, world.comm()));
+  for (int q = 0; q < n && problem == 0; ++q) {
+    const int other = devices[static_cast<std::size_t>(q)];
     if (q == world.rank()) continue;
-    const Place& other = all[static_cast<std::size_t>(q)];
-    if (std::string(other.host) != std::string(mine.host)) problem = std::max(problem, 1);
-    else if (other.device == device) problem = std::max(problem, 2);
-    else {
+    if (other == device) {
+      problem = 2;
+    } else {
       int can = 0;
-      CNN_CHECK_CUDA(cudaDeviceCanAccessPeer(&can, device, other.device));
-      if (!can) problem = std::max(problem, 3);
+      CNN_CHECK_CUDA(cudaDeviceCanAccessPeer(&can, device, other));
+      if (!can) problem = 3;
     }
   }
   switch (world.allreduce_max(problem)) {
