@@ -118,18 +118,22 @@ class PeerCommunicator final : public SideStreamCommunicator {
     if (count > capacity_)
       throw Error(ExitCode::kFailure, "internal error: peer allreduce of " + std::to_string(count) +
                                           " floats, more than the " + std::to_string(capacity_) + " it was set up for");
+    launch(data, count, stream, count >= two_shot_from_);
+  }
+
+  void launch(float* data, std::int64_t count, cudaStream_t stream, bool two_shot) {
+    using Kernel = void (*)(PeerView, float*, std::int64_t);
     const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0;
-    const bool two_shot = count >= two_shot_from_;
-    if (aligned && two_shot) peer_allreduce_kernel<4, true><<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
-    if (aligned && !two_shot) peer_allreduce_kernel<4, false><<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
-    if (!aligned && two_shot) peer_allreduce_kernel<1, true><<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
-    if (!aligned && !two_shot) peer_allreduce_kernel<1, false><<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
+    const Kernel kernel = aligned ? (two_shot ? peer_allreduce_kernel<4, true> : peer_allreduce_kernel<4, false>)
+                                  : (two_shot ? peer_allreduce_kernel<1, true> : peer_allreduce_kernel<1, false>);
+    kernel<<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
     CNN_CHECK_CUDA(cudaGetLastError());
   }
 
   // Times both variants, back to back on the stream, at 1/64, 1/8 and all of the capacity (the
   // buckets the overlap planner may ask for lie between); two-shot serves sizes from the smallest
-  // where it was faster on the slowest rank. Rank 0's choice holds everywhere.
+  // where it was faster on the slowest rank, and stayed faster up to the capacity. Rank 0's choice
+  // holds everywhere.
   void choose_variant() {
     constexpr int kWarmup = 3, kRepeats = 20;
     DeviceBuffer<float> scratch(capacity_);
@@ -137,24 +141,21 @@ class PeerCommunicator final : public SideStreamCommunicator {
     cudaEvent_t start = nullptr, stop = nullptr;
     CNN_CHECK_CUDA(cudaEventCreate(&start));
     CNN_CHECK_CUDA(cudaEventCreate(&stop));
-    two_shot_from_ = capacity_ + 1;
+    const auto seconds_per_allreduce = [&](std::int64_t count, bool two_shot) {
+      for (int r = 0; r < kWarmup; ++r) launch(scratch.get(), count, stream_, two_shot);
+      CNN_CHECK_CUDA(cudaEventRecord(start, stream_));
+      for (int r = 0; r < kRepeats; ++r) launch(scratch.get(), count, stream_, two_shot);
+      CNN_CHECK_CUDA(cudaEventRecord(stop, stream_));
+      CNN_CHECK_CUDA(cudaEventSynchronize(stop));
+      float ms = 0.0f;
+      CNN_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      return world_.allreduce_max(static_cast<double>(ms) * 1e-3 / kRepeats);
+    };
+    two_shot_from_ = capacity_ + 1;  // none
     for (std::int64_t count : {std::max<std::int64_t>(capacity_ / 64, 1), std::max<std::int64_t>(capacity_ / 8, 1), capacity_}) {
-      double seconds[2] = {0.0, 0.0};
-      for (int variant = 0; variant < 2; ++variant) {
-        const std::int64_t saved = two_shot_from_;
-        two_shot_from_ = variant == 0 ? capacity_ + 1 : 0;
-        for (int r = 0; r < kWarmup; ++r) queue_allreduce(scratch.get(), count, stream_);
-        CNN_CHECK_CUDA(cudaEventRecord(start, stream_));
-        for (int r = 0; r < kRepeats; ++r) queue_allreduce(scratch.get(), count, stream_);
-        CNN_CHECK_CUDA(cudaEventRecord(stop, stream_));
-        CNN_CHECK_CUDA(cudaEventSynchronize(stop));
-        float ms = 0.0f;
-        CNN_CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
-        seconds[variant] = world_.allreduce_max(static_cast<double>(ms) * 1e-3 / kRepeats);
-        two_shot_from_ = saved;
-      }
-      if (seconds[1] < seconds[0] && two_shot_from_ > capacity_) two_shot_from_ = count;
-      if (seconds[1] >= seconds[0]) two_shot_from_ = capacity_ + 1;  // two-shot must win from there on up
+      const double one_shot = seconds_per_allreduce(count, false);
+      if (seconds_per_allreduce(count, true) >= one_shot) two_shot_from_ = capacity_ + 1;
+      else if (two_shot_from_ > capacity_) two_shot_from_ = count;
     }
     (void)cudaEventDestroy(start);
     (void)cudaEventDestroy(stop);

@@ -6,50 +6,20 @@
 # captured as a CUDA graph (communication inside) and eagerly (CNN_CUDA_GRAPHS=0). The logs hold the
 # overlap: allreduce.csv says overlap=1 with the buckets used, and scaling.log names the choice.
 # Usage: gpu_overlap_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
-set -uo pipefail
-build=$1
-source_dir=$2
-binary=${CNN_BINARY:-$build/cnn_mpi}
-fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
-python=${PYTHON:-python3}
-compare="$source_dir/tests/ckpt_compare.py"
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
-source "$source_dir/tools/mpi-env.sh"
+source "$2/tests/gpu_two_ranks_lib.sh" "$1" "$2"
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [[ $gpus -lt 2 ]]; then
-  echo "SKIP: the overlap test needs 2 GPUs (nvidia-smi lists $gpus)"
-  exit 77
-fi
+require_two_gpus "the overlap test"
 if grep -q 'CNN_ENABLE_CUDA:STRING=OFF' "$build/CMakeCache.txt" 2>/dev/null; then
   echo "SKIP: this build has no CUDA backend"
   exit 77
 fi
-if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
-  echo "SKIP: Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"
+if why=$(trainer_runs_unavailable) && [[ -n $why ]]; then
+  echo "SKIP: $why"
   exit 77
 fi
-"$python" -c "import h5py" 2>/dev/null || { echo "SKIP: $python has no h5py (set PYTHON)"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
-latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
 
 small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1
        --allreduce nccl --quiet)
-run() {  # run NAME [env assignments...] -- [extra options...]
-  local name=$1; shift
-  local envs=()
-  while [[ $# -gt 0 && $1 != -- ]]; do envs+=(-x "$1"); export "${1%%=*}=${1#*=}"; shift; done
-  shift
-  if mpirun -np 2 -x NCCL_NVLS_ENABLE "${envs[@]}" "$binary" "${small[@]}" "$@" --out "$work/$name" >"$work/$name.log" 2>&1; then
-    return 0
-  fi
-  fail "$name: exit $?: $(tail -3 "$work/$name.log" | xargs)"
-  return 1
-}
 
 run off CNN_OVERLAP_CUTS=0 -- --overlap off || { echo "gpu_overlap_test: the reference run failed"; exit 1; }
 for graphs in 1 0; do

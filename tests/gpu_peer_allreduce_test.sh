@@ -6,28 +6,13 @@
 #    buckets and 1) equals --overlap off BITWISE, scaling.log names the path, and the parameters
 #    agree with an NCCL run to 1e-5 relative (NCCL sums in another order), as gpu_train_test holds 2 ranks to 1.
 # Usage: gpu_peer_allreduce_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
-set -uo pipefail
-build=$1
-source_dir=$2
-binary=${CNN_BINARY:-$build/cnn_mpi}
-fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
-python=${PYTHON:-python3}
-compare="$source_dir/tests/ckpt_compare.py"
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
-source "$source_dir/tools/mpi-env.sh"
+source "$2/tests/gpu_two_ranks_lib.sh" "$1" "$2"
 
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [[ $gpus -lt 2 ]]; then
-  echo "SKIP: the peer allreduce test needs 2 GPUs (nvidia-smi lists $gpus)"
-  exit 77
-fi
+require_two_gpus "the peer allreduce test"
 if [[ ! -x $build/tests/gpu_mpi_peer_allreduce ]]; then
   echo "SKIP: this build has no CUDA backend ($build/tests/gpu_mpi_peer_allreduce is absent)"
   exit 77
 fi
-failures=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
 
 for ranks in 2 4; do
   ((gpus >= ranks)) || continue
@@ -41,26 +26,10 @@ for ranks in 2 4; do
     fail "gpu_mpi_peer_allreduce, $ranks ranks: exit $status: $(grep -m3 'error' "$build/peer_np$ranks.log" | xargs)"
 done
 
-if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
-  echo "SKIP (trainer part): Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"
-elif ! "$python" -c "import h5py" 2>/dev/null; then
-  echo "SKIP (trainer part): $python has no h5py (set PYTHON)"
+if why=$(trainer_runs_unavailable) && [[ -n $why ]]; then
+  echo "SKIP (trainer part): $why"
 else
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
   small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1 --quiet)
-  run() {  # run NAME [env assignments...] -- [extra options...]
-    local name=$1; shift
-    local envs=()
-    while [[ $# -gt 0 && $1 != -- ]]; do envs+=(-x "$1"); export "${1%%=*}=${1#*=}"; shift; done
-    shift
-    if mpirun -np 2 -x NCCL_NVLS_ENABLE "${envs[@]}" "$binary" "${small[@]}" "$@" --out "$work/$name" >"$work/$name.log" 2>&1; then
-      return 0
-    fi
-    fail "$name: exit $?: $(tail -3 "$work/$name.log" | xargs)"
-    return 1
-  }
   run off CNN_OVERLAP_CUTS=0 -- --allreduce peer --overlap off || { echo "gpu_peer_allreduce_test: the reference run failed"; exit 1; }
   grep -q "path=peer (peer)" "$work/off/scaling.log" && pass "scaling.log: path=peer (peer)" || fail "scaling.log: $(cat "$work/off/scaling.log")"
   for graphs in 1 0; do

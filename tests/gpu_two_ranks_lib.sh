@@ -1,0 +1,53 @@
+# Shared by the GPU script tests that run the trainer on 2 ranks, one per GPU (gpu_overlap_test.sh,
+# gpu_peer_allreduce_test.sh). Source it with the script's arguments: BUILD_DIR SOURCE_DIR.
+# Env: CNN_BINARY, CNN_FASHION_DIR, PYTHON.
+set -uo pipefail
+build=$1
+source_dir=$2
+binary=${CNN_BINARY:-$build/cnn_mpi}
+fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+python=${PYTHON:-python3}
+compare="$source_dir/tests/ckpt_compare.py"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
+source "$source_dir/tools/mpi-env.sh"
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+failures=0
+pass() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
+latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
+
+# require_two_gpus WHAT: exit 77 (skipped) with fewer than 2 GPUs.
+require_two_gpus() {
+  if [[ $gpus -lt 2 ]]; then
+    echo "SKIP: $1 needs 2 GPUs (nvidia-smi lists $gpus)"
+    exit 77
+  fi
+}
+
+# Why the trainer runs cannot run here (no Fashion-MNIST, no h5py for ckpt_compare), or nothing.
+trainer_runs_unavailable() {
+  if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
+    echo "Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"
+  elif ! "$python" -c "import h5py" 2>/dev/null; then
+    echo "$python has no h5py (set PYTHON)"
+  fi
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# run NAME [VAR=value...] -- [options...]: 2 ranks of the trainer with the caller's ${small[@]} and
+# the options, into $work/NAME (log: $work/NAME.log); the variables are set here and passed to the
+# ranks. A non-zero exit is a failure, with the log's last lines.
+run() {
+  local name=$1; shift
+  local envs=()
+  while [[ $# -gt 0 && $1 != -- ]]; do envs+=(-x "$1"); export "${1%%=*}=${1#*=}"; shift; done
+  shift
+  if mpirun -np 2 -x NCCL_NVLS_ENABLE "${envs[@]}" "$binary" "${small[@]}" "$@" --out "$work/$name" >"$work/$name.log" 2>&1; then
+    return 0
+  fi
+  fail "$name: exit $?: $(tail -3 "$work/$name.log" | xargs)"
+  return 1
+}
