@@ -64,6 +64,8 @@ CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network&
   if (ops_.empty() || ops_.back().kind != LayerKind::kFc || ops_.back().relu_after)
     throw UsageError("the cuda backend needs a network that ends with fc:" + std::to_string(network_.classes) +
                      " (got " + network_.describe() + ")");
+  if (enabled_by_environment("CNN_CUDA_FUSE_CONV_POOL")) fuse_first_conv_pool();
+  const bool fused = std::any_of(ops_.begin(), ops_.end(), [](const Op& op) { return op.pool_fused; });
 
   CNN_CHECK_CUDA(cudaSetDevice(device_));
   multiprocessors_ = multiprocessor_count();
@@ -71,6 +73,7 @@ CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network&
   CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
   CNN_CHECK_CUDA(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   CNN_CHECK_CUDA(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  CNN_CHECK_CUDA(cudaEventCreateWithFlags(&labels_ready_, cudaEventDisableTiming));
   timer_ = std::make_unique<StepTimer>(stream_);
   make_nonfinite_check();
   cudaMemPool_t pool = nullptr;
@@ -83,7 +86,8 @@ CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network&
   char bus_id[32] = "?";
   CNN_CHECK_CUDA(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_));
   description_ = std::string(props.name) + " (GPU " + std::to_string(device_) + ", PCI " + bus_id +
-                 ", layer by layer, CUDA graphs " + (use_graphs_ ? "on" : "off") + ")";
+                 ", layer by layer" + (fused ? ", first conv+relu+pool fused" : "") + ", CUDA graphs " +
+                 (use_graphs_ ? "on" : "off") + ")";
 
   const std::int64_t total = network_.layout.total();
   params_.resize(total);
@@ -106,6 +110,32 @@ CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network&
   CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
 }
 
+// Only the first conv can qualify: the fused op computes no input gradient, and only layers before
+// the first one with parameters need none.
+void CudaLayerBackend::fuse_first_conv_pool() {
+  for (std::size_t k = 0; k + 1 < ops_.size(); ++k) {
+    if (ops_[k].kind != LayerKind::kConv) continue;
+    Op& conv = ops_[k];
+    Op& pool = ops_[k + 1];
+    if (conv.needs_input_grad || !conv.relu_after || pool.kind != LayerKind::kMaxPool) return;
+    const ConvShape& c = conv.layer->conv;
+    const PoolShape& p = pool.layer->pool;
+    if (c.kernel != kSeedKernel || c.stride != 1 || c.pad != 0 || p.size != kPoolWindow || p.stride != kPoolWindow)
+      return;
+    SeedModel m;
+    m.input = {c.channels, c.height, c.width};
+    m.kernel = c.kernel;
+    m.filters = c.filters;
+    m.classes = kSeedClasses;
+    if (!seed_shape_supported(m)) return;
+    conv.pool_fused = true;
+    conv.reads_data = k == 0;
+    conv.fused_model = m;
+    pool.fused_into_conv = true;
+    return;
+  }
+}
+
 CudaLayerBackend::~CudaLayerBackend() {
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
   drop_graphs();
@@ -113,6 +143,7 @@ CudaLayerBackend::~CudaLayerBackend() {
   if (side_stream_ != nullptr) (void)cudaStreamSynchronize(side_stream_);
   if (fork_ != nullptr) (void)cudaEventDestroy(fork_);
   if (join_ != nullptr) (void)cudaEventDestroy(join_);
+  if (labels_ready_ != nullptr) (void)cudaEventDestroy(labels_ready_);
   if (side_stream_ != nullptr) (void)cudaStreamDestroy(side_stream_);
   if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
 }
@@ -155,7 +186,10 @@ const CudaLayerBackend::Plans& CudaLayerBackend::plans_for(std::int64_t n) {
   plans.ops.resize(ops_.size());
   for (std::size_t k = 0; k < ops_.size(); ++k) {
     const Layer& layer = *ops_[k].layer;
-    if (ops_[k].kind == LayerKind::kConv)
+    if (ops_[k].pool_fused) {
+      plans.conv_relu_pool = plan_conv_relu_pool(ops_[k].fused_model, n, ops_[k].reads_data);
+      plans.workspace_floats = std::max(plans.workspace_floats, plans.conv_relu_pool.workspace_floats);
+    } else if (ops_[k].kind == LayerKind::kConv)
       plans.ops[k] = plan_conv(layer.conv, n, multiprocessors_);
     else if (ops_[k].kind == LayerKind::kFc)
       plans.ops[k] = plan_fc(layer.in.size(), layer.fc_out, n, multiprocessors_);
@@ -171,11 +205,22 @@ void CudaLayerBackend::ensure_batch_capacity(std::int64_t n) {
   if (n > capacity_) {
     moved |= batch_indices_.reserve(n);
     moved |= batch_labels_.reserve(n);
-    moved |= activations_[0].reserve(n * network_.input.size());
+    moved |= sample_loss_.reserve(n);
+    moved |= sample_correct_.reserve(n);
+    if (ops_[0].reads_data) {  // no gathered float batch; the saved input patches instead
+      const SeedModel& m = ops_[0].fused_model;
+      moved |= pool_patches_.reserve(n * m.input.channels * m.pooled().height * m.pooled().width);
+    } else {
+      moved |= activations_[0].reserve(n * network_.input.size());
+    }
     for (std::size_t k = 0; k < ops_.size(); ++k) {
+      if (ops_[k].pool_fused) continue;  // the conv output and its gradient never exist
       moved |= activations_[k + 1].reserve(n * ops_[k].out_size);
       moved |= gradients_[k + 1].reserve(n * ops_[k].out_size);
-      if (ops_[k].kind == LayerKind::kMaxPool) moved |= argmax_[k].reserve(n * ops_[k].out_size);
+      if (ops_[k].fused_into_conv)
+        moved |= pool_winners_.reserve(n * ops_[k].out_size);
+      else if (ops_[k].kind == LayerKind::kMaxPool)
+        moved |= argmax_[k].reserve(n * ops_[k].out_size);
     }
     capacity_ = n;
   }
@@ -183,7 +228,8 @@ void CudaLayerBackend::ensure_batch_capacity(std::int64_t n) {
   if (moved) drop_graphs();
 }
 
-void CudaLayerBackend::enqueue_forward(std::int64_t n, const Plans& plans, bool /*training*/) {
+void CudaLayerBackend::enqueue_forward(std::int64_t n, const Plans& plans, const std::uint8_t* images,
+                                       const std::int32_t* indices, bool training) {
   float* params = params_.get();
   for (std::size_t k = 0; k < ops_.size(); ++k) {
     const Op& op = ops_[k];
@@ -192,6 +238,18 @@ void CudaLayerBackend::enqueue_forward(std::int64_t n, const Plans& plans, bool 
     float* out = activations_[k + 1].get();
     switch (op.kind) {
       case LayerKind::kConv:
+        if (op.reads_data) {  // writes the pool's output, activations_[k + 2]
+          conv_relu_pool_forward_from_data(activations_[k + 2].get(), pool_winners_.get(),
+                                           training ? pool_patches_.get() : nullptr, images, indices,
+                                           params + layer.weight_offset, params + layer.bias_offset, n,
+                                           op.fused_model, stream_);
+          break;
+        }
+        if (op.pool_fused) {
+          conv_relu_pool_forward(activations_[k + 2].get(), pool_winners_.get(), in, params + layer.weight_offset,
+                                 params + layer.bias_offset, n, op.fused_model, stream_);
+          break;
+        }
         conv2d_forward_planned(plans.ops[k].forward, out, in, params + layer.weight_offset, params + layer.bias_offset,
                                n, layer.conv, op.relu_after, workspace_.get(), stream_);
         break;
@@ -200,7 +258,7 @@ void CudaLayerBackend::enqueue_forward(std::int64_t n, const Plans& plans, bool 
                            layer.in.size(), layer.fc_out, op.relu_after, workspace_.get(), stream_);
         break;
       case LayerKind::kMaxPool:
-        maxpool_forward(out, argmax_[k].get(), in, n, layer.pool, stream_);
+        if (!op.fused_into_conv) maxpool_forward(out, argmax_[k].get(), in, n, layer.pool, stream_);
         break;
       case LayerKind::kRelu:
         relu_forward(out, in, n * op.in_size, stream_);
@@ -212,23 +270,38 @@ void CudaLayerBackend::enqueue_forward(std::int64_t n, const Plans& plans, bool 
 }
 
 // The whole step, in stream order. The index copy comes first (device to device), so a graph replays
-// it with only that copy's source changed.
+// it with only that copy's source changed. What the main stream's chain does not wait for runs on the
+// side stream: the labels' gather (needed only by the softmax) and the batch's loss and hit sums.
 void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* indices, bool timed) {
   const Plans& plans = plans_for(n);
+  auto fork_to_side_stream = [&] {
+    CNN_CHECK_CUDA(cudaEventRecord(fork_, stream_));
+    CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream_, fork_, 0));
+  };
   CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
                                  cudaMemcpyDeviceToDevice, stream_));
-  gather_normalize(activations_[0].get(), data_.train_images.get(), batch_indices_.get(), n, network_.input.size(), stream_);
-  gather_labels(batch_labels_.get(), data_.train_labels.get(), batch_indices_.get(), n, stream_);
+  fork_to_side_stream();
+  gather_labels(batch_labels_.get(), data_.train_labels.get(), batch_indices_.get(), n, side_stream_);
+  CNN_CHECK_CUDA(cudaEventRecord(labels_ready_, side_stream_));
+  if (!ops_[0].reads_data)
+    gather_normalize(activations_[0].get(), data_.train_images.get(), batch_indices_.get(), n, network_.input.size(),
+                     stream_);
   if (timed) timer_->close(Phase::kData);
-  enqueue_forward(n, plans, true);
+  enqueue_forward(n, plans, data_.train_images.get(), batch_indices_.get(), true);
   const std::size_t last = ops_.size();
-  softmax_cross_entropy(gradients_[last].get(), loss_sums_.get() + kTrainSlot, correct_counts_.get() + kTrainSlot,
-                        activations_[last].get(), batch_labels_.get(), n, network_.classes, stream_);
+  CNN_CHECK_CUDA(cudaStreamWaitEvent(stream_, labels_ready_, 0));
+  softmax_cross_entropy_per_sample(gradients_[last].get(), sample_loss_.get(), sample_correct_.get(),
+                                   activations_[last].get(), batch_labels_.get(), n, network_.classes, stream_);
+  fork_to_side_stream();
+  add_batch_stats(loss_sums_.get() + kTrainSlot, correct_counts_.get() + kTrainSlot, sample_loss_.get(),
+                  sample_correct_.get(), n, side_stream_);
   if (timed) timer_->close(Phase::kForward);
 
   // Backward. gradients_[k+1] is dL/d(op k's output), taken before op k's folded ReLU: whoever
   // writes it masks with that ReLU's output. Weight gradients go to the side stream as soon as
   // their output gradient exists (fork_), the side stream joins the main one at the end (join_).
+  // A layer with no input gradient keeps its weight gradient on the main stream: nothing else is
+  // left to run there, and on the side stream it would wait for the later layers' weight gradients.
   float* params = params_.get();
   float* grads = grads_.get();
   for (std::size_t k = ops_.size(); k-- > 0;) {
@@ -239,27 +312,45 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
     float* grad_in = op.needs_input_grad ? gradients_[k].get() : nullptr;
     const float* mask = k > 0 && ops_[k - 1].output_is_relu ? in : nullptr;
     switch (op.kind) {
-      case LayerKind::kConv:
-        CNN_CHECK_CUDA(cudaEventRecord(fork_, stream_));
-        CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream_, fork_, 0));
+      case LayerKind::kConv: {
+        if (op.reads_data) {  // the pool's output gradient, gradients_[k + 2], its winners, the patches
+          conv_relu_pool_backward_weights_from_patches(
+              plans.conv_relu_pool, grads + layer.weight_offset, grads + layer.bias_offset, gradients_[k + 2].get(),
+              activations_[k + 2].get(), pool_winners_.get(), pool_patches_.get(), n, op.fused_model, false,
+              workspace_.get(), stream_);
+          break;
+        }
+        if (op.pool_fused) {
+          conv_relu_pool_backward_weights(plans.conv_relu_pool, grads + layer.weight_offset, grads + layer.bias_offset,
+                                          gradients_[k + 2].get(), activations_[k + 2].get(), pool_winners_.get(), in,
+                                          n, op.fused_model, false, workspace_.get(), stream_);
+          break;
+        }
+        if (grad_in != nullptr) fork_to_side_stream();
+        cudaStream_t wgrad_stream = grad_in != nullptr ? side_stream_ : stream_;
+        float* wgrad_workspace = grad_in != nullptr ? side_workspace_.get() : workspace_.get();
         conv2d_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out,
-                                in, n, layer.conv, false, side_workspace_.get(), side_stream_);
+                                in, n, layer.conv, false, wgrad_workspace, wgrad_stream);
         if (grad_in != nullptr)
           conv2d_backward_data(plans.ops[k], grad_in, grad_out, params + layer.weight_offset, mask, n,
                                layer.conv, workspace_.get(), stream_);
         break;
-      case LayerKind::kFc:
-        CNN_CHECK_CUDA(cudaEventRecord(fork_, stream_));
-        CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream_, fork_, 0));
+      }
+      case LayerKind::kFc: {
+        if (grad_in != nullptr) fork_to_side_stream();
+        cudaStream_t wgrad_stream = grad_in != nullptr ? side_stream_ : stream_;
+        float* wgrad_workspace = grad_in != nullptr ? side_workspace_.get() : workspace_.get();
         fc_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out, in,
-                            n, layer.in.size(), layer.fc_out, false, side_workspace_.get(), side_stream_);
+                            n, layer.in.size(), layer.fc_out, false, wgrad_workspace, wgrad_stream);
         if (grad_in != nullptr)
           fc_backward_data(plans.ops[k].dgrad, grad_in, grad_out, params + layer.weight_offset, mask, n,
                            layer.in.size(), layer.fc_out, workspace_.get(), stream_);
         break;
+      }
       case LayerKind::kMaxPool:
         // The ReLU before the pool masks through the pool's output (see maxpool_backward_masked).
-        if (grad_in != nullptr)
+        // A pool fused into the conv before it has its backward there.
+        if (grad_in != nullptr && !op.fused_into_conv)
           maxpool_backward_masked(grad_in, grad_out, argmax_[k].get(), mask != nullptr ? activations_[k + 1].get() : nullptr,
                                   n, layer.pool, stream_);
         break;
@@ -361,9 +452,10 @@ BatchStats CudaLayerBackend::evaluate(std::int64_t first, std::int64_t count) {
     const std::int64_t n = std::min(chunk, count - done);
     ensure_batch_capacity(n);
     const std::int32_t* indices = data_.test_order.get() + first + done;
-    gather_normalize(activations_[0].get(), data_.test_images.get(), indices, n, network_.input.size(), stream_);
+    if (!ops_[0].reads_data)
+      gather_normalize(activations_[0].get(), data_.test_images.get(), indices, n, network_.input.size(), stream_);
     gather_labels(batch_labels_.get(), data_.test_labels.get(), indices, n, stream_);
-    enqueue_forward(n, plans_for(n), false);
+    enqueue_forward(n, plans_for(n), data_.test_images.get(), indices, false);
     softmax_cross_entropy(nullptr, loss_sums_.get() + kEvalSlot, correct_counts_.get() + kEvalSlot,
                           activations_[last].get(), batch_labels_.get(), n, network_.classes, stream_);
   }

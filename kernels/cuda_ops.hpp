@@ -50,6 +50,15 @@ void fc_backward(float* grad_in /*[n,I] or null*/, float* grad_weight /*[O,I]*/,
 void softmax_cross_entropy(float* grad_logits /*[n,K] or null*/, double* loss_sum /*[1]*/,
                            std::int64_t* correct /*[1]*/, const float* logits /*[n,K]*/,
                            const std::uint8_t* labels /*[n]*/, std::int64_t n, int classes, cudaStream_t stream);
+// Its two halves, for a caller that keeps the per-sample buffers and sums the batch's stats on
+// another stream than the one the backward continues on: the per-sample loss and hit (and
+// dL/dlogits), then their fixed-order sums added to loss_sum and correct.
+void softmax_cross_entropy_per_sample(float* grad_logits /*[n,K] or null*/, float* sample_loss /*[n]*/,
+                                      int* sample_correct /*[n]*/, const float* logits /*[n,K]*/,
+                                      const std::uint8_t* labels /*[n]*/, std::int64_t n, int classes,
+                                      cudaStream_t stream);
+void add_batch_stats(double* loss_sum /*[1]*/, std::int64_t* correct /*[1]*/, const float* sample_loss /*[n]*/,
+                     const int* sample_correct /*[n]*/, std::int64_t n, cudaStream_t stream);
 
 // The optimizer twins. skip_flag (optional): the divergence check's device word (nonfinite.cuh);
 // when it is set the update leaves everything as it was.

@@ -78,6 +78,27 @@ __device__ __forceinline__ float patch_pixel(unsigned row, int v) {
   return static_cast<float>((row >> (8 * v)) & 0xffu) * kPixelScale;
 }
 
+// One pool cell's 4x4 input patch per channel from a uint8 image (pixels: the patch's top-left
+// pixel in channel 0), both as the floats the twins see and packed for PatchBatch. Where !valid,
+// nothing is read and the patch is zero.
+template <int C>
+__device__ __forceinline__ void read_byte_patch(float (&patch)[C][kPatch][kPatch], uint4 (&packed)[C],
+                                                const std::uint8_t* pixels, std::int64_t plane, int width,
+                                                bool valid) {
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int u = 0; u < kPatch; ++u) {
+      unsigned row = 0;
+#pragma unroll
+      for (int v = 0; v < kPatch; ++v)
+        row |= (valid ? static_cast<unsigned>(__ldg(pixels + c * plane + u * width + v)) : 0u) << (8 * v);
+      patch_row(packed[c], u) = row;
+#pragma unroll
+      for (int v = 0; v < kPatch; ++v) patch[c][u][v] = patch_pixel(row, v);
+    }
+}
+
 // The fused training step's copy of every (sample, pool cell) input patch, written by its forward
 // pass: [n][C][P] words (consecutive cells adjacent, so a warp's loads are contiguous). At 16 bytes
 // per cell and channel it is small (2.7 MB for 1000 28x28 images) and stays in L2 while the sweep

@@ -2,7 +2,8 @@
 // same argument order, same semantics (backward ops ACCUMULATE into parameter gradients and
 // OVERWRITE activation gradients), device pointers, plus the stream to run on. Each returns once its
 // kernels are queued. Scratch for split reductions comes from the stream-ordered allocator, so the
-// twins may be captured in a CUDA graph. Defined in layer_ops.cu, the max-pool ones in maxpool.cu.
+// twins may be captured in a CUDA graph. Defined in layer_ops.cu, the max-pool ones in maxpool.cu,
+// the conv + ReLU + pool one in conv_relu_pool.cu.
 //
 // Below the twins: the planned forms the layer backend (cuda_layer_backend.cu) launches inside its
 // captured step, with the launch shape fixed once per batch size, a preallocated workspace, and the
@@ -18,7 +19,9 @@
 #include <cstdint>
 
 #include "cnn/layer_ops.hpp"
+#include "cnn/model.hpp"
 #include "implicit_gemm.cuh"
+#include "sweep_plan.hpp"
 
 namespace cnn::cuda {
 
@@ -83,5 +86,40 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
 // winner's input is its window's maximum, so the test reads pooled_out > 0.
 void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax,
                              const float* pooled_out, std::int64_t n, const PoolShape& shape, cudaStream_t stream);
+
+// A first layer conv3x3 (stride 1, no padding, 1 or 3 channels) + ReLU + 2x2/2 max-pool is the seed
+// model's fused op (conv_relu_pool_forward / conv_relu_pool_backward, cuda_ops.hpp): the forward
+// computes each pool cell's four conv outputs from one input patch and keeps only the winner
+// (a*2+b, uint8), so the [n,F,OH,OW] conv output and its gradient never exist; the weight gradient
+// sums each winner's window times dL/dpooled (zero where the ReLU cut) over samples and cells,
+// with no input gradient (nothing before the layer needs one). The layer backend takes this form
+// for such a pair; its plan sizes the sweep's partial sums, which come from `workspace`.
+// When the layer is the network's first op, the forward reads the resident uint8 data set through
+// the batch's indices (no gathered float batch) and saves each pool cell's 4x4 patch as one 16-byte
+// word per channel, [n,C,P], from which the weight gradient reads its windows (from_patches).
+struct ConvReluPoolPlan {
+  SweepPlan sweep;
+  bool from_patches = false;
+  std::int64_t workspace_floats = 0;
+};
+ConvReluPoolPlan plan_conv_relu_pool(const SeedModel& m, std::int64_t n, bool from_patches);
+// patches may be null (evaluation: no weight gradient follows).
+void conv_relu_pool_forward_from_data(float* pooled /*[n,F,PH,PW]*/, std::uint8_t* argmax /*[n,F,PH,PW]*/,
+                                      uint4* patches /*[n,C,PH*PW] or null*/, const std::uint8_t* images /*[N,C,H,W]*/,
+                                      const std::int32_t* indices /*[n]*/, const float* weight /*[F,C,3,3]*/,
+                                      const float* bias /*[F]*/, std::int64_t n, const SeedModel& m,
+                                      cudaStream_t stream);
+// grad_weight, grad_bias = (accumulate ? += : =) the batch's sums; the windows from the gathered
+// floats `in` (plan.from_patches false) or from the forward's saved patches.
+void conv_relu_pool_backward_weights(const ConvReluPoolPlan& plan, float* grad_weight /*[F,C,3,3]*/,
+                                     float* grad_bias /*[F]*/, const float* grad_pooled /*[n,F,PH,PW]*/,
+                                     const float* pooled /*[n,F,PH,PW]*/, const std::uint8_t* argmax /*[n,F,PH,PW]*/,
+                                     const float* in /*[n,C,H,W]*/, std::int64_t n, const SeedModel& m,
+                                     bool accumulate, float* workspace, cudaStream_t stream);
+void conv_relu_pool_backward_weights_from_patches(const ConvReluPoolPlan& plan, float* grad_weight,
+                                                  float* grad_bias, const float* grad_pooled, const float* pooled,
+                                                  const std::uint8_t* argmax, const uint4* patches /*[n,C,PH*PW]*/,
+                                                  std::int64_t n, const SeedModel& m, bool accumulate,
+                                                  float* workspace, cudaStream_t stream);
 
 }  // namespace cnn::cuda

@@ -95,22 +95,12 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
       const bool valid = s0 + si < n;
       // (Sample 0 stands in for those past the batch's end: its pixels are read but never used.)
       const std::uint8_t* pixels = in.sample(valid ? s0 + si : 0).pixels;
+      uint4 packed[C];
+      read_byte_patch<C>(patch[si], packed, pixels + origin, plane, width, valid);
+      // One filter group saves the patch for the backward sweep.
 #pragma unroll
-      for (int c = 0; c < C; ++c) {
-        uint4 packed;
-#pragma unroll
-        for (int u = 0; u < kPatch; ++u) {
-          unsigned row = 0;
-#pragma unroll
-          for (int v = 0; v < kPatch; ++v)
-            row |= (valid ? static_cast<unsigned>(__ldg(pixels + origin + c * plane + u * width + v)) : 0u) << (8 * v);
-          patch_row(packed, u) = row;
-#pragma unroll
-          for (int v = 0; v < kPatch; ++v) patch[si][c][u][v] = patch_pixel(row, v);
-        }
-        // One filter group saves the patch for the backward sweep.
-        if (group == 0 && valid) patches[((s0 + si) * C + c) * P + cell] = packed;
-      }
+      for (int c = 0; c < C; ++c)
+        if (group == 0 && valid) patches[((s0 + si) * C + c) * P + cell] = packed[c];
     }
     for (int f = 0; f < nf; ++f) {
       float w[kStride];

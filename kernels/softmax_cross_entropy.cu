@@ -33,21 +33,39 @@ __global__ void __launch_bounds__(kBlockThreads)
   add_batch_stats_block(loss_sum, correct, sample_loss, sample_correct, n);
 }
 
-}  // namespace
-
-void softmax_cross_entropy(float* grad_logits, double* loss_sum, std::int64_t* correct, const float* logits,
-                           const std::uint8_t* labels, std::int64_t n, int classes, cudaStream_t stream) {
+void check_classes(int classes) {
   if (classes != kSeedClasses)
     throw UsageError("the cuda softmax kernel is built for " + std::to_string(kSeedClasses) + " classes, not " +
                      std::to_string(classes));
+}
+
+}  // namespace
+
+void softmax_cross_entropy_per_sample(float* grad_logits, float* sample_loss, int* sample_correct, const float* logits,
+                                      const std::uint8_t* labels, std::int64_t n, int classes, cudaStream_t stream) {
+  check_classes(classes);
+  if (n <= 0) return;
+  softmax_cross_entropy_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(grad_logits, sample_loss, sample_correct,
+                                                                          logits, labels, n);
+  CNN_CHECK_LAUNCH();
+}
+
+void add_batch_stats(double* loss_sum, std::int64_t* correct, const float* sample_loss, const int* sample_correct,
+                     std::int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_batch_stats_kernel<<<1, kBlockThreads, 0, stream>>>(loss_sum, correct, sample_loss, sample_correct, n);
+  CNN_CHECK_LAUNCH();
+}
+
+void softmax_cross_entropy(float* grad_logits, double* loss_sum, std::int64_t* correct, const float* logits,
+                           const std::uint8_t* labels, std::int64_t n, int classes, cudaStream_t stream) {
+  check_classes(classes);
   if (n <= 0) return;
   StreamScratch<float> sample_loss(n, stream);
   StreamScratch<int> sample_correct(n, stream);
-  softmax_cross_entropy_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(grad_logits, sample_loss.get(),
-                                                                          sample_correct.get(), logits, labels, n);
-  CNN_CHECK_LAUNCH();
-  add_batch_stats_kernel<<<1, kBlockThreads, 0, stream>>>(loss_sum, correct, sample_loss.get(), sample_correct.get(), n);
-  CNN_CHECK_LAUNCH();
+  softmax_cross_entropy_per_sample(grad_logits, sample_loss.get(), sample_correct.get(), logits, labels, n, classes,
+                                   stream);
+  add_batch_stats(loss_sum, correct, sample_loss.get(), sample_correct.get(), n, stream);
   sample_correct.release();
   sample_loss.release();
 }

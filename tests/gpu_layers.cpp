@@ -3,7 +3,8 @@
 //      random data, multi-channel, with stride, padding, odd sizes and overlapping pool windows;
 //   2. the layer backend against `seq` (the CPU layer backend): the cifar preset's loss and every
 //      gradient, a strided/padded network, and three Adam steps;
-//   3. the layer backend against the fused seed backend on the seed model (CNN_CUDA_LAYERS=1);
+//   3. the layer backend against the fused seed backend on the seed model (CNN_CUDA_LAYERS=1), and
+//      its own fused first conv + ReLU + pool against the same layers one by one;
 //   4. determinism: two identical runs (graphs), and graphs against eager steps, give identical bits;
 //   5. (disabled unless named: --run_test=measure_cifar_epoch_time) the cifar preset's ms per epoch.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
@@ -450,6 +451,36 @@ BOOST_AUTO_TEST_CASE(strided_padded_network_matches_seq) {
   const Run gpu = train("cuda", net, data, cnn::OptimizerKind::kMomentum, 2, 50);
   std::printf("%s: %s vs seq\n", net.describe().c_str(), gpu.description.c_str());
   check_against(gpu, seq, net, kStepTolerance);
+}
+
+// The first conv3x3 + ReLU + maxpool2 of the cifar preset runs as the seed's fused op
+// (CNN_CUDA_FUSE_CONV_POOL, on by default), reading the uint8 data set and saving input patches
+// since it is the first op: against the same pair layer by layer and against seq, on CIFAR's 3x32x32
+// and on Fashion-MNIST's 1x28x28 (an odd 13x13 pool output after conv2). Behind a max-pool, the
+// fused op reads the float activations instead.
+BOOST_AUTO_TEST_CASE(fused_first_conv_pool_matches_layer_by_layer) {
+  struct Case {
+    const char* spec;
+    cnn::TensorShape input;
+  };
+  for (const Case& c : {Case{"cifar", {3, 32, 32}}, Case{"cifar", {1, 28, 28}},
+                        Case{"maxpool2 conv3x3:8 relu maxpool2 flatten fc:10", {3, 30, 30}}}) {
+    const cnn::Network net = cnn::build_network(c.spec, 32, c.input, 10);
+    const RandomData data = random_data(net.input, 300, 80, 55);
+    const Run fused = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 64);
+    setenv("CNN_CUDA_FUSE_CONV_POOL", "0", 1);
+    const Run layers = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 64);
+    unsetenv("CNN_CUDA_FUSE_CONV_POOL");
+    const Run seq = train("seq", net, data, cnn::OptimizerKind::kAdam, 3, 64);
+    BOOST_TEST_CONTEXT(c.spec << " on " << c.input.channels << "x" << c.input.height << "x" << c.input.width) {
+      std::printf("%s on %dx%dx%d: %s vs %s\n", c.spec, c.input.channels, c.input.height, c.input.width,
+                  fused.description.c_str(), layers.description.c_str());
+      BOOST_TEST(fused.description.find("conv+relu+pool fused") != std::string::npos);
+      BOOST_TEST(layers.description.find("fused") == std::string::npos);
+      check_against(fused, layers, net, kStepTolerance);
+      check_against(fused, seq, net, kStepTolerance);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(layer_backend_matches_fused_seed_backend) {

@@ -4,7 +4,8 @@
 #   2. determinism: two identical GPU runs give bitwise identical final checkpoints, and a run stopped
 #      mid-epoch and resumed ends bitwise equal to an uninterrupted one
 #   3. with 2+ GPUs: 2 ranks (NCCL) against 1 GPU, same global batch, 20 steps: rel err <= 1e-5
-#   4. compute-sanitizer memcheck, racecheck and initcheck clean on a short training run (when installed)
+#   4. compute-sanitizer memcheck, racecheck and initcheck clean on a short training run, for the seed
+#      model and the cifar preset (when installed)
 #   5. divergence on the GPU (the non-finite kernel, kernels/nonfinite.cu): --lr 1e38 overflows the
 #      parameters in one step; the next step's gradients are non-finite: exit 4 with one line naming
 #      step 2, and no checkpoint written; the same under compute-sanitizer memcheck
@@ -111,20 +112,25 @@ else
   echo "skip - 2-rank part: only $gpus GPU"
 fi
 
-# 4. compute-sanitizer on a short run (5 steps, no graphs so each kernel is checked as launched, and with).
+# 4. compute-sanitizer on a short run (3 steps, no graphs so each kernel is checked as launched, and
+#    with), for the fused seed step and for the layer backend (the cifar preset: its fused first
+#    conv + pool, the implicit GEMMs, two streams).
 if command -v compute-sanitizer >/dev/null; then
   tiny=(--device gpu --data "$fashion" --train-samples 300 --test-samples 100 --filters 32 --batch 100 --epochs 1 --quiet)
-  for tool in memcheck racecheck initcheck; do
-    graph_modes="0"
-    [[ $tool == memcheck ]] && graph_modes="1 0"  # memcheck also through the captured graph
-    for graphs in $graph_modes; do
-      if CNN_CUDA_GRAPHS=$graphs compute-sanitizer --tool "$tool" --error-exitcode 99 "$binary" "${tiny[@]}" \
-          --out "$work/san-$tool-$graphs" >"$work/san.log" 2>&1; then
-        pass "compute-sanitizer $tool (graphs=$graphs): $(grep -E 'SUMMARY' "$work/san.log" | tail -1 | xargs)"
-      else
-        fail "compute-sanitizer $tool (graphs=$graphs): $(grep -m3 -E 'ERROR|Invalid|Race|Uninit|Program hit' "$work/san.log" | xargs)"
-        cp "$work/san.log" "${CNN_TEST_LOG_DIR:-$work}/sanitizer-$tool-$graphs.log" 2>/dev/null
-      fi
+  for model in seed cifar; do
+    for tool in memcheck racecheck initcheck; do
+      graph_modes="0"
+      [[ $tool == memcheck ]] && graph_modes="1 0"  # memcheck also through the captured graph
+      for graphs in $graph_modes; do
+        what="compute-sanitizer $tool, --model $model (graphs=$graphs)"
+        if CNN_CUDA_GRAPHS=$graphs compute-sanitizer --tool "$tool" --error-exitcode 99 "$binary" "${tiny[@]}" \
+            --model "$model" --out "$work/san-$model-$tool-$graphs" >"$work/san.log" 2>&1; then
+          pass "$what: $(grep -E 'SUMMARY' "$work/san.log" | tail -1 | xargs)"
+        else
+          fail "$what: $(grep -m3 -E 'ERROR|Invalid|Race|Uninit|Program hit|error' "$work/san.log" | xargs)"
+          cp "$work/san.log" "${CNN_TEST_LOG_DIR:-$work}/sanitizer-$model-$tool-$graphs.log" 2>/dev/null
+        fi
+      done
     done
   done
 else
