@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <type_traits>
 
-#include "cnn/errors.hpp"
 #include "conv_backward.cuh"
 #include "conv_pool_cell.cuh"
 #include "cuda_check.hpp"
@@ -202,19 +201,6 @@ void backward_weights_for_channels(const ConvReluPoolPlan& plan, float* grad_wei
                              n, m, accumulate, workspace, stream);
 }
 
-void backward_weights(const ConvReluPoolPlan& plan, float* grad_weight, float* grad_bias, const float* grad_pooled,
-                      const float* pooled, const std::uint8_t* argmax, const float* in, const uint4* patches,
-                      std::int64_t n, const SeedModel& m, bool accumulate, float* workspace, cudaStream_t stream) {
-  check_seed_shape(m);
-  if (n <= 0) return;
-  if (m.input.channels == 1)
-    backward_weights_for_channels<1>(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, in, patches, n, m,
-                                     accumulate, workspace, stream);
-  else
-    backward_weights_for_channels<3>(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, in, patches, n, m,
-                                     accumulate, workspace, stream);
-}
-
 }  // namespace
 
 void conv_relu_pool_forward(float* pooled, std::uint8_t* argmax, const float* in, const float* weight,
@@ -235,23 +221,16 @@ ConvReluPoolPlan plan_conv_relu_pool(const SeedModel& m, std::int64_t n, bool fr
 
 void conv_relu_pool_backward_weights(const ConvReluPoolPlan& plan, float* grad_weight, float* grad_bias,
                                      const float* grad_pooled, const float* pooled, const std::uint8_t* argmax,
-                                     const float* in, std::int64_t n, const SeedModel& m, bool accumulate,
-                                     float* workspace, cudaStream_t stream) {
-  if (plan.from_patches)
-    throw Error(ExitCode::kFailure, "internal error: a conv+relu+pool plan for saved patches given a float batch");
-  backward_weights(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, in, nullptr, n, m, accumulate,
-                   workspace, stream);
-}
-
-void conv_relu_pool_backward_weights_from_patches(const ConvReluPoolPlan& plan, float* grad_weight, float* grad_bias,
-                                                  const float* grad_pooled, const float* pooled,
-                                                  const std::uint8_t* argmax, const uint4* patches, std::int64_t n,
-                                                  const SeedModel& m, bool accumulate, float* workspace,
-                                                  cudaStream_t stream) {
-  if (!plan.from_patches)
-    throw Error(ExitCode::kFailure, "internal error: a conv+relu+pool plan for a float batch given saved patches");
-  backward_weights(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, nullptr, patches, n, m, accumulate,
-                   workspace, stream);
+                                     const float* in, const uint4* patches, std::int64_t n, const SeedModel& m,
+                                     bool accumulate, float* workspace, cudaStream_t stream) {
+  check_seed_shape(m);
+  if (n <= 0) return;
+  if (m.input.channels == 1)
+    backward_weights_for_channels<1>(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, in, patches, n, m,
+                                     accumulate, workspace, stream);
+  else
+    backward_weights_for_channels<3>(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, in, patches, n, m,
+                                     accumulate, workspace, stream);
 }
 
 // The twin: plans for this n, and takes the partial sums from the stream-ordered allocator.
@@ -262,7 +241,7 @@ void conv_relu_pool_backward(float* grad_weight, float* grad_bias, const float* 
   if (n <= 0) return;
   const ConvReluPoolPlan plan = plan_conv_relu_pool(m, n, /*from_patches=*/false);
   StreamScratch<float> partial(plan.workspace_floats, stream);
-  conv_relu_pool_backward_weights(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, in, n, m,
+  conv_relu_pool_backward_weights(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, in, nullptr, n, m,
                                   /*accumulate=*/true, partial.get(), stream);
   partial.release();
 }

@@ -313,17 +313,11 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
     const float* mask = k > 0 && ops_[k - 1].output_is_relu ? in : nullptr;
     switch (op.kind) {
       case LayerKind::kConv: {
-        if (op.reads_data) {  // the pool's output gradient, gradients_[k + 2], its winners, the patches
-          conv_relu_pool_backward_weights_from_patches(
-              plans.conv_relu_pool, grads + layer.weight_offset, grads + layer.bias_offset, gradients_[k + 2].get(),
-              activations_[k + 2].get(), pool_winners_.get(), pool_patches_.get(), n, op.fused_model, false,
-              workspace_.get(), stream_);
-          break;
-        }
-        if (op.pool_fused) {
+        if (op.pool_fused) {  // the pool's output gradient, gradients_[k + 2], its winners, and the
+                              // windows from the saved patches (reads_data) or the input floats
           conv_relu_pool_backward_weights(plans.conv_relu_pool, grads + layer.weight_offset, grads + layer.bias_offset,
                                           gradients_[k + 2].get(), activations_[k + 2].get(), pool_winners_.get(), in,
-                                          n, op.fused_model, false, workspace_.get(), stream_);
+                                          pool_patches_.get(), n, op.fused_model, false, workspace_.get(), stream_);
           break;
         }
         if (grad_in != nullptr) fork_to_side_stream();

@@ -109,17 +109,13 @@ void conv_relu_pool_forward_from_data(float* pooled /*[n,F,PH,PW]*/, std::uint8_
                                       const std::int32_t* indices /*[n]*/, const float* weight /*[F,C,3,3]*/,
                                       const float* bias /*[F]*/, std::int64_t n, const SeedModel& m,
                                       cudaStream_t stream);
-// grad_weight, grad_bias = (accumulate ? += : =) the batch's sums; the windows from the gathered
-// floats `in` (plan.from_patches false) or from the forward's saved patches.
+// grad_weight, grad_bias = (accumulate ? += : =) the batch's sums; the windows from the forward's
+// saved patches where plan.from_patches, else from the gathered floats `in` (the other may be null).
 void conv_relu_pool_backward_weights(const ConvReluPoolPlan& plan, float* grad_weight /*[F,C,3,3]*/,
                                      float* grad_bias /*[F]*/, const float* grad_pooled /*[n,F,PH,PW]*/,
                                      const float* pooled /*[n,F,PH,PW]*/, const std::uint8_t* argmax /*[n,F,PH,PW]*/,
-                                     const float* in /*[n,C,H,W]*/, std::int64_t n, const SeedModel& m,
-                                     bool accumulate, float* workspace, cudaStream_t stream);
-void conv_relu_pool_backward_weights_from_patches(const ConvReluPoolPlan& plan, float* grad_weight,
-                                                  float* grad_bias, const float* grad_pooled, const float* pooled,
-                                                  const std::uint8_t* argmax, const uint4* patches /*[n,C,PH*PW]*/,
-                                                  std::int64_t n, const SeedModel& m, bool accumulate,
-                                                  float* workspace, cudaStream_t stream);
+                                     const float* in /*[n,C,H,W]*/, const uint4* patches /*[n,C,PH*PW]*/,
+                                     std::int64_t n, const SeedModel& m, bool accumulate, float* workspace,
+                                     cudaStream_t stream);
 
 }  // namespace cnn::cuda
