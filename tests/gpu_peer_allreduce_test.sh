@@ -32,18 +32,7 @@ else
   small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1 --quiet)
   run off CNN_OVERLAP_CUTS=0 -- --allreduce peer --overlap off || { echo "gpu_peer_allreduce_test: the reference run failed"; exit 1; }
   grep -q "path=peer (peer)" "$work/off/scaling.log" && pass "scaling.log: path=peer (peer)" || fail "scaling.log: $(cat "$work/off/scaling.log")"
-  for graphs in 1 0; do
-    for cuts in 1 0; do
-      name="on-graphs$graphs-cuts$cuts"
-      run "$name" CNN_CUDA_GRAPHS=$graphs CNN_OVERLAP_CUTS=$cuts -- --allreduce peer --overlap on || continue
-      if out=$("$python" "$compare" exact "$(latest "$work/$name")" "$(latest "$work/off")" 2>&1); then
-        pass "peer $name vs --overlap off after 20 steps: $out"
-      else
-        fail "peer $name differs from --overlap off: $out"
-      fi
-    done
-  done
-  unset CNN_CUDA_GRAPHS CNN_OVERLAP_CUTS
+  overlap_grid "peer " --allreduce peer
   if run nccl -- --allreduce nccl --overlap off; then
     if out=$("$python" "$compare" rel=1e-5 "$(latest "$work/nccl")" "$(latest "$work/off")" 2>&1); then
       pass "peer vs nccl after 20 steps: $out"

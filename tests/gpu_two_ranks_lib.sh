@@ -51,3 +51,25 @@ run() {
   fail "$name: exit $?: $(tail -3 "$work/$name.log" | xargs)"
   return 1
 }
+
+# overlap_grid LABEL [options...]: runs --overlap on with the step as a CUDA graph and eagerly
+# (CNN_CUDA_GRAPHS 1, 0) and with 2 buckets and 1 (CNN_OVERLAP_CUTS 1, 0), into $work/on-graphsG-cutsC,
+# and holds each against the run "off" BITWISE. A caller that defines check_overlap_run NAME CUTS
+# gets it called on each run first.
+overlap_grid() {
+  local label=$1; shift
+  local graphs cuts name out
+  for graphs in 1 0; do
+    for cuts in 1 0; do
+      name="on-graphs$graphs-cuts$cuts"
+      run "$name" CNN_CUDA_GRAPHS=$graphs CNN_OVERLAP_CUTS=$cuts -- "$@" --overlap on || continue
+      if declare -F check_overlap_run >/dev/null; then check_overlap_run "$name" "$cuts"; fi
+      if out=$("$python" "$compare" exact "$(latest "$work/$name")" "$(latest "$work/off")" 2>&1); then
+        pass "$label$name vs --overlap off after 20 steps: $out"
+      else
+        fail "$label$name differs from --overlap off: $out"
+      fi
+    done
+  done
+  unset CNN_CUDA_GRAPHS CNN_OVERLAP_CUTS
+}
