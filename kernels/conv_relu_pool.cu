@@ -237,9 +237,8 @@ void conv_relu_pool_backward_weights(const ConvReluPoolPlan& plan, float* grad_w
 void conv_relu_pool_backward(float* grad_weight, float* grad_bias, const float* grad_pooled, const float* pooled,
                              const std::uint8_t* argmax, const float* in, std::int64_t n, const SeedModel& m,
                              cudaStream_t stream) {
-  check_seed_shape(m);
   if (n <= 0) return;
-  const ConvReluPoolPlan plan = plan_conv_relu_pool(m, n, /*from_patches=*/false);
+  const ConvReluPoolPlan plan = plan_conv_relu_pool(m, n, /*from_patches=*/false);  // checks the shape
   StreamScratch<float> partial(plan.workspace_floats, stream);
   conv_relu_pool_backward_weights(plan, grad_weight, grad_bias, grad_pooled, pooled, argmax, in, nullptr, n, m,
                                   /*accumulate=*/true, partial.get(), stream);

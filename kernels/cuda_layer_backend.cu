@@ -302,6 +302,15 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
   // their output gradient exists (fork_), the side stream joins the main one at the end (join_).
   // A layer with no input gradient keeps its weight gradient on the main stream: nothing else is
   // left to run there, and on the side stream it would wait for the later layers' weight gradients.
+  struct WeightGradPlace {
+    cudaStream_t stream;
+    float* workspace;
+  };
+  auto weight_grad_place = [&](bool has_input_grad) {
+    if (!has_input_grad) return WeightGradPlace{stream_, workspace_.get()};
+    fork_to_side_stream();
+    return WeightGradPlace{side_stream_, side_workspace_.get()};
+  };
   float* params = params_.get();
   float* grads = grads_.get();
   for (std::size_t k = ops_.size(); k-- > 0;) {
@@ -320,22 +329,18 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
                                           pool_patches_.get(), n, op.fused_model, false, workspace_.get(), stream_);
           break;
         }
-        if (grad_in != nullptr) fork_to_side_stream();
-        cudaStream_t wgrad_stream = grad_in != nullptr ? side_stream_ : stream_;
-        float* wgrad_workspace = grad_in != nullptr ? side_workspace_.get() : workspace_.get();
+        const WeightGradPlace place = weight_grad_place(grad_in != nullptr);
         conv2d_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out,
-                                in, n, layer.conv, false, wgrad_workspace, wgrad_stream);
+                                in, n, layer.conv, false, place.workspace, place.stream);
         if (grad_in != nullptr)
           conv2d_backward_data(plans.ops[k], grad_in, grad_out, params + layer.weight_offset, mask, n,
                                layer.conv, workspace_.get(), stream_);
         break;
       }
       case LayerKind::kFc: {
-        if (grad_in != nullptr) fork_to_side_stream();
-        cudaStream_t wgrad_stream = grad_in != nullptr ? side_stream_ : stream_;
-        float* wgrad_workspace = grad_in != nullptr ? side_workspace_.get() : workspace_.get();
+        const WeightGradPlace place = weight_grad_place(grad_in != nullptr);
         fc_backward_weights(plans.ops[k].wgrad, grads + layer.weight_offset, grads + layer.bias_offset, grad_out, in,
-                            n, layer.in.size(), layer.fc_out, false, wgrad_workspace, wgrad_stream);
+                            n, layer.in.size(), layer.fc_out, false, place.workspace, place.stream);
         if (grad_in != nullptr)
           fc_backward_data(plans.ops[k].dgrad, grad_in, grad_out, params + layer.weight_offset, mask, n,
                            layer.in.size(), layer.fc_out, workspace_.get(), stream_);
