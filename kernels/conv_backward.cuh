@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "conv_pool_cell.cuh"
+#include "dependent_launch.cuh"
 #include "input_batch.cuh"
 #include "launch.hpp"
 #include "reduce.cuh"
@@ -78,6 +79,7 @@ __global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C>())
                                const float* __restrict__ fc_weight /*[O, F*P], fused only*/,
                                const float* __restrict__ pooled /*[n, F*P]*/,
                                const std::uint8_t* __restrict__ argmax /*[n, F*P]*/, Input in, SweepShape shape) {
+  start_after_previous_kernel();
   constexpr int kO = kSeedClasses;
   constexpr int kConvRows = conv_grad_rows<C>();
   constexpr int kRows = kConvRows + (kFused ? kO : 0);

@@ -8,6 +8,7 @@
 #include "conv_pool_cell.cuh"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "dependent_launch.cuh"
 #include "input_batch.cuh"
 #include "launch.hpp"
 #include "layer_ops.hpp"
@@ -43,6 +44,7 @@ __global__ void __launch_bounds__(kConvThreads)
                                    const float* __restrict__ weight /*[F,C,3,3]*/, const float* __restrict__ bias /*[F]*/,
                                    std::int64_t n, int filters, int height, int width, int pooled_height,
                                    int pooled_width) {
+  start_after_previous_kernel();
   constexpr int kTaps = C * kTaps1;
   constexpr int kStride = filter_stride<C>();
   constexpr bool kFromData = std::is_same_v<Input, GatheredBatch>;
@@ -102,6 +104,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     conv_grad_finalize_rows_kernel(float* __restrict__ grad_weight /*[F, C*9]*/, float* __restrict__ grad_bias /*[F]*/,
                                    const float* __restrict__ partial /*[splits, rows, F*P]*/, std::int64_t splits,
                                    int filters, int P, bool accumulate) {
+  start_after_previous_kernel();
   constexpr int kRows = conv_grad_rows<C>();
   __shared__ float scratch[kBlockThreads / 32];
   const int row = static_cast<int>(blockIdx.x);
@@ -130,8 +133,8 @@ void forward_for_channels(float* pooled, std::uint8_t* argmax, uint4* patches, c
   const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(ceil_div(n * p.height * p.width, kConvThreads),
                                                                kMaxGridBlocks)),
                   static_cast<unsigned>(ceil_div(m.filters, kFiltersPerBlock)));
-  conv3_relu_pool_forward_kernel<C, Input><<<grid, kConvThreads, 0, stream>>>(
-      pooled, argmax, patches, in, weight, bias, n, m.filters, m.input.height, m.input.width, p.height, p.width);
+  launch_dependent(conv3_relu_pool_forward_kernel<C, Input>, grid, kConvThreads, 0, stream, pooled, argmax, patches, in,
+                   weight, bias, n, m.filters, m.input.height, m.input.width, p.height, p.width);
   CNN_CHECK_LAUNCH();
 }
 
@@ -176,13 +179,13 @@ void backward_for_channels(const ConvReluPoolPlan& plan, float* grad_weight, flo
   shape.width = m.input.width;
   shape.pooled_height = p.height;
   shape.pooled_width = p.width;
-  conv_backward_sweep_kernel<C, false><<<dim3(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits)),
-                                         kBlockThreads, 0, stream>>>(partial, grad_pooled, nullptr, nullptr, pooled,
-                                                                     argmax, in, shape);
+  launch_dependent(conv_backward_sweep_kernel<C, false, Input>,
+                   dim3(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits)), kBlockThreads, 0, stream,
+                   partial, grad_pooled, nullptr, nullptr, pooled, argmax, in, shape);
   CNN_CHECK_LAUNCH();
-  conv_grad_finalize_rows_kernel<C>
-      <<<dim3(conv_grad_rows<C>(), static_cast<unsigned>(m.filters)), kBlockThreads, 0, stream>>>(
-          grad_weight, grad_bias, partial, plan.sweep.splits, m.filters, p.height * p.width, accumulate);
+  launch_dependent(conv_grad_finalize_rows_kernel<C>, dim3(conv_grad_rows<C>(), static_cast<unsigned>(m.filters)),
+                   kBlockThreads, 0, stream, grad_weight, grad_bias, partial, plan.sweep.splits, m.filters,
+                   p.height * p.width, accumulate);
   CNN_CHECK_LAUNCH();
 }
 

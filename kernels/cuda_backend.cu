@@ -12,6 +12,7 @@
 #include "cuda_check.hpp"
 #include "cuda_layer_backend.hpp"
 #include "cuda_ops.hpp"
+#include "launch.hpp"
 
 namespace cnn::cuda {
 namespace {
@@ -19,12 +20,6 @@ namespace {
 // Evaluation runs the twins over the test set in chunks of this many samples (or the training
 // batch, when larger): big enough to fill the GPU, small enough to reuse the training buffers.
 constexpr std::int64_t kEvalChunk = 1000;
-
-// An environment switch that is on unless set to "0" (for A/B measurements).
-bool enabled_by_environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
 
 int pick_device(int local_rank) {
   const int count = cuda_device_count();

@@ -2,8 +2,6 @@
 #include "cuda_layer_backend.hpp"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -18,11 +16,6 @@ namespace cnn::cuda {
 namespace {
 
 constexpr std::int64_t kEvalChunk = 1000;
-
-bool enabled_by_environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
 
 int pick_device(int local_rank) {
   const int count = cuda_device_count();

@@ -1,10 +1,15 @@
 // What the CUDA runtime reports about the GPUs, and the shapes the kernels support.
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cnn/cuda_backend.hpp"
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "dependent_launch.cuh"
 #include "launch.hpp"
 #include "seed_shape.hpp"
 
@@ -19,6 +24,29 @@ int cuda_device_count() {
 }
 
 namespace cuda {
+
+bool enabled_by_environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+bool dependent_launch_enabled() {
+  static const bool switched_on = enabled_by_environment("CNN_CUDA_PDL");
+  if (!switched_on) return false;
+  // Per device, because a process may drive more than one (tests); 0 = not asked yet, 1 = no, 2 = yes.
+  static std::array<std::atomic<int>, 64> supported{};
+  int device = 0;
+  CNN_CHECK_CUDA(cudaGetDevice(&device));
+  if (device < 0 || device >= static_cast<int>(supported.size())) return false;
+  int known = supported[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    int major = 0;
+    CNN_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    known = major >= 9 ? 2 : 1;
+    supported[device].store(known, std::memory_order_relaxed);
+  }
+  return known == 2;
+}
 
 int multiprocessor_count() {
   int device = 0;

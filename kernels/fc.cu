@@ -2,6 +2,7 @@
 #include "conv_backward.cuh"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "dependent_launch.cuh"
 #include "fc_kernels.cuh"
 #include "launch.hpp"
 #include "layer_ops.hpp"
@@ -14,6 +15,7 @@ namespace {
 __global__ void fc_forward_finalize_kernel(float* __restrict__ out /*[n,O]*/, const float* __restrict__ partial,
                                            const float* __restrict__ bias /*[O]*/, std::int64_t n,
                                            std::int64_t chunks) {
+  start_after_previous_kernel();
   const unsigned lane = threadIdx.x & 31u;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
   for (std::int64_t s = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; s < n; s += warps) {
@@ -34,6 +36,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                              const float* __restrict__ grad_out /*[n,O]*/, const float* __restrict__ in /*[n,K]*/,
                              const float* __restrict__ weight /*[O,K]*/, std::int64_t n, std::int64_t columns,
                              std::int64_t samples_per_split) {
+  start_after_previous_kernel();
   constexpr int kO = kSeedClasses;
   const std::int64_t s_begin = blockIdx.y * samples_per_split;
   const std::int64_t s_end = min(n, s_begin + samples_per_split);
@@ -74,6 +77,7 @@ __global__ void __launch_bounds__(kBlockThreads)
                                 const float* __restrict__ partial /*[splits, O, K]*/,
                                 const float* __restrict__ grad_out /*[n,O]*/, std::int64_t n, std::int64_t columns,
                                 std::int64_t splits) {
+  start_after_previous_kernel();
   if (blockIdx.x == gridDim.x - 1) {
     fc_bias_grad_block(grad_bias, grad_out, n, /*accumulate=*/true);
     return;
@@ -98,11 +102,11 @@ void fc_forward(float* out, const float* in, const float* weight, const float* b
   }
   const FcForwardPlan plan = plan_fc_forward(n, in_features, multiprocessor_count());
   StreamScratch<float> partial(plan.chunks * n * kSeedClasses, stream);
-  fc_forward_partial_kernel<<<plan.blocks, kFcForwardThreads, 0, stream>>>(partial.get(), in, weight, n, in_features,
-                                                                          plan.chunk, plan.chunks);
+  launch_dependent(fc_forward_partial_kernel, plan.blocks, kFcForwardThreads, 0, stream, partial.get(), in, weight, n,
+                   in_features, plan.chunk, plan.chunks);
   CNN_CHECK_LAUNCH();
-  fc_forward_finalize_kernel<<<grid_for(n * 32), kBlockThreads, 0, stream>>>(out, partial.get(), bias, n,
-                                                                             plan.chunks);
+  launch_dependent(fc_forward_finalize_kernel, grid_for(n * 32), kBlockThreads, 0, stream, out, partial.get(), bias, n,
+                   plan.chunks);
   CNN_CHECK_LAUNCH();
   partial.release();
 }
@@ -127,15 +131,15 @@ void fc_backward(float* grad_in, float* grad_weight, float* grad_bias, const flo
   StreamScratch<float> partial(plan.splits * kSeedClasses * in_features, stream);
   const dim3 grid(plan.column_blocks, static_cast<unsigned>(plan.splits));
   if (grad_in != nullptr)
-    fc_backward_sweep_kernel<true><<<grid, kBlockThreads, 0, stream>>>(partial.get(), grad_in, grad_out, in, weight,
-                                                                       n, in_features, plan.samples_per_split);
+    launch_dependent(fc_backward_sweep_kernel<true>, grid, kBlockThreads, 0, stream, partial.get(), grad_in, grad_out,
+                     in, weight, n, in_features, plan.samples_per_split);
   else
-    fc_backward_sweep_kernel<false><<<grid, kBlockThreads, 0, stream>>>(partial.get(), nullptr, grad_out, in, weight,
-                                                                        n, in_features, plan.samples_per_split);
+    launch_dependent(fc_backward_sweep_kernel<false>, grid, kBlockThreads, 0, stream, partial.get(), nullptr, grad_out,
+                     in, weight, n, in_features, plan.samples_per_split);
   CNN_CHECK_LAUNCH();
   const unsigned weight_blocks = grid_for(kSeedClasses * in_features);
-  fc_backward_finalize_kernel<<<weight_blocks + 1, kBlockThreads, 0, stream>>>(grad_weight, grad_bias, partial.get(),
-                                                                               grad_out, n, in_features, plan.splits);
+  launch_dependent(fc_backward_finalize_kernel, weight_blocks + 1, kBlockThreads, 0, stream, grad_weight, grad_bias,
+                   partial.get(), grad_out, n, in_features, plan.splits);
   CNN_CHECK_LAUNCH();
   partial.release();
 }

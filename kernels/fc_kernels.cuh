@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "dependent_launch.cuh"
 #include "launch.hpp"
 #include "reduce.cuh"
 #include "seed_shape.hpp"
@@ -45,6 +46,7 @@ static __global__ void __launch_bounds__(kFcForwardThreads)
     fc_forward_partial_kernel(float* __restrict__ partial /*[chunks, n, O]*/, const float* __restrict__ in /*[n,K]*/,
                               const float* __restrict__ weight /*[O,K]*/, std::int64_t n, std::int64_t in_features,
                               std::int64_t chunk, std::int64_t chunks) {
+  start_after_previous_kernel();
   constexpr int kS = kFcSamplesPerWarp;
   constexpr int kO = kSeedClasses;
   constexpr int kN = kS * kO;

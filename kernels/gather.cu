@@ -2,6 +2,7 @@
 // float) and each step gathers its samples by index, so nothing crosses PCIe per step.
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "dependent_launch.cuh"
 #include "launch.hpp"
 #include "seed_shape.hpp"
 
@@ -13,6 +14,7 @@ __global__ void gather_normalize_kernel(float* __restrict__ out /*[n, sample_siz
                                         const std::uint8_t* __restrict__ images /*[N, sample_size]*/,
                                         const std::int32_t* __restrict__ indices /*[n]*/, std::int64_t n,
                                         std::int64_t sample_size) {
+  start_after_previous_kernel();
   const std::int64_t total = n * sample_size;
   for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -25,6 +27,7 @@ __global__ void gather_normalize_kernel(float* __restrict__ out /*[n, sample_siz
 __global__ void gather_labels_kernel(std::uint8_t* __restrict__ labels_out /*[n]*/,
                                      const std::uint8_t* __restrict__ labels /*[N]*/,
                                      const std::int32_t* __restrict__ indices /*[n]*/, std::int64_t n) {
+  start_after_previous_kernel();
   for (std::int64_t s = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; s < n;
        s += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     labels_out[s] = labels[indices[s]];
@@ -35,15 +38,15 @@ __global__ void gather_labels_kernel(std::uint8_t* __restrict__ labels_out /*[n]
 void gather_normalize(float* out, const std::uint8_t* images, const std::int32_t* indices, std::int64_t n,
                       std::int64_t sample_size, cudaStream_t stream) {
   if (n <= 0) return;
-  gather_normalize_kernel<<<grid_for(n * sample_size), kBlockThreads, 0, stream>>>(out, images, indices, n,
-                                                                                   sample_size);
+  launch_dependent(gather_normalize_kernel, grid_for(n * sample_size), kBlockThreads, 0, stream, out, images, indices,
+                   n, sample_size);
   CNN_CHECK_LAUNCH();
 }
 
 void gather_labels(std::uint8_t* labels_out, const std::uint8_t* labels, const std::int32_t* indices,
                    std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  gather_labels_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(labels_out, labels, indices, n);
+  launch_dependent(gather_labels_kernel, grid_for(n), kBlockThreads, 0, stream, labels_out, labels, indices, n);
   CNN_CHECK_LAUNCH();
 }
 

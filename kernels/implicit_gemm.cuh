@@ -23,6 +23,7 @@
 
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
+#include "dependent_launch.cuh"
 #include "fast_div.cuh"
 #include "launch.hpp"
 #ifdef __CUDACC__
@@ -72,6 +73,7 @@ template <int BM, int BN, class LoadA, class LoadB, class Store>
 __global__ void __launch_bounds__(BM* BN / 16)
     gemm_kernel(LoadA load_a, LoadB load_b, Store store, int M, int N, int K, int k_per_split,
                 float* __restrict__ workspace /*[splits, N, M] when gridDim.z > 1*/) {
+  start_after_previous_kernel();
   constexpr int kThreads = BM * BN / 16;
   constexpr int BK = kGemmBK;
   constexpr int kAPer = BM * BK / kThreads;
@@ -194,6 +196,7 @@ __global__ void __launch_bounds__(BM* BN / 16)
 // then a fixed butterfly.
 template <class Store>
 __global__ void gemm_finalize_kernel(Store store, const float* __restrict__ workspace, int M, int N, int splits) {
+  start_after_previous_kernel();
   const std::int64_t outputs = static_cast<std::int64_t>(M) * N;
   const std::int64_t plane = outputs;
   if (splits <= 16) {
@@ -228,10 +231,10 @@ void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Sto
   if (plan.m <= 0 || plan.n <= 0) return;
   const dim3 grid = plan.grid();
   const int threads = plan.threads();
-#define CNN_GEMM_CASE(BM_, BN_)                                                                          \
-  if (plan.bm == BM_ && plan.bn == BN_) {                                                                \
-    gemm_kernel<BM_, BN_, LoadA, LoadB, Store>                                                           \
-        <<<grid, threads, 0, stream>>>(a, b, store, plan.m, plan.n, plan.k, plan.k_per_split, workspace); \
+#define CNN_GEMM_CASE(BM_, BN_)                                                                                 \
+  if (plan.bm == BM_ && plan.bn == BN_) {                                                                       \
+    launch_dependent(gemm_kernel<BM_, BN_, LoadA, LoadB, Store>, grid, threads, 0, stream, a, b, store, plan.m, \
+                     plan.n, plan.k, plan.k_per_split, workspace);                                              \
   } else
   CNN_GEMM_CASE(128, 32)
   CNN_GEMM_CASE(64, 64)
@@ -246,8 +249,8 @@ void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Sto
   if (plan.splits > 1) {
     const std::int64_t outputs = std::int64_t{plan.m} * plan.n;
     const std::int64_t threads_needed = plan.splits <= 16 ? outputs : outputs * 32;
-    gemm_finalize_kernel<Store><<<grid_for(threads_needed), kBlockThreads, 0, stream>>>(store, workspace, plan.m,
-                                                                                       plan.n, plan.splits);
+    launch_dependent(gemm_finalize_kernel<Store>, grid_for(threads_needed), kBlockThreads, 0, stream, store, workspace,
+                     plan.m, plan.n, plan.splits);
     CNN_CHECK_LAUNCH();
   }
 }

@@ -11,6 +11,7 @@
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "dependent_launch.cuh"
 #include "launch.hpp"
 #include "stream_scratch.hpp"
 
@@ -285,12 +286,14 @@ struct FcDgradStore {
 // ---- elementwise and pooling kernels --------------------------------------------------------------
 
 __global__ void relu_forward_kernel(float* out, const float* in, std::int64_t count) {
+  start_after_previous_kernel();
   for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     out[e] = fmaxf(in[e], 0.0f);
 }
 
 __global__ void relu_backward_kernel(float* grad_in, const float* grad_out, const float* out, std::int64_t count) {
+  start_after_previous_kernel();
   for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
     grad_in[e] = out[e] > 0.0f ? grad_out[e] : 0.0f;
@@ -305,6 +308,7 @@ __global__ void relu_backward_kernel(float* grad_in, const float* grad_out, cons
 template <int kKS>
 __global__ void gather_columns_kernel(float* __restrict__ grad_in, const float* __restrict__ columns,
                                       const float* __restrict__ relu_out, ConvGeometry g, int pixels, int positions) {
+  start_after_previous_kernel();
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < pixels; e += gridDim.x * blockDim.x) {
     const auto [plane, r, h, w] = split_plane_index(e, g.by_hw, g.by_w);  // plane = s*C + c
     const int s = plane / g.C;
@@ -449,9 +453,11 @@ void conv2d_backward_data(const LayerPlans& plans, float* grad_in, const float* 
   const int pixels = static_cast<int>(n * g.C * g.HW);
   const unsigned blocks = grid_for(pixels);
   if (g.KS == 3)
-    gather_columns_kernel<3><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, relu_out, g, pixels, positions);
+    launch_dependent(gather_columns_kernel<3>, blocks, kBlockThreads, 0, stream, grad_in, workspace, relu_out, g,
+                     pixels, positions);
   else
-    gather_columns_kernel<0><<<blocks, kBlockThreads, 0, stream>>>(grad_in, workspace, relu_out, g, pixels, positions);
+    launch_dependent(gather_columns_kernel<0>, blocks, kBlockThreads, 0, stream, grad_in, workspace, relu_out, g,
+                     pixels, positions);
   CNN_CHECK_LAUNCH();
 }
 
@@ -552,13 +558,13 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
 
 void relu_forward(float* out, const float* in, std::int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
-  relu_forward_kernel<<<grid_for(count), kBlockThreads, 0, stream>>>(out, in, count);
+  launch_dependent(relu_forward_kernel, grid_for(count), kBlockThreads, 0, stream, out, in, count);
   CNN_CHECK_LAUNCH();
 }
 
 void relu_backward(float* grad_in, const float* grad_out, const float* out, std::int64_t count, cudaStream_t stream) {
   if (count <= 0) return;
-  relu_backward_kernel<<<grid_for(count), kBlockThreads, 0, stream>>>(grad_in, grad_out, out, count);
+  launch_dependent(relu_backward_kernel, grid_for(count), kBlockThreads, 0, stream, grad_in, grad_out, out, count);
   CNN_CHECK_LAUNCH();
 }
 

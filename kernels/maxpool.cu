@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "cuda_check.hpp"
+#include "dependent_launch.cuh"
 #include "fast_div.cuh"
 #include "launch.hpp"
 #include "layer_ops.hpp"
@@ -22,6 +23,7 @@ struct PoolGeometry {
 // A thread per output; the first maximum in row-major window order wins (strictly greater replaces).
 __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
                                        const float* __restrict__ in, PoolGeometry g) {
+  start_after_previous_kernel();
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_out; e += gridDim.x * blockDim.x) {
     const auto [plane, r, py, px] = split_plane_index(e, g.by_ohw, g.by_ow);
     const float* src = in + static_cast<std::int64_t>(plane) * g.H * g.W;
@@ -51,6 +53,7 @@ __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __
 __global__ void maxpool_backward_gather_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
                                                const std::int32_t* __restrict__ argmax,
                                                const float* __restrict__ pooled_out, PoolGeometry g) {
+  start_after_previous_kernel();
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_in; e += gridDim.x * blockDim.x) {
     const auto [plane, r, h, w] = split_plane_index(e, g.by_hw, g.by_w);
     const int out_plane = plane * g.OH * g.OW;
@@ -77,6 +80,7 @@ __global__ void maxpool_backward_gather_kernel(float* __restrict__ grad_in, cons
 __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
                                               const std::int32_t* __restrict__ argmax,
                                               const float* __restrict__ pooled_out, PoolGeometry g) {
+  start_after_previous_kernel();
   for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < g.total_out; o += gridDim.x * blockDim.x) {
     const auto [plane, r, py, px] = split_plane_index(o, g.by_ohw, g.by_ow);
     const int winner = __ldg(argmax + o);
@@ -119,11 +123,11 @@ void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::i
   if (n <= 0) return;
   const PoolGeometry g = pool_geometry(shape, n);
   if (shape.size == shape.stride)
-    maxpool_backward_tiled_kernel<<<grid_for(g.total_out), kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax,
-                                                                                     pooled_out, g);
+    launch_dependent(maxpool_backward_tiled_kernel, grid_for(g.total_out), kBlockThreads, 0, stream, grad_in, grad_out,
+                     argmax, pooled_out, g);
   else
-    maxpool_backward_gather_kernel<<<grid_for(g.total_in), kBlockThreads, 0, stream>>>(grad_in, grad_out, argmax,
-                                                                                      pooled_out, g);
+    launch_dependent(maxpool_backward_gather_kernel, grid_for(g.total_in), kBlockThreads, 0, stream, grad_in, grad_out,
+                     argmax, pooled_out, g);
   CNN_CHECK_LAUNCH();
 }
 
@@ -131,7 +135,7 @@ void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int
                      cudaStream_t stream) {
   if (n <= 0) return;
   const PoolGeometry g = pool_geometry(shape, n);
-  maxpool_forward_kernel<<<grid_for(g.total_out), kBlockThreads, 0, stream>>>(out, argmax, in, g);
+  launch_dependent(maxpool_forward_kernel, grid_for(g.total_out), kBlockThreads, 0, stream, out, argmax, in, g);
   CNN_CHECK_LAUNCH();
 }
 

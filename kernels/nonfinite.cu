@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "cuda_check.hpp"
+#include "dependent_launch.cuh"
 #include "launch.hpp"
 #include "nonfinite.cuh"
 
@@ -15,6 +16,7 @@ namespace cnn::cuda {
 namespace {
 
 __global__ void first_nonfinite_kernel(const float* data, std::int64_t count, unsigned long long* result) {
+  start_after_previous_kernel();
   __shared__ unsigned long long block_min[kBlockThreads];
   unsigned long long mine = kAllFinite;
   // A grid-stride loop visits increasing indices, so the first hit is this thread's minimum.
@@ -39,7 +41,7 @@ __global__ void first_nonfinite_kernel(const float* data, std::int64_t count, un
 void enqueue_first_nonfinite(const float* data, std::int64_t count, unsigned long long* result, cudaStream_t stream) {
   CNN_CHECK_CUDA(cudaMemsetAsync(result, 0xFF, sizeof(*result), stream));  // = kAllFinite
   if (count <= 0) return;
-  first_nonfinite_kernel<<<grid_for(count), kBlockThreads, 0, stream>>>(data, count, result);
+  launch_dependent(first_nonfinite_kernel, grid_for(count), kBlockThreads, 0, stream, data, count, result);
   CNN_CHECK_CUDA(cudaGetLastError());
 }
 

@@ -6,6 +6,7 @@
 
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "dependent_launch.cuh"
 #include "launch.hpp"
 #include "nonfinite.cuh"
 
@@ -19,6 +20,7 @@ __device__ bool update_skipped(const unsigned long long* skip_flag) {
 // p -= lr * scale * g
 __global__ void sgd_update_kernel(float* __restrict__ params /*[n]*/, const float* __restrict__ grads /*[n]*/,
                                   std::int64_t n, float lr, float grad_scale, const unsigned long long* skip_flag) {
+  start_after_previous_kernel();
   if (update_skipped(skip_flag)) return;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
@@ -29,6 +31,7 @@ __global__ void sgd_update_kernel(float* __restrict__ params /*[n]*/, const floa
 __global__ void momentum_update_kernel(float* __restrict__ params /*[n]*/, float* __restrict__ velocity /*[n]*/,
                                        const float* __restrict__ grads /*[n]*/, std::int64_t n, float lr,
                                        float momentum, float grad_scale, const unsigned long long* skip_flag) {
+  start_after_previous_kernel();
   if (update_skipped(skip_flag)) return;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -45,6 +48,7 @@ __global__ void adam_update_kernel(float* __restrict__ params, float* __restrict
                                    float one_minus_beta1, float one_minus_beta2, float eps, float step_size,
                                    float bias_correction2_sqrt, float grad_scale,
                                    const unsigned long long* skip_flag) {
+  start_after_previous_kernel();
   if (update_skipped(skip_flag)) return;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -67,24 +71,24 @@ void adam_update(float* params, float* m, float* v, const float* grads, std::int
   const double t = static_cast<double>(step);
   const float step_size = static_cast<float>(lr / (1.0 - std::pow(static_cast<double>(beta1), t)));
   const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), t)));
-  adam_update_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(params, m, v, grads, n, beta1, beta2, 1.0f - beta1,
-                                                                1.0f - beta2, eps, step_size, bias_correction2_sqrt,
-                                                                grad_scale, skip_flag);
+  launch_dependent(adam_update_kernel, grid_for(n), kBlockThreads, 0, stream, params, m, v, grads, n, beta1, beta2,
+                   1.0f - beta1, 1.0f - beta2, eps, step_size, bias_correction2_sqrt, grad_scale, skip_flag);
   CNN_CHECK_LAUNCH();
 }
 
 void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float grad_scale, cudaStream_t stream,
                 const unsigned long long* skip_flag) {
   if (n <= 0) return;
-  sgd_update_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(params, grads, n, lr, grad_scale, skip_flag);
+  launch_dependent(sgd_update_kernel, grid_for(n), kBlockThreads, 0, stream, params, grads, n, lr, grad_scale,
+                   skip_flag);
   CNN_CHECK_LAUNCH();
 }
 
 void momentum_update(float* params, float* velocity, const float* grads, std::int64_t n, float lr, float momentum,
                      float grad_scale, cudaStream_t stream, const unsigned long long* skip_flag) {
   if (n <= 0) return;
-  momentum_update_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(params, velocity, grads, n, lr, momentum,
-                                                                    grad_scale, skip_flag);
+  launch_dependent(momentum_update_kernel, grid_for(n), kBlockThreads, 0, stream, params, velocity, grads, n, lr,
+                   momentum, grad_scale, skip_flag);
   CNN_CHECK_LAUNCH();
 }
 

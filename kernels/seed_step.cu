@@ -6,6 +6,7 @@
 #include "conv_pool_cell.cuh"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "dependent_launch.cuh"
 #include "fc_kernels.cuh"
 #include "input_batch.cuh"
 #include "launch.hpp"
@@ -62,6 +63,7 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
                         const float* __restrict__ conv_weight /*[F,C,3,3]*/, const float* __restrict__ conv_bias /*[F]*/,
                         const float* __restrict__ fc_weight /*[O, F*P]*/, std::int64_t n, int filters,
                         int filters_per_group, int height, int width, int pooled_height, int pooled_width) {
+  start_after_previous_kernel();
   constexpr int kS = forward_samples<C>();
   constexpr int kO = kSeedClasses;
   constexpr int kAcc = forward_accumulators<C>();
@@ -153,6 +155,7 @@ __global__ void fc_softmax_kernel(float* __restrict__ grad_logits /*[n,O]*/, flo
                                   const float* __restrict__ fc_bias /*[O]*/, const std::uint8_t* __restrict__ labels,
                                   const std::int32_t* __restrict__ label_indices /*[n] or null*/, std::int64_t n,
                                   std::int64_t parts) {
+  start_after_previous_kernel();
   const unsigned lane = threadIdx.x & 31u;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
   for (std::int64_t s = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; s < n; s += warps) {
@@ -180,6 +183,7 @@ template <int C>
 __global__ void __launch_bounds__(kBlockThreads)
     seed_backward_finalize_kernel(SeedStepTensors t, std::int64_t n, std::int64_t splits, int filters, int P,
                                   unsigned weight_blocks, int part) {
+  start_after_previous_kernel();
   constexpr int kRows = conv_grad_rows<C>() + kSeedClasses;
   const std::int64_t columns = static_cast<std::int64_t>(filters) * P;
   unsigned block = blockIdx.x;
@@ -220,21 +224,19 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
     const dim3 grid(static_cast<unsigned>(ceil_div(n, forward_samples<C>() * forward_sample_rows<C>())),
                     static_cast<unsigned>(plan.filter_groups));
     const dim3 block(static_cast<unsigned>(plan.forward_threads), static_cast<unsigned>(forward_sample_rows<C>()));
-    seed_forward_kernel<C><<<grid, block, smem, stream>>>(
-        t.pooled, t.argmax, t.fc_partial, t.patches,
-        GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight,
-        t.conv_bias, t.fc_weight, n, m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height,
-        p.width);
+    launch_dependent(seed_forward_kernel<C>, grid, block, smem, stream, t.pooled, t.argmax, t.fc_partial, t.patches,
+                     GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight, t.conv_bias, t.fc_weight, n,
+                     m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height, p.width);
     CNN_CHECK_LAUNCH();
   } else {
     conv_relu_pool_forward(t.pooled, t.argmax, t.input, t.conv_weight, t.conv_bias, n, m, stream);
-    fc_forward_partial_kernel<<<plan.fc.blocks, kFcForwardThreads, 0, stream>>>(
-        t.fc_partial, t.pooled, t.fc_weight, n, m.fc_inputs(), plan.fc.chunk, plan.fc.chunks);
+    launch_dependent(fc_forward_partial_kernel, plan.fc.blocks, kFcForwardThreads, 0, stream, t.fc_partial, t.pooled,
+                     t.fc_weight, n, m.fc_inputs(), plan.fc.chunk, plan.fc.chunks);
     CNN_CHECK_LAUNCH();
   }
-  fc_softmax_kernel<<<grid_for(n * 32, 128), 128, 0, stream>>>(
-      t.grad_logits, t.sample_loss, t.sample_correct, t.fc_partial, t.fc_bias,
-      plan.fused_forward ? t.all_labels : t.labels, plan.fused_forward ? t.indices : nullptr, n, plan.logit_parts);
+  launch_dependent(fc_softmax_kernel, grid_for(n * 32, 128), 128, 0, stream, t.grad_logits, t.sample_loss,
+                   t.sample_correct, t.fc_partial, t.fc_bias, plan.fused_forward ? t.all_labels : t.labels,
+                   plan.fused_forward ? t.indices : nullptr, n, plan.logit_parts);
   CNN_CHECK_LAUNCH();
 }
 
@@ -245,28 +247,28 @@ void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const S
   const std::int64_t image = m.input.size();
   const dim3 sweep_grid(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits));
   if (plan.fused_forward)
-    conv_backward_sweep_kernel<C, true><<<sweep_grid, kBlockThreads, 0, stream>>>(
-        t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax,
-        PatchBatch<C>{t.patches, p.height * p.width}, sweep_shape(m, plan));
+    launch_dependent(conv_backward_sweep_kernel<C, true, PatchBatch<C>>, sweep_grid, kBlockThreads, 0, stream,
+                     t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax,
+                     PatchBatch<C>{t.patches, p.height * p.width}, sweep_shape(m, plan));
   else
-    conv_backward_sweep_kernel<C, true><<<sweep_grid, kBlockThreads, 0, stream>>>(
-        t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax, FloatBatch{t.input, image},
-        sweep_shape(m, plan));
+    launch_dependent(conv_backward_sweep_kernel<C, true, FloatBatch>, sweep_grid, kBlockThreads, 0, stream,
+                     t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax, FloatBatch{t.input, image},
+                     sweep_shape(m, plan));
   CNN_CHECK_LAUNCH();
   const unsigned weight_blocks = grid_for(kSeedClasses * m.fc_inputs());
   const int P = p.height * p.width;
   if (!fc_ready) {
-    seed_backward_finalize_kernel<C><<<weight_blocks + m.filters + 1, kBlockThreads, 0, stream>>>(
-        t, plan.n, plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeAll);
+    launch_dependent(seed_backward_finalize_kernel<C>, weight_blocks + m.filters + 1, kBlockThreads, 0, stream, t,
+                     plan.n, plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeAll);
     CNN_CHECK_LAUNCH();
     return;
   }
-  seed_backward_finalize_kernel<C><<<weight_blocks + 1, kBlockThreads, 0, stream>>>(
-      t, plan.n, plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeFc);
+  launch_dependent(seed_backward_finalize_kernel<C>, weight_blocks + 1, kBlockThreads, 0, stream, t, plan.n,
+                   plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeFc);
   CNN_CHECK_LAUNCH();
   fc_ready();
-  seed_backward_finalize_kernel<C><<<m.filters, kBlockThreads, 0, stream>>>(
-      t, plan.n, plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeConv);
+  launch_dependent(seed_backward_finalize_kernel<C>, m.filters, kBlockThreads, 0, stream, t, plan.n, plan.sweep.splits,
+                   m.filters, P, weight_blocks, kFinalizeConv);
   CNN_CHECK_LAUNCH();
 }
 

@@ -3,6 +3,7 @@
 // device-side totals repeat bit for bit (no atomics).
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
+#include "dependent_launch.cuh"
 #include "launch.hpp"
 #include "softmax_kernels.cuh"
 #include "stream_scratch.hpp"
@@ -15,6 +16,7 @@ __global__ void softmax_cross_entropy_kernel(float* __restrict__ grad_logits /*[
                                              int* __restrict__ sample_correct /*[n]*/,
                                              const float* __restrict__ logits /*[n,O]*/,
                                              const std::uint8_t* __restrict__ labels /*[n]*/, std::int64_t n) {
+  start_after_previous_kernel();
   constexpr int kO = kSeedClasses;
   for (std::int64_t s = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; s < n;
        s += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
@@ -30,6 +32,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     add_batch_stats_kernel(double* __restrict__ loss_sum, std::int64_t* __restrict__ correct,
                            const float* __restrict__ sample_loss, const int* __restrict__ sample_correct,
                            std::int64_t n) {
+  start_after_previous_kernel();
   add_batch_stats_block(loss_sum, correct, sample_loss, sample_correct, n);
 }
 
@@ -45,15 +48,16 @@ void softmax_cross_entropy_per_sample(float* grad_logits, float* sample_loss, in
                                       const std::uint8_t* labels, std::int64_t n, int classes, cudaStream_t stream) {
   check_classes(classes);
   if (n <= 0) return;
-  softmax_cross_entropy_kernel<<<grid_for(n), kBlockThreads, 0, stream>>>(grad_logits, sample_loss, sample_correct,
-                                                                          logits, labels, n);
+  launch_dependent(softmax_cross_entropy_kernel, grid_for(n), kBlockThreads, 0, stream, grad_logits, sample_loss,
+                   sample_correct, logits, labels, n);
   CNN_CHECK_LAUNCH();
 }
 
 void add_batch_stats(double* loss_sum, std::int64_t* correct, const float* sample_loss, const int* sample_correct,
                      std::int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  add_batch_stats_kernel<<<1, kBlockThreads, 0, stream>>>(loss_sum, correct, sample_loss, sample_correct, n);
+  launch_dependent(add_batch_stats_kernel, 1, kBlockThreads, 0, stream, loss_sum, correct, sample_loss, sample_correct,
+                   n);
   CNN_CHECK_LAUNCH();
 }
 

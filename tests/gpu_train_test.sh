@@ -3,6 +3,7 @@
 #   1. learning: Fashion-MNIST >= 82% after 1 epoch, MNIST >= 95.5% after 2 (d=32, batch 100, SGD 0.1)
 #   2. determinism: two identical GPU runs give bitwise identical final checkpoints, and a run stopped
 #      mid-epoch and resumed ends bitwise equal to an uninterrupted one
+#   2c. dependent launch (CNN_CUDA_PDL) on and off give bitwise identical checkpoints, seed and cifar
 #   3. with 2+ GPUs: 2 ranks (NCCL) against 1 GPU, same global batch, 20 steps: rel err <= 1e-5
 #   4. compute-sanitizer memcheck, racecheck and initcheck clean on a short training run, for the seed
 #      model and the cifar preset (when installed)
@@ -93,6 +94,25 @@ elif out=$("$python" "$compare" exact "$(latest "$work/whole")" "$(latest "$work
 else
   fail "GPU resume differs from the uninterrupted run: $out"
 fi
+
+# 2c. Programmatic dependent launch (kernels/dependent_launch.cuh) lets each kernel be scheduled
+#     before the one before it ends; every such kernel waits for it first, so the results must not
+#     depend on it: 20 steps with it on and off (CNN_CUDA_PDL=0), bitwise, for the fused seed step and
+#     for the layer backend (the cifar preset: two streams, split-K finalizes, Adam).
+for model in seed cifar; do
+  pdl=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 32 --batch 100 --epochs 1
+       --model "$model" --optimizer adam --lr 0.001 --quiet)
+  if "$binary" "${pdl[@]}" --out "$work/pdl-on-$model" >/dev/null 2>&1 &&
+     CNN_CUDA_PDL=0 "$binary" "${pdl[@]}" --out "$work/pdl-off-$model" >/dev/null 2>&1; then
+    if out=$("$python" "$compare" exact "$(latest "$work/pdl-on-$model")" "$(latest "$work/pdl-off-$model")" 2>&1); then
+      pass "--model $model, dependent launch on vs off: $out"
+    else
+      fail "--model $model, dependent launch on vs off differ: $out"
+    fi
+  else
+    fail "--model $model runs with dependent launch on / off failed"
+  fi
+done
 
 # 3. Two GPU ranks (NCCL, named: --allreduce auto may pick peer memory, which gpu_peer_allreduce_test
 #    holds against NCCL) against one GPU, same global batch of 100, 20 steps.
