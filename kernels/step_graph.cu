@@ -46,7 +46,8 @@ void capture_step_graph(StepGraph& step, cudaStream_t stream, const std::functio
     if (step.index_copy == nullptr)
       throw Error(ExitCode::kFailure, "internal error: the captured training step has no index copy among its " +
                                           std::to_string(roots) + " roots HINT: " + hint);
-    CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, 0));
+    // Each kernel node keeps its stream's priority (dependent_launch.cuh), not the launching stream's.
+    CNN_CHECK_CUDA(cudaGraphInstantiate(&step.exec, step.graph, cudaGraphInstantiateFlagUseNodePriority));
   } catch (...) {
     destroy_step_graph(step);
     throw;
