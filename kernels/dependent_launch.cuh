@@ -18,8 +18,8 @@
 // implicit, when every block of the grid has exited, so the next grid is set up during the earlier
 // one's memory flush and completion, and its blocks never hold SM slots while the earlier grid still
 // runs. A trigger at block start, tried first, made the cifar preset slower (batch 128: 121 -> 129
-// ms/epoch on nvidia-h100-x1): the waiting blocks took the slots that the side stream's kernels
-// needed. Measured in docs/PERFORMANCE.md.
+// ms/epoch on nvidia-h100-x1), presumably because the waiting blocks took slots that the side
+// stream's kernels needed (inferred, not profiled). Measured in docs/PERFORMANCE.md.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,9 +47,9 @@ __device__ __forceinline__ void start_after_previous_kernel() {
 // launch, the caller checks with CNN_CHECK_LAUNCH(), which names the launcher: a failed launch is
 // also the runtime's last error.
 //
-// The launch also names the stream's priority. A stream's priority orders plain launches, but a
-// kernel captured into a CUDA graph runs at the priority of the stream the graph is launched into,
-// unless its node carries its own and the graph is instantiated with
+// The launch also names the stream's priority. A stream's priority orders plain launches, but by the
+// CUDA documentation a kernel captured into a CUDA graph runs at the priority of the stream the graph
+// is launched into, unless its node carries its own and the graph is instantiated with
 // cudaGraphInstantiateFlagUseNodePriority (step_graph.cu does): so a high-priority side stream (the
 // layer backend's weight gradients) stays high priority inside the step's graph.
 template <class... Params, class... Args>
