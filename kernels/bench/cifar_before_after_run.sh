@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One device call (nvidia-h100-x1) that times the general-network path before and after a change:
+# builds this tree ("after") and BEFORE_DIR (a checkout of the earlier commit, inside the checkout so
+# that it travels, e.g. `git worktree add --detach .carry/before REV`) in parallel, then
+#   1. gpu_layers (every layer op against its CPU twin, the backend against seq and the fused one);
+#   2. the cifar preset's ms/epoch, before and after alternated twice, then after with CNN_CUDA_PDL=0;
+#   3. the seed model's ms/epoch, before and after alternated twice;
+#   4. the whole gpu_backend suite and tests/gpu_train_test.sh on the after tree.
+# The figures of docs/PERFORMANCE.md of 2026-11-22T03:08Z came from these steps (BEFORE_DIR at c9a995f;
+# that run used a session copy of this script whose only difference was the before build folder).
+# Usage, from the tree: BEFORE_DIR=.carry/before OUT=$OUT bash kernels/bench/cifar_before_after_run.sh
+set -uo pipefail
+before=${BEFORE_DIR:-.carry/before}
+out=${OUT:-gpu-out}; mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export CNN_FASHION_DIR=$PWD/.carry/fashion-mnist CNN_MNIST_DIR=$PWD/.carry/mnist
+source kernels/bench/device_run_lib.sh
+start=$(date +%s)
+nvidia-smi -L; date -u +%FT%TZ
+(configure . build-after after && ninja -C build-after -j 10 gpu_layers gpu_backend cnn_mpi >"$out/build-after.log" 2>&1
+ echo "after build $?") &
+(configure "$before" "$before/build-before" before && ninja -C "$before/build-before" -j 6 gpu_layers gpu_backend >"$out/build-before.log" 2>&1
+ echo "before build $?") &
+wait; echo "built at $(($(date +%s) - start)) s"
+run 150 layers build-after/tests/gpu_layers --log_level=test_suite; tail -2 "$out/layers.log"
+for round in 1 2; do
+  for v in before after; do
+    tree=build-after; [[ $v == before ]] && tree="$before/build-before"
+    run 100 cifar-$v-$round $tree/tests/gpu_layers --run_test=measure_cifar_epoch_time
+    echo "cifar $v round $round:"; grep -E "^(32|128|512) " "$out/cifar-$v-$round.log"
+  done
+done
+CNN_CUDA_PDL=0 run 100 cifar-after-pdl0 build-after/tests/gpu_layers --run_test=measure_cifar_epoch_time
+echo "cifar after, CNN_CUDA_PDL=0:"; grep -E "^(32|128|512) +on" "$out/cifar-after-pdl0.log"
+for round in 1 2; do
+  for v in before after; do
+    tree=build-after; [[ $v == before ]] && tree="$before/build-before"
+    run 60 seed-$v-$round $tree/tests/gpu_backend --run_test=measure_epoch_time
+    echo "seed $v round $round:"; grep -E "fused +on" "$out/seed-$v-$round.log"
+  done
+done
+echo "at $(($(date +%s) - start)) s"
+run 150 backend build-after/tests/gpu_backend; tail -2 "$out/backend.log"
+run 300 train bash tests/gpu_train_test.sh build-after .; grep -E "^(ok|FAIL|skip)" "$out/train.log"
+echo "total: $(($(date +%s) - start)) s"
