@@ -7,7 +7,7 @@
 #   3. the seed model's ms/epoch, before and after alternated twice;
 #   4. the whole gpu_backend suite and tests/gpu_train_test.sh on the after tree.
 # The figures of docs/PERFORMANCE.md of 2026-11-22T03:08Z came from these steps (BEFORE_DIR at c9a995f;
-# that run used a session copy of this script whose only difference was the before build folder).
+# that run used a session copy of this script: the same steps, in a different before build folder).
 # Usage, from the tree: BEFORE_DIR=.carry/before OUT=$OUT bash kernels/bench/cifar_before_after_run.sh
 set -uo pipefail
 before=${BEFORE_DIR:-.carry/before}
@@ -22,23 +22,23 @@ nvidia-smi -L; date -u +%FT%TZ
 (configure "$before" "$before/build-before" before && ninja -C "$before/build-before" -j 6 gpu_layers gpu_backend >"$out/build-before.log" 2>&1
  echo "before build $?") &
 wait; echo "built at $(($(date +%s) - start)) s"
-run 150 layers build-after/tests/gpu_layers --log_level=test_suite; tail -2 "$out/layers.log"
-for round in 1 2; do
-  for v in before after; do
-    tree=build-after; [[ $v == before ]] && tree="$before/build-before"
-    run 100 cifar-$v-$round $tree/tests/gpu_layers --run_test=measure_cifar_epoch_time
-    echo "cifar $v round $round:"; grep -E "^(32|128|512) " "$out/cifar-$v-$round.log"
+# alternate NAME LIMIT TEST CASE PATTERN: tests/TEST --run_test=CASE from before, after, before,
+# after, printing the lines of each log that match PATTERN.
+alternate() {
+  local name=$1 limit=$2 test=$3 case=$4 pattern=$5 round v tree
+  for round in 1 2; do
+    for v in before after; do
+      tree=build-after; [[ $v == before ]] && tree="$before/build-before"
+      run "$limit" "$name-$v-$round" "$tree/tests/$test" --run_test="$case"
+      echo "$name $v round $round:"; grep -E "$pattern" "$out/$name-$v-$round.log"
+    done
   done
-done
+}
+run 150 layers build-after/tests/gpu_layers --log_level=test_suite; tail -2 "$out/layers.log"
+alternate cifar 100 gpu_layers measure_cifar_epoch_time "^(32|128|512) "
 CNN_CUDA_PDL=0 run 100 cifar-after-pdl0 build-after/tests/gpu_layers --run_test=measure_cifar_epoch_time
 echo "cifar after, CNN_CUDA_PDL=0:"; grep -E "^(32|128|512) +on" "$out/cifar-after-pdl0.log"
-for round in 1 2; do
-  for v in before after; do
-    tree=build-after; [[ $v == before ]] && tree="$before/build-before"
-    run 60 seed-$v-$round $tree/tests/gpu_backend --run_test=measure_epoch_time
-    echo "seed $v round $round:"; grep -E "fused +on" "$out/seed-$v-$round.log"
-  done
-done
+alternate seed 60 gpu_backend measure_epoch_time "fused +on"
 echo "at $(($(date +%s) - start)) s"
 run 150 backend build-after/tests/gpu_backend; tail -2 "$out/backend.log"
 run 300 train bash tests/gpu_train_test.sh build-after .; grep -E "^(ok|FAIL|skip)" "$out/train.log"
