@@ -18,10 +18,11 @@ inline constexpr unsigned long long kAllFinite = ~0ULL;
 std::int64_t first_nonfinite(const float* data, std::int64_t count, cudaStream_t stream);
 
 // The per-step divergence check of a device backend without a host wait in the step: enqueue()
-// writes the first non-finite index of the reduced gradient into a device word, which the optimizer
-// kernels read (they leave parameters and state untouched when it is set, see optimizer_update), and
-// copies it to pinned host memory; result() waits for that copy only. The trainer reads a step's
-// result during the next step (src/divergence.cpp), so the GPU never idles for it.
+// queues one kernel that writes the first non-finite index of the reduced gradient into a device
+// word, which the optimizer kernels read (they leave parameters and state untouched when it is set,
+// see optimizer_update), and into pinned host memory; result() waits for that kernel only. The
+// trainer reads a step's result during the next step (src/divergence.cpp), so the GPU never idles
+// for it.
 class DeferredNonFiniteCheck {
  public:
   // On the current device; the word starts as kAllFinite (updates run until a check says otherwise).
@@ -38,8 +39,10 @@ class DeferredNonFiniteCheck {
 
  private:
   DeviceBuffer<unsigned long long> flag_;
+  DeviceBuffer<unsigned long long> running_;  // the kernel's running minimum and count of blocks done
   PinnedBuffer<unsigned long long> readback_;
-  cudaEvent_t copied_ = nullptr;
+  unsigned long long* readback_on_device_ = nullptr;  // readback_ as the kernel addresses it
+  cudaEvent_t checked_ = nullptr;
   bool enqueued_ = false;
 };
 
