@@ -1,26 +1,31 @@
 // The peer allreduce kernel: a sum over ranks through memory every GPU maps (CUDA IPC over NVLink or
 // PCIe), for gradients of a few MB, where NCCL's ring spends most of its time in latency.
 //
-// Every rank exports one "peer area" (PeerFlags, then two staging slots). Two-shot: the buffer is cut
-// into one chunk per rank; within a chunk, into one piece per block. Block b of every rank:
-//   1. copies piece b of every chunk of its gradients into its own staging slot;
-//   2. meets block b of every other rank (flag barrier 0), then sums piece b of its OWN chunk over
-//      the ranks' staging slots, in rank order 0, 1, ..., n-1, into its staging slot and gradients;
-//   3. meets them again (barrier 1), then copies piece b of every OTHER chunk, already summed by its
-//      owner, from the owner's staging slot into its gradients.
-// One-shot (one chunk, one barrier): every rank sums piece b of the whole buffer over all ranks'
-// slots itself. It reads n - 1 times the buffer from the other GPUs where two-shot reads about twice
-// it, so it only wins on small buffers, where the second barrier's latency dominates.
+// Data moves by remote stores only ("push"): a store to another GPU is posted and goes on, where a
+// remote load waits a round trip, so a few threads keep NVLink busy; every load is from local memory.
+// Every rank exports one "peer area": PeerFlags, then two staging slots (alternating by epoch), each
+// an inbox per sending rank and a result region, all with the gradient buffer's own offsets.
+// Two-shot: the buffer is cut into one chunk per rank, each chunk into one piece per block. Block b of
+// every rank:
+//   1. stores piece b of chunk c of its gradients into rank c's inbox from this rank, for every c;
+//   2. meets block b of every other rank (flag barrier 0), then sums piece b of its OWN chunk over its
+//      inboxes, in rank order 0, 1, ..., n-1, into its gradients and into every rank's result region;
+//   3. meets them again (barrier 1), then copies piece b of every OTHER chunk, summed by its owner,
+//      from its own result region into its gradients.
+// One-shot (one chunk, one barrier): every rank stores piece b of the whole buffer into every rank's
+// inbox, then sums piece b of its own inboxes. It sends n - 1 times the buffer where two-shot sends
+// about twice it, so it only wins on small buffers, where the second barrier's latency dominates.
 // Both sum every element in rank order, so all ranks hold the same bits, whatever the variant and the
-// bucket plan (an allreduce of a sub-range sums each element exactly as the whole one would).
+// bucket plan (an allreduce of a sub-range sums each element exactly as the whole one would); the
+// bits are also those of the earlier pulling kernel, which summed in the same order.
 //
 // Block b only ever waits for block b of the other ranks, which touched the same pieces, so no block
 // waits for another block of its own grid. The flags hold a per-block epoch (the number of allreduces
 // that block has run), kept in device memory, so a CUDA graph replays the kernel unchanged; every
-// launch of a communicator uses the same grid, so epochs agree between ranks. The two staging slots
-// alternate by epoch: a rank writes slot s again only two allreduces later, after a barrier of the
-// allreduce in between that every other rank reached only once its previous kernel, the last reader
-// of slot s, had finished (kernels on one stream run in order).
+// launch of a communicator uses the same grid, so epochs agree between ranks. A rank stores into
+// slot s of another rank again only two allreduces later, after the barriers of the allreduce in
+// between, which that rank reached only once its previous kernel, the last reader of slot s, had
+// finished (kernels on one stream run in order).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,7 +41,8 @@ constexpr int kPeerMaxBlocks = 128;
 constexpr int kPeerDefaultBlocks = 64;
 constexpr int kPeerThreads = 512;
 
-// The start of every rank's peer area; the two staging slots follow at kPeerStagingOffset.
+// The start of every rank's peer area; the two staging slots follow at kPeerStagingOffset, each
+// ranks + 1 regions of slot_floats: the inboxes from ranks 0..n-1, then the result region.
 struct PeerFlags {
   unsigned int arrived[2][kPeerMaxRanks][kPeerMaxBlocks];  // [barrier][from rank][block]: epoch written by that rank
   unsigned int epoch[kPeerMaxBlocks];                       // allreduces run by each block (read by this rank only)
@@ -48,14 +54,26 @@ struct PeerView {
   char* area[kPeerMaxRanks];
   int rank;
   int ranks;
-  std::int64_t slot_floats;  // floats per staging slot, a multiple of 4
+  std::int64_t slot_floats;  // floats per region of a staging slot, a multiple of 4
 };
 
-__device__ inline PeerFlags* peer_flags(const PeerView& v, int rank) { return reinterpret_cast<PeerFlags*>(v.area[rank]); }
-__device__ inline float* peer_slot(const PeerView& v, int rank, unsigned int epoch) {
-  return reinterpret_cast<float*>(v.area[rank] + kPeerStagingOffset) + (epoch & 1u) * v.slot_floats;
+// Floats of one rank's staging (both slots) for `ranks` ranks.
+__host__ __device__ constexpr std::int64_t peer_staging_floats(int ranks, std::int64_t slot_floats) {
+  return 2 * (ranks + 1) * slot_floats;
 }
 
+__device__ inline PeerFlags* peer_flags(const PeerView& v, int rank) { return reinterpret_cast<PeerFlags*>(v.area[rank]); }
+__device__ inline float* peer_region(const PeerView& v, int rank, unsigned int epoch, int region) {
+  float* staging = reinterpret_cast<float*>(v.area[rank] + kPeerStagingOffset);
+  return staging + ((epoch & 1u) * (v.ranks + 1) + region) * v.slot_floats;
+}
+// Rank `rank`'s inbox for what rank `from` sends, and its result region.
+__device__ inline float* peer_inbox(const PeerView& v, int rank, int from, unsigned int epoch) {
+  return peer_region(v, rank, epoch, from);
+}
+__device__ inline float* peer_result(const PeerView& v, int rank, unsigned int epoch) {
+  return peer_region(v, rank, epoch, v.ranks);
+}
 __device__ inline void store_release_system(unsigned int* flag, unsigned int value) {
   asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
 }
@@ -66,8 +84,8 @@ __device__ inline unsigned int load_acquire_system(const unsigned int* flag) {
 }
 
 // Block b meets block b of every rank: thread q tells rank q this block has reached `epoch` at
-// `barrier`, then waits until rank q has told it the same. The fence publishes the block's staging
-// writes (ordered before by __syncthreads) to the other GPUs before the flag.
+// `barrier`, then waits until rank q has told it the same. The fence publishes the block's stores
+// into the other GPUs' staging (ordered before by __syncthreads) before the flag.
 __device__ inline void peer_barrier(const PeerView& v, int barrier, unsigned int epoch) {
   __syncthreads();
   const int q = static_cast<int>(threadIdx.x);
@@ -153,30 +171,38 @@ __global__ void __launch_bounds__(kPeerThreads) peer_allreduce_kernel(PeerView v
   const unsigned int epoch = epoch_shared;
   const std::int64_t units = (count + W - 1) / W;
   const int chunks = kTwoShot ? v.ranks : 1;
-  float* mine = peer_slot(v, v.rank, epoch);
 
-  for (int c = 0; c < chunks; ++c) {  // 1. piece b of every chunk -> own staging
+  for (int c = 0; c < chunks; ++c) {  // 1. piece b of chunk c -> the inbox from this rank of its owner(s)
     const PeerPiece p = peer_piece(units, chunks, c);
-    for (std::int64_t u = p.begin + threadIdx.x; u < p.end; u += blockDim.x) A::store_staged(mine, u, A::load(data, u, count));
+    for (std::int64_t u = p.begin + threadIdx.x; u < p.end; u += blockDim.x) {
+      const typename A::Vec x = A::load(data, u, count);
+      if (kTwoShot) {
+        A::store_staged(peer_inbox(v, c, v.rank, epoch), u, x);
+      } else {
+        for (int q = 0; q < v.ranks; ++q) A::store_staged(peer_inbox(v, q, v.rank, epoch), u, x);
+      }
+    }
   }
   peer_barrier(v, 0, epoch);
 
   {  // 2. piece b of this rank's chunk (one-shot: of the whole buffer), summed over ranks in rank order
     const PeerPiece p = peer_piece(units, chunks, kTwoShot ? v.rank : 0);
     for (std::int64_t u = p.begin + threadIdx.x; u < p.end; u += blockDim.x) {
-      typename A::Vec s = A::load_staged(peer_slot(v, 0, epoch), u);
-      for (int q = 1; q < v.ranks; ++q) A::add(s, A::load_staged(peer_slot(v, q, epoch), u));
-      if (kTwoShot) A::store_staged(mine, u, s);
+      typename A::Vec s = A::load_staged(peer_inbox(v, v.rank, 0, epoch), u);
+      for (int q = 1; q < v.ranks; ++q) A::add(s, A::load_staged(peer_inbox(v, v.rank, q, epoch), u));
       A::store(data, u, count, s);
+      if (kTwoShot)
+        for (int q = 0; q < v.ranks; ++q)
+          if (q != v.rank) A::store_staged(peer_result(v, q, epoch), u, s);
     }
   }
   if (kTwoShot) {
     peer_barrier(v, 1, epoch);
-    for (int c = 0; c < chunks; ++c) {  // 3. piece b of every other chunk, from its owner
+    const float* summed = peer_result(v, v.rank, epoch);
+    for (int c = 0; c < chunks; ++c) {  // 3. piece b of every other chunk, as its owner sent it
       if (c == v.rank) continue;
-      const float* owner = peer_slot(v, c, epoch);
       const PeerPiece p = peer_piece(units, chunks, c);
-      for (std::int64_t u = p.begin + threadIdx.x; u < p.end; u += blockDim.x) A::store(data, u, count, A::load_staged(owner, u));
+      for (std::int64_t u = p.begin + threadIdx.x; u < p.end; u += blockDim.x) A::store(data, u, count, A::load_staged(summed, u));
     }
   }
   if (threadIdx.x == 0) own->epoch[blockIdx.x] = epoch;

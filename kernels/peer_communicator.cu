@@ -59,7 +59,8 @@ class PeerCommunicator final : public SideStreamCommunicator {
     view_.rank = world.rank();
     view_.ranks = world.size();
     view_.slot_floats = (std::max<std::int64_t>(capacity, 1) + 3) / 4 * 4;
-    const std::size_t bytes = kPeerStagingOffset + 2 * static_cast<std::size_t>(view_.slot_floats) * sizeof(float);
+    const std::size_t bytes =
+        kPeerStagingOffset + static_cast<std::size_t>(peer_staging_floats(world.size(), view_.slot_floats)) * sizeof(float);
     // cudaMalloc, not a pool: only such memory can be exported. Flags and epochs start at 0.
     CNN_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&own_), bytes));
     CNN_CHECK_CUDA(cudaMemset(own_, 0, bytes));
