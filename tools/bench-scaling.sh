@@ -10,7 +10,8 @@
 # Env: DATA (fashion-mnist dir, default .carry/fashion-mnist), ANCHOR (default .carry/anchors/
 #      torch_ddp_seed_cnn.py), EPOCHS (default 5), OVERLAPS (--overlap values, default "auto"; e.g.
 #      "on off"), BINARY (default build/cnn_mpi, built if missing), OUT (logs; default bench-out),
-#      SKIP_DDP=1 to skip the anchor, EXTRA (more cnn_mpi options), RUN_TIMEOUT (seconds per run, 180).
+#      SKIP_DDP=1 to skip the anchor, EXTRA (more cnn_mpi options), RUN_TIMEOUT (seconds per run, 180),
+#      ONLY (run only these configurations, named as their run folders: e.g. "n4-d64-weak n1-d64-weak").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 gpu_counts=("$@")
@@ -52,6 +53,7 @@ for n in "${gpu_counts[@]}"; do
   for d in 64 256; do
     for scaling in weak strong; do
       ((n == 1)) && [[ $scaling == strong ]] && continue  # one rank: the same run as weak
+      [[ -n ${ONLY:-} && " $ONLY " != *" n$n-d$d-$scaling "* ]] && continue
       batch=$([[ $scaling == weak ]] && echo $((1000 * n)) || echo 1000)
       for mode in $overlaps; do
         # One rank has no allreduce: --overlap changes nothing there, so one mode is enough.
