@@ -32,7 +32,8 @@ class StreamCommunicator : public Communicator {
 // The stream-ordered communicators (NCCL, peer): allreduce_sum queues on the backend's stream; the
 // overlapped step's allreduces go on a second stream forked from and joined back to it with events
 // (side_stream_communicator.cu), so the step, communication included, can be captured as one CUDA
-// graph. Derived classes only queue one allreduce, and call drain() first in their destructor.
+// graph; a step whose only allreduce comes after the whole backward queues it on the backend's
+// stream. Derived classes only queue one allreduce, and call drain() first in their destructor.
 class SideStreamCommunicator : public StreamCommunicator {
  public:
   using StreamCommunicator::StreamCommunicator;
@@ -40,6 +41,7 @@ class SideStreamCommunicator : public StreamCommunicator {
   void allreduce_sum(float* data, std::int64_t count) override;
   bool stream_ordered() const override { return true; }
   void start_allreduce_sum(float* data, std::int64_t count) override;
+  void finish_allreduce_sum(float* data, std::int64_t count) override;
   void wait_all() override;
   AsyncAllreduceTimes take_async_times() override;
 

@@ -32,6 +32,8 @@
 
 #include <cstdint>
 
+#include "dependent_launch.cuh"
+
 namespace cnn::cuda {
 
 constexpr int kPeerMaxRanks = 8;
@@ -163,6 +165,7 @@ __device__ inline PeerPiece peer_piece(std::int64_t units, int chunks, int chunk
 // kPeerMaxBlocks) x kPeerThreads.
 template <int W, bool kTwoShot>
 __global__ void __launch_bounds__(kPeerThreads) peer_allreduce_kernel(PeerView v, float* data, std::int64_t count) {
+  start_after_previous_kernel();  // before touching the gradients the kernel before wrote
   using A = PeerAccess<W>;
   __shared__ unsigned int epoch_shared;
   PeerFlags* own = peer_flags(v, v.rank);

@@ -127,7 +127,7 @@ class PeerCommunicator final : public SideStreamCommunicator {
     const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0;
     const Kernel kernel = aligned ? (two_shot ? peer_allreduce_kernel<4, true> : peer_allreduce_kernel<4, false>)
                                   : (two_shot ? peer_allreduce_kernel<1, true> : peer_allreduce_kernel<1, false>);
-    kernel<<<blocks_, kPeerThreads, 0, stream>>>(view_, data, count);
+    launch_dependent(kernel, blocks_, kPeerThreads, 0, stream, view_, data, count);
     CNN_CHECK_CUDA(cudaGetLastError());
   }
 

@@ -47,6 +47,30 @@ void SideStreamCommunicator::start_allreduce_sum(float* data, std::int64_t count
   ++starts_;
 }
 
+// Nothing of this step on the second stream: the backend's stream has nothing left to compute, so
+// the allreduce goes there, after the backward, with no fork or join (two fewer dependencies in a
+// captured step, and a kernel that may launch as a dependent of the one before). Otherwise after
+// the earlier buckets on the second stream: a communicator runs one allreduce at a time.
+void SideStreamCommunicator::finish_allreduce_sum(float* data, std::int64_t count) {
+  if (world_.size() == 1 || count == 0) return;
+  if (starts_ > 0) {
+    start_allreduce_sum(data, count);
+    return;
+  }
+  if (capturing()) {
+    queue_allreduce(data, count, stream_);
+    return;
+  }
+  Probe& p = probe();  // compute end = comm start, and comm end = join: all of it exposed
+  CNN_CHECK_CUDA(cudaEventRecord(p.events[2], stream_));
+  CNN_CHECK_CUDA(cudaEventRecord(p.events[0], stream_));
+  queue_allreduce(data, count, stream_);
+  CNN_CHECK_CUDA(cudaEventRecord(p.events[1], stream_));
+  CNN_CHECK_CUDA(cudaEventRecord(p.events[3], stream_));
+  p.used = true;
+  ++probe_next_;
+}
+
 void SideStreamCommunicator::wait_all() {
   if (starts_ == 0) return;
   if (probing_) {

@@ -144,21 +144,23 @@ void OverlapReducer::set_plan(BucketPlan plan) {
   ++generation_;
 }
 
-void OverlapReducer::start(std::size_t bucket) {
+void OverlapReducer::start(std::size_t bucket, bool compute_done) {
   started_[bucket] = true;
-  comm_.start_allreduce_sum(grads_ + plan_.buckets[bucket].offset, plan_.buckets[bucket].count);
+  float* data = grads_ + plan_.buckets[bucket].offset;
+  if (compute_done) comm_.finish_allreduce_sum(data, plan_.buckets[bucket].count);
+  else comm_.start_allreduce_sum(data, plan_.buckets[bucket].count);
 }
 
 void OverlapReducer::gradients_ready(std::int64_t, std::int64_t) {
   const int point = points_seen_++;
   for (std::size_t b = 0; b < plan_.buckets.size(); ++b)
-    if (!started_[b] && plan_.buckets[b].last_point == point) start(b);
+    if (!started_[b] && plan_.buckets[b].last_point == point) start(b, false);
 }
 
 void OverlapReducer::all_gradients_ready() {
   const double begin = wall_seconds();
   for (std::size_t b = 0; b < plan_.buckets.size(); ++b)
-    if (!started_[b]) start(b);
+    if (!started_[b]) start(b, true);
   heartbeat(WatchPhase::kAllreduce);  // from here on this rank waits for its peers (watchdog.hpp)
   comm_.wait_all();
   started_.assign(plan_.buckets.size(), false);

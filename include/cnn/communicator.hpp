@@ -83,6 +83,10 @@ class Communicator {
   // ranks of [data, data + count); it is complete after wait_all() - on return for host memory, for
   // work queued after it when stream_ordered(). The defaults are the blocking allreduce_sum.
   virtual void start_allreduce_sum(float* data, std::int64_t count) { allreduce_sum(data, count); }
+  // The same for a range started when the whole backward is done, with wait_all() next: there is
+  // nothing left to overlap it with, so a stream-ordered communicator may queue it on the backend's
+  // stream itself, where it needs no fork or join.
+  virtual void finish_allreduce_sum(float* data, std::int64_t count) { start_allreduce_sum(data, count); }
   // Lets started reductions move on; cheap; from the thread that started them.
   virtual void progress() {}
   virtual void wait_all() {}

@@ -73,7 +73,8 @@ class OverlapReducer final : public GradientReadyListener {
   double take_host_wait_seconds();
 
  private:
-  void start(std::size_t bucket);
+  // compute_done: called from all_gradients_ready (Communicator::finish_allreduce_sum).
+  void start(std::size_t bucket, bool compute_done);
 
   Communicator& comm_;
   float* grads_;
