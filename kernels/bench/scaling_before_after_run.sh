@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (nvidia-h200-x4) that times the multi-GPU seed step before and after a change:
 # builds this tree ("after") and BEFORE_DIR (a checkout of the earlier commit inside the checkout, so
-# that it travels: `git worktree add --detach .carry/before REV`) in parallel, then runs the steps
+# that it travels: `mkdir .carry/before && git archive REV | tar -x -C .carry/before`) in parallel, then runs the steps
 # named in STEPS (default: all four, in this order):
 #   tests  gpu_peer_allreduce_test.sh (2 and 4 ranks, bitwise against the rank-order sum, and the
 #          trainer on peer memory) and gpu_backend's divergence-check case, on the after tree;
@@ -10,7 +10,9 @@
 #   rows   tools/bench-scaling.sh on the configurations in ROWS (default: the three rows of issue 9
 #          short of 10x DDP, and the two 1-GPU rows) over the GPU counts in GPUS (default "1 2 4"),
 #          before and after alternated ROUNDS times (2);
-#   train  gpu_overlap_test.sh and gpu_train_test.sh on the after tree.
+#   train  gpu_overlap_test.sh and gpu_train_test.sh on the after tree;
+#   table  (only when named) the after tree's whole tools/bench-scaling.sh over GPUS, with the
+#          PyTorch DDP anchor in the same call.
 # Usage, from the tree: BEFORE_DIR=.carry/before OUT=$OUT [STEPS=...] bash kernels/bench/scaling_before_after_run.sh
 set -uo pipefail
 before=${BEFORE_DIR:-.carry/before}
@@ -62,5 +64,10 @@ echo "at $(($(date +%s) - start)) s"
 if [[ $steps == *" train "* ]]; then
   run 200 overlap bash tests/gpu_overlap_test.sh build .; grep -E "^(ok|FAIL|SKIP)" "$out/overlap.log"
   run 300 train bash tests/gpu_train_test.sh build .; grep -E "^(ok|FAIL|skip|SKIP)" "$out/train.log"
+fi
+if [[ $steps == *" table "* ]]; then
+  BINARY=build/cnn_mpi OUT=$out/table OVERLAPS=on EPOCHS=5 RUN_TIMEOUT=60 tools/bench-scaling.sh "${gpu_counts[@]}" \
+    >"$out/table.log" 2>&1
+  tail -16 "$out/table.log"
 fi
 echo "total: $(($(date +%s) - start)) s"
