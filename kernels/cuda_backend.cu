@@ -185,8 +185,7 @@ void CudaBackend::enqueue_train_step(const SeedStepPlan& plan, const std::int32_
 // The part of a step before the backward, shared by the plain and the overlapped step.
 void CudaBackend::enqueue_data_and_forward(const SeedStepPlan& plan, const std::int32_t* indices, bool timed) {
   const SeedStepTensors t = step_tensors();
-  CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(plan.n) * sizeof(std::int32_t),
-                                 cudaMemcpyDeviceToDevice, stream_));
+  enqueue_index_copy(batch_indices_.get(), indices, plan.n, stream_);
   seed_data_stage(t, model_, plan, stream_);
   if (timed) timer_->close(Phase::kData);
   seed_forward_stage(t, model_, plan, stream_);

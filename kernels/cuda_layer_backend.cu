@@ -270,7 +270,7 @@ void CudaLayerBackend::enqueue_forward(std::int64_t n, const Plans& plans, const
   }
 }
 
-// The whole step, in stream order. The index copy comes first (device to device), so a graph replays
+// The whole step, in stream order. The index copy comes first (a kernel), so a graph replays
 // it with only that copy's source changed. What the main stream's chain does not wait for runs on the
 // side stream: the labels' gather (needed only by the softmax) and the batch's loss and hit sums.
 void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* indices, bool timed) {
@@ -279,8 +279,7 @@ void CudaLayerBackend::enqueue_train_step(std::int64_t n, const std::int32_t* in
     CNN_CHECK_CUDA(cudaEventRecord(fork_, stream_));
     CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream_, fork_, 0));
   };
-  CNN_CHECK_CUDA(cudaMemcpyAsync(batch_indices_.get(), indices, static_cast<std::size_t>(n) * sizeof(std::int32_t),
-                                 cudaMemcpyDeviceToDevice, stream_));
+  enqueue_index_copy(batch_indices_.get(), indices, n, stream_);
   fork_to_side_stream();
   gather_labels(batch_labels_.get(), data_.train_labels.get(), batch_indices_.get(), n, side_stream_);
   CNN_CHECK_CUDA(cudaEventRecord(labels_ready_, side_stream_));

@@ -6,11 +6,22 @@
 
 #include "cnn/errors.hpp"
 #include "cuda_check.hpp"
+#include "dependent_launch.cuh"
+#include "launch.hpp"
 
 namespace cnn::cuda {
 namespace {
 
-cudaGraphNode_t find_index_copy(cudaGraph_t graph, const std::int32_t* batch_indices, std::size_t& roots) {
+__global__ void index_copy_kernel(std::int32_t* __restrict__ batch_indices, const std::int32_t* __restrict__ indices,
+                                  std::int64_t count) {
+  start_after_previous_kernel();
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    batch_indices[i] = indices[i];
+}
+
+cudaGraphNode_t find_index_copy(cudaGraph_t graph, const std::int32_t* batch_indices, std::size_t& roots,
+                                cudaKernelNodeParams& params) {
   roots = 0;
   CNN_CHECK_CUDA(cudaGraphGetRootNodes(graph, nullptr, &roots));
   std::vector<cudaGraphNode_t> nodes(roots);
@@ -18,15 +29,22 @@ cudaGraphNode_t find_index_copy(cudaGraph_t graph, const std::int32_t* batch_ind
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
     CNN_CHECK_CUDA(cudaGraphNodeGetType(node, &type));
-    if (type != cudaGraphNodeTypeMemcpy) continue;
-    cudaMemcpy3DParms copy{};
-    CNN_CHECK_CUDA(cudaGraphMemcpyNodeGetParams(node, &copy));
-    if (copy.dstPtr.ptr == static_cast<const void*>(batch_indices)) return node;
+    if (type != cudaGraphNodeTypeKernel) continue;
+    CNN_CHECK_CUDA(cudaGraphKernelNodeGetParams(node, &params));
+    if (params.func != reinterpret_cast<void*>(index_copy_kernel)) continue;
+    if (*static_cast<std::int32_t**>(params.kernelParams[0]) == batch_indices) return node;
   }
   return nullptr;
 }
 
 }  // namespace
+
+void enqueue_index_copy(std::int32_t* batch_indices, const std::int32_t* indices, std::int64_t count,
+                        cudaStream_t stream) {
+  if (count <= 0) return;
+  launch_dependent(index_copy_kernel, grid_for(count), kBlockThreads, 0, stream, batch_indices, indices, count);
+  CNN_CHECK_CUDA(cudaGetLastError());
+}
 
 void capture_step_graph(StepGraph& step, cudaStream_t stream, const std::function<void()>& enqueue,
                         const std::int32_t* batch_indices, const char* hint) {
@@ -42,7 +60,7 @@ void capture_step_graph(StepGraph& step, cudaStream_t stream, const std::functio
     }
     CNN_CHECK_CUDA(cudaStreamEndCapture(stream, &step.graph));
     std::size_t roots = 0;
-    step.index_copy = find_index_copy(step.graph, batch_indices, roots);
+    step.index_copy = find_index_copy(step.graph, batch_indices, roots, step.index_copy_params);
     if (step.index_copy == nullptr)
       throw Error(ExitCode::kFailure, "internal error: the captured training step has no index copy among its " +
                                           std::to_string(roots) + " roots HINT: " + hint);
@@ -56,9 +74,12 @@ void capture_step_graph(StepGraph& step, cudaStream_t stream, const std::functio
 
 void launch_step_graph(const StepGraph& step, std::int32_t* batch_indices, const std::int32_t* indices,
                        std::int64_t count, cudaStream_t stream) {
-  CNN_CHECK_CUDA(cudaGraphExecMemcpyNodeSetParams1D(step.exec, step.index_copy, batch_indices, indices,
-                                                    static_cast<std::size_t>(count) * sizeof(std::int32_t),
-                                                    cudaMemcpyDeviceToDevice));
+  // The graph was captured for this batch size, so the grid stays; only the arguments change.
+  cudaKernelNodeParams params = step.index_copy_params;
+  void* args[] = {&batch_indices, &indices, &count};
+  params.kernelParams = args;
+  params.extra = nullptr;
+  CNN_CHECK_CUDA(cudaGraphExecKernelNodeSetParams(step.exec, step.index_copy, &params));
   CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream));
 }
 
