@@ -1,6 +1,7 @@
 // SideStreamCommunicator: the overlapped step's allreduces on a second stream, forked from and joined
 // back to the backend's stream with events (what stream capture requires), so the whole step,
-// communication included, can be one CUDA graph; and the event probes that time the steps queued
+// communication included, can be one CUDA graph; a step's only allreduce, when it starts after the
+// whole backward, on the backend's stream itself; and the event probes that time the steps queued
 // eagerly. Shared by the NCCL and the peer communicators, which only say how to queue one allreduce.
 #include "cuda_check.hpp"
 #include "device_communicators.hpp"
