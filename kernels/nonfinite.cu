@@ -18,19 +18,20 @@ namespace cnn::cuda {
 
 namespace {
 
-// The running words of one check: the minimum so far over the blocks, and how many blocks are done.
-// Between checks they hold {kAllFinite, 0}.
-constexpr int kRunningWords = 2;
+// The device words of one check: the minimum so far over the blocks and how many blocks are done
+// (between checks {kAllFinite, 0}), then the published result.
+enum CheckWord : int { kRunningMin, kBlocksDone, kResult, kCheckWords };
 
-void reset_running_words(unsigned long long* running, cudaStream_t stream) {
-  CNN_CHECK_CUDA(cudaMemsetAsync(running, 0xFF, sizeof(*running), stream));  // = kAllFinite
-  CNN_CHECK_CUDA(cudaMemsetAsync(running + 1, 0, sizeof(*running), stream));
+// {kAllFinite, 0, kAllFinite}: ready for a check, and no step flagged yet.
+void reset_check_words(unsigned long long* words, cudaStream_t stream) {
+  CNN_CHECK_CUDA(cudaMemsetAsync(words, 0xFF, kCheckWords * sizeof(*words), stream));
+  CNN_CHECK_CUDA(cudaMemsetAsync(words + kBlocksDone, 0, sizeof(*words), stream));
 }
 
-// result (and host_result, when not null) := the first non-finite index of data[0, count), or
-// kAllFinite. `running` must hold {kAllFinite, 0}, and does again when the kernel ends.
-__global__ void first_nonfinite_kernel(const float* data, std::int64_t count, unsigned long long* running /*[2]*/,
-                                       unsigned long long* result, unsigned long long* host_result) {
+// words[kResult] (and *host_result, when not null) := the first non-finite index of data[0, count),
+// or kAllFinite. The running words must hold {kAllFinite, 0}, and do again when the kernel ends.
+__global__ void first_nonfinite_kernel(const float* data, std::int64_t count, unsigned long long* words,
+                                       unsigned long long* host_result) {
   start_after_previous_kernel();
   __shared__ unsigned long long block_min[kBlockThreads];
   unsigned long long mine = kAllFinite;
@@ -50,21 +51,20 @@ __global__ void first_nonfinite_kernel(const float* data, std::int64_t count, un
     __syncthreads();
   }
   if (threadIdx.x != 0) return;
-  if (block_min[0] != kAllFinite) atomicMin(&running[0], block_min[0]);
+  if (block_min[0] != kAllFinite) atomicMin(&words[kRunningMin], block_min[0]);
   __threadfence();  // this block's minimum is in before it counts itself done
-  if (atomicAdd(&running[1], 1ULL) != gridDim.x - 1) return;
+  if (atomicAdd(&words[kBlocksDone], 1ULL) != gridDim.x - 1) return;
   // The last block: every other block's minimum is in (each fenced before counting itself).
-  const unsigned long long first = atomicExch(&running[0], kAllFinite);
-  running[1] = 0;
-  *result = first;
+  const unsigned long long first = atomicExch(&words[kRunningMin], kAllFinite);
+  words[kBlocksDone] = 0;
+  words[kResult] = first;
   if (host_result != nullptr) *host_result = first;
 }
 
-void enqueue_first_nonfinite(const float* data, std::int64_t count, unsigned long long* running,
-                             unsigned long long* result, unsigned long long* host_result, cudaStream_t stream) {
+void enqueue_first_nonfinite(const float* data, std::int64_t count, unsigned long long* words,
+                             unsigned long long* host_result, cudaStream_t stream) {
   const unsigned blocks = count > 0 ? grid_for(count) : 1u;  // an empty buffer still publishes kAllFinite
-  launch_dependent(first_nonfinite_kernel, blocks, kBlockThreads, 0, stream, data, count, running, result,
-                   host_result);
+  launch_dependent(first_nonfinite_kernel, blocks, kBlockThreads, 0, stream, data, count, words, host_result);
   CNN_CHECK_CUDA(cudaGetLastError());
 }
 
@@ -74,20 +74,19 @@ std::int64_t as_index(unsigned long long word) { return word == kAllFinite ? -1 
 
 std::int64_t first_nonfinite(const float* data, std::int64_t count, cudaStream_t stream) {
   if (count <= 0) return -1;
-  unsigned long long* words = nullptr;  // the running words, then the result
-  CNN_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&words), (kRunningWords + 1) * sizeof(*words), stream));
-  reset_running_words(words, stream);
-  enqueue_first_nonfinite(data, count, words, words + kRunningWords, nullptr, stream);
+  unsigned long long* words = nullptr;
+  CNN_CHECK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&words), kCheckWords * sizeof(*words), stream));
+  reset_check_words(words, stream);
+  enqueue_first_nonfinite(data, count, words, nullptr, stream);
   unsigned long long host = kAllFinite;
-  CNN_CHECK_CUDA(cudaMemcpyAsync(&host, words + kRunningWords, sizeof(host), cudaMemcpyDeviceToHost, stream));
+  CNN_CHECK_CUDA(cudaMemcpyAsync(&host, words + kResult, sizeof(host), cudaMemcpyDeviceToHost, stream));
   CNN_CHECK_CUDA(cudaFreeAsync(words, stream));
   CNN_CHECK_CUDA(cudaStreamSynchronize(stream));
   return as_index(host);
 }
 
-DeferredNonFiniteCheck::DeferredNonFiniteCheck(cudaStream_t stream) : flag_(1), running_(kRunningWords), readback_(1) {
-  CNN_CHECK_CUDA(cudaMemsetAsync(flag_.get(), 0xFF, sizeof(unsigned long long), stream));  // = kAllFinite
-  reset_running_words(running_.get(), stream);
+DeferredNonFiniteCheck::DeferredNonFiniteCheck(cudaStream_t stream) : words_(kCheckWords), readback_(1) {
+  reset_check_words(words_.get(), stream);
   CNN_CHECK_CUDA(cudaStreamSynchronize(stream));
   // cudaMallocHost memory is mapped into the device's address space (unified addressing); ask for
   // the device's name of it rather than assume it is the host pointer.
@@ -100,10 +99,12 @@ DeferredNonFiniteCheck::~DeferredNonFiniteCheck() {
 }
 
 void DeferredNonFiniteCheck::enqueue(const float* data, std::int64_t count, cudaStream_t stream) {
-  enqueue_first_nonfinite(data, count, running_.get(), flag_.get(), readback_on_device_, stream);
+  enqueue_first_nonfinite(data, count, words_.get(), readback_on_device_, stream);
   CNN_CHECK_CUDA(cudaEventRecord(checked_, stream));
   enqueued_ = true;
 }
+
+const unsigned long long* DeferredNonFiniteCheck::skip_flag() const { return words_.get() + kResult; }
 
 std::int64_t DeferredNonFiniteCheck::result() {
   if (!enqueued_) return -1;

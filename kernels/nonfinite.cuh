@@ -35,11 +35,10 @@ class DeferredNonFiniteCheck {
   // The index the last enqueue() found, or -1; waits for that check (not for later work).
   std::int64_t result();
   // The device word for the optimizer kernels.
-  const unsigned long long* skip_flag() const { return flag_.get(); }
+  const unsigned long long* skip_flag() const;
 
  private:
-  DeviceBuffer<unsigned long long> flag_;
-  DeviceBuffer<unsigned long long> running_;  // the kernel's running minimum and count of blocks done
+  DeviceBuffer<unsigned long long> words_;  // the kernel's running minimum and count of blocks done, then the word
   PinnedBuffer<unsigned long long> readback_;
   unsigned long long* readback_on_device_ = nullptr;  // readback_ as the kernel addresses it
   cudaEvent_t checked_ = nullptr;
