@@ -17,6 +17,9 @@
 //   g[s,f,cell] = sum_o dL/dlogit[s,o] * W_fc[o, f*P+cell]
 // so the [n, F*P] matrix of g is never written to memory. The fused sweep also sums the fc weight
 // gradient dL/dW_fc[o,j] = sum_s dL/dlogit[s,o] * pooled[s,j], which needs the same pooled value.
+// It can also run as two sweeps over the same plan, the fc rows first and the conv rows after
+// (SweepRows): each row is the same sum in the same order, so the partial sums are the same bits, and
+// the fc gradients are final (and their allreduce can start) while the conv rows are still summed.
 //
 // What bounds it is the latency of each thread's walk (ncu: most stalls wait on loads), not
 // bandwidth: so the windows come from a 16-byte patch per (sample, cell) where the fused forward
@@ -57,33 +60,61 @@ struct SweepShape {
 constexpr int kSweepChunk = 128;
 constexpr int kLogitStride = 12;  // one sample's 10 dL/dlogits, padded to whole float4s
 
-// Registers: at one channel the sweep fits 64 (4 blocks of 256 per multiprocessor) without spilling;
-// three channels need more.
+// What one sweep sums. The fused sweeps all write the same layout of partial sums, [splits, conv rows +
+// kSeedClasses, F*P] (the conv rows, then the fc weight gradient's), whichever rows they compute, so
+// one finalize serves the fused sweep and the pair that splits it.
+enum class SweepRows : int {
+  kConvFromGradPooled,  // the twin: g = dL/dpooled is given; the conv rows only, in a layout of its own
+  kConvAndFc,           // fused: g from dL/dlogits and W_fc; the conv rows and the fc rows
+  kFcOnly,              // fused, first of the pair: the fc rows only (reads pooled and dL/dlogits)
+  kConvOnly,            // fused, second of the pair: the conv rows only
+};
+
+__host__ __device__ constexpr bool sweep_is_fused(SweepRows rows) { return rows != SweepRows::kConvFromGradPooled; }
+__host__ __device__ constexpr bool sweep_sums_conv(SweepRows rows) { return rows != SweepRows::kFcOnly; }
+__host__ __device__ constexpr bool sweep_sums_fc(SweepRows rows) {
+  return rows == SweepRows::kConvAndFc || rows == SweepRows::kFcOnly;
+}
+// Rows per split of the partial sums that a sweep writes.
 template <int C>
-__host__ __device__ constexpr int sweep_min_blocks() {
-  return C == 1 ? 4 : 2;
+__host__ __device__ constexpr int sweep_layout_rows(SweepRows rows) {
+  return conv_grad_rows<C>() + (sweep_is_fused(rows) ? kSeedClasses : 0);
 }
 
-// kFused = false: g comes from grad_pooled (the twin). kFused = true: g is computed from
-// grad_logits and fc_weight, and the fc weight gradient rows follow the conv rows.
-// Input: FloatBatch or PatchBatch<C> (input_batch.cuh): where the windows come from.
+// Registers: at one channel the sweep fits 64 (4 blocks of 256 per multiprocessor) without spilling;
+// three channels need more.
+template <int C, SweepRows kSums>
+__host__ __device__ constexpr int sweep_min_blocks() {
+  return C == 1 ? (kSums == SweepRows::kConvOnly ? 5 : 4) : 2;
+}
+
+// Rows: see SweepRows. Input: FloatBatch or PatchBatch<C> (input_batch.cuh): where the windows come from.
 // One thread per column (gridDim.x x blockDim.x covers F*P), one split of the samples per blockIdx.y.
 // The loop has no branches on the data: a cell the ReLU cut (pooled == 0) gets g = 0, which adds
 // exactly zero (the pixels are finite and the sums start at +0), so the compiler can overlap the
 // loads and sums of several samples; the fused sweep's dL/dlogits come from shared memory.
-template <int C, bool kFused, class Input>
-__global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C>())
+template <int C, SweepRows kSums, class Input>
+__global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C, kSums>())
     conv_backward_sweep_kernel(float* __restrict__ partial /*[splits, rows, F*P]*/,
                                const float* __restrict__ grad_pooled /*[n, F*P], twin only*/,
                                const float* __restrict__ grad_logits /*[n, O], fused only*/,
-                               const float* __restrict__ fc_weight /*[O, F*P], fused only*/,
+                               const float* __restrict__ fc_weight /*[O, F*P], fused conv rows only*/,
                                const float* __restrict__ pooled /*[n, F*P]*/,
-                               const std::uint8_t* __restrict__ argmax /*[n, F*P]*/, Input in, SweepShape shape) {
+                               const std::uint8_t* __restrict__ argmax /*[n, F*P], conv rows only*/, Input in,
+                               SweepShape shape) {
   start_after_previous_kernel();
   constexpr int kO = kSeedClasses;
   constexpr int kConvRows = conv_grad_rows<C>();
-  constexpr int kRows = kConvRows + (kFused ? kO : 0);
-  constexpr int kUnroll = 4;  // loads of 4 samples in flight before the first is used
+  constexpr bool kFused = sweep_is_fused(kSums);
+  constexpr bool kConv = sweep_sums_conv(kSums);
+  constexpr bool kFc = sweep_sums_fc(kSums);
+  constexpr int kRows = sweep_layout_rows<C>(kSums);
+  // Written rows: [kFirstRow, kEndRow) of the layout.
+  constexpr int kFirstRow = kConv ? 0 : kConvRows;
+  constexpr int kEndRow = kFc ? kRows : kConvRows;
+  // Loads of this many samples in flight before the first is used; the fc rows alone need few
+  // registers per sample, and nothing but loads bounds them.
+  constexpr int kUnroll = kConv ? 4 : 8;
   static_assert(kO <= kLogitStride && kLogitStride % 4 == 0, "a sample's dL/dlogits fit whole float4s");
   // Every thread of the block reads the same sample's dL/dlogits at the same time: a broadcast.
   __shared__ __align__(16) float logits_s[kFused ? kSweepChunk * kLogitStride : 4];
@@ -105,7 +136,7 @@ __global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C>())
                           shape.width, plane};
 
   float w_fc[kO];
-  if constexpr (kFused) {
+  if constexpr (kFused && kConv) {
 #pragma unroll
     for (int o = 0; o < kO; ++o) w_fc[o] = fc_weight[o * columns + j];
   }
@@ -117,31 +148,35 @@ __global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C>())
   // Sample s, the k-th of the staged chunk.
   auto accumulate = [&](int k, std::int64_t s, float pooled_value, int winner, float grad_pooled_value,
                         const Prefetch& patch) {
-    float g;
-    if constexpr (kFused) {
-      float gl[kLogitStride];
-      load_float4s(gl, logits_s + k * kLogitStride);
-      g = 0.0f;
-#pragma unroll
-      for (int o = 0; o < kO; ++o) g = fmaf(gl[o], w_fc[o], g);
+    float gl[kLogitStride];
+    if constexpr (kFused) load_float4s(gl, logits_s + k * kLogitStride);
+    if constexpr (kFc) {
       // The fc weight term: gl * 0 when the ReLU cut the cell.
 #pragma unroll
       for (int o = 0; o < kO; ++o) acc[kConvRows + o] = fmaf(gl[o], pooled_value, acc[kConvRows + o]);
-    } else {
-      g = grad_pooled_value;
     }
-    // pooled == 0: the ReLU cut it, and no gradient reaches the conv.
-    g = pooled_value > 0.0f ? g : 0.0f;
-    float x[C][kSeedKernel][kSeedKernel];
-    in.template window<C>(x, patch, s, site, winner);
+    if constexpr (kConv) {
+      float g;
+      if constexpr (kFused) {
+        g = 0.0f;
 #pragma unroll
-    for (int c = 0; c < C; ++c)
+        for (int o = 0; o < kO; ++o) g = fmaf(gl[o], w_fc[o], g);
+      } else {
+        g = grad_pooled_value;
+      }
+      // pooled == 0: the ReLU cut it, and no gradient reaches the conv.
+      g = pooled_value > 0.0f ? g : 0.0f;
+      float x[C][kSeedKernel][kSeedKernel];
+      in.template window<C>(x, patch, s, site, winner);
 #pragma unroll
-      for (int i = 0; i < kSeedKernel; ++i)
+      for (int c = 0; c < C; ++c)
 #pragma unroll
-        for (int k2 = 0; k2 < kSeedKernel; ++k2)
-          acc[c * kTaps1 + i * kSeedKernel + k2] = fmaf(g, x[c][i][k2], acc[c * kTaps1 + i * kSeedKernel + k2]);
-    acc[kConvRows - 1] += g;
+        for (int i = 0; i < kSeedKernel; ++i)
+#pragma unroll
+          for (int k2 = 0; k2 < kSeedKernel; ++k2)
+            acc[c * kTaps1 + i * kSeedKernel + k2] = fmaf(g, x[c][i][k2], acc[c * kTaps1 + i * kSeedKernel + k2]);
+      acc[kConvRows - 1] += g;
+    }
   };
 
   for (std::int64_t chunk = s_begin; chunk < s_end; chunk += kSweepChunk) {
@@ -166,9 +201,9 @@ __global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C>())
         const std::int64_t s = chunk + k + u;
         const std::int64_t idx = s * columns + j;
         pv[u] = __ldg(pooled + idx);
-        win[u] = __ldg(argmax + idx);
+        win[u] = kConv ? __ldg(argmax + idx) : 0;
         gp[u] = kFused ? 0.0f : __ldg(grad_pooled + idx);
-        patch[u] = in.prefetch(s, site);
+        if constexpr (kConv) patch[u] = in.prefetch(s, site);
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) accumulate(k + u, chunk + k + u, pv[u], win[u], gp[u], patch[u]);
@@ -176,22 +211,24 @@ __global__ void __launch_bounds__(kBlockThreads, sweep_min_blocks<C>())
     for (; k < count; ++k) {
       const std::int64_t s = chunk + k;
       const std::int64_t idx = s * columns + j;
-      accumulate(k, s, __ldg(pooled + idx), __ldg(argmax + idx), kFused ? 0.0f : __ldg(grad_pooled + idx),
-                 in.prefetch(s, site));
+      Prefetch patch{};
+      if constexpr (kConv) patch = in.prefetch(s, site);
+      accumulate(k, s, __ldg(pooled + idx), kConv ? __ldg(argmax + idx) : 0, kFused ? 0.0f : __ldg(grad_pooled + idx),
+                 patch);
     }
   }
 
   if (!active) return;
   float* out = partial + blockIdx.y * static_cast<std::int64_t>(kRows) * columns + j;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) out[r * columns] = acc[r];
+  for (int r = kFirstRow; r < kEndRow; ++r) out[r * columns] = acc[r];
 }
 
 // Resident blocks of one sweep kernel per multiprocessor (for plan_sweep); fixed per binary and GPU.
-template <int C, bool kFused, class Input>
+template <int C, SweepRows kSums, class Input>
 int sweep_blocks_per_multiprocessor() {
   static const int blocks =
-      resident_blocks_per_multiprocessor(conv_backward_sweep_kernel<C, kFused, Input>, kBlockThreads);
+      resident_blocks_per_multiprocessor(conv_backward_sweep_kernel<C, kSums, Input>, kBlockThreads);
   return blocks;
 }
 

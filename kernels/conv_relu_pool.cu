@@ -152,8 +152,8 @@ void forward(float* pooled, std::uint8_t* argmax, uint4* patches, const Input& i
 // The sweep's input: the gathered floats (FloatBatch) or the patches the forward saved (PatchBatch).
 template <int C>
 int sweep_blocks(bool from_patches) {
-  return from_patches ? sweep_blocks_per_multiprocessor<C, false, PatchBatch<C>>()
-                      : sweep_blocks_per_multiprocessor<C, false, FloatBatch>();
+  return from_patches ? sweep_blocks_per_multiprocessor<C, SweepRows::kConvFromGradPooled, PatchBatch<C>>()
+                      : sweep_blocks_per_multiprocessor<C, SweepRows::kConvFromGradPooled, FloatBatch>();
 }
 
 template <int C>
@@ -179,7 +179,7 @@ void backward_for_channels(const ConvReluPoolPlan& plan, float* grad_weight, flo
   shape.width = m.input.width;
   shape.pooled_height = p.height;
   shape.pooled_width = p.width;
-  launch_dependent(conv_backward_sweep_kernel<C, false, Input>,
+  launch_dependent(conv_backward_sweep_kernel<C, SweepRows::kConvFromGradPooled, Input>,
                    dim3(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits)), kBlockThreads, 0, stream,
                    partial, grad_pooled, nullptr, nullptr, pooled, argmax, in, shape);
   CNN_CHECK_LAUNCH();

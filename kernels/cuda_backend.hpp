@@ -44,8 +44,8 @@ class CudaBackend final : public DeviceBackend {
   float* grads() override { return grads_.get(); }
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;
   void compute_gradients(std::int64_t first, std::int64_t count) override;
-  // The overlapped step (cuda_backend_overlap.cu): the last backward kernel in two launches, the
-  // listener told between them (fc gradients final) and at the end; with a stream-ordered listener
+  // The overlapped step (cuda_backend_overlap.cu): fc-first when the listener reduces early, the
+  // listener told when the fc gradients are final and at the end; with a stream-ordered listener
   // (NCCL) the whole step, communication included, is one CUDA graph per batch size. The first step
   // of each epoch runs eagerly, so that the communicator's events can time it (overlap fraction).
   void compute_gradients_overlapped(std::int64_t first, std::int64_t count, GradientReadyListener& listener) override;
@@ -128,7 +128,7 @@ class CudaBackend final : public DeviceBackend {
   std::map<std::int64_t, StepGraph> overlapped_graphs_;  // by batch size, for listener generation below
   std::uint64_t overlapped_generation_ = 0;
   bool eager_overlapped_step_ = true;  // the next overlapped step runs eagerly (set by begin_epoch)
-  TimingEventPair conv_finalize_;      // the conv part of the last eager overlapped step
+  TimingEventPair after_fc_ready_;     // the conv layer's backward of the last eager fc-first step
   std::unique_ptr<StepTimer> timer_;
 };
 

@@ -1,11 +1,12 @@
 // CudaBackend's overlapped step (see cuda_backend.hpp and include/cnn/gradient_ready.hpp).
 //
-// The fused step computes the fc and conv weight gradients in one sweep; only its last kernel,
-// which adds the sweep's partial sums, is split: the fc part first (weight, bias), then the conv
-// part. So the fc gradients' allreduce can start as early as this design allows, under the conv
-// part, and the bucket planner decides from measured times whether that beats one allreduce at
-// the end. Either way the communication sits in the step's CUDA graph: no host synchronisation and
-// no host launch between the backward and the allreduce, or between the allreduce and the update.
+// When the listener starts an allreduce before the end (its bucket plan has an early bucket), the
+// backward runs fc-first (seed_step.hpp): the fc gradients, 99% of the buffer, are computed in passes
+// of their own, so their allreduce runs under the conv layer's sweep; that costs one more read of the
+// pooled activations. Otherwise the fused backward runs and everything is reduced at the end. The
+// bucket planner and the scaling advisor decide from measured times which of the two pays. Either
+// way the communication sits in the step's CUDA graph: no host synchronisation and no host launch
+// between the backward and the allreduce, or between the allreduce and the update.
 #include <string>
 #include <vector>
 
@@ -18,12 +19,16 @@ namespace cnn::cuda {
 void CudaBackend::enqueue_overlapped_step(const SeedStepPlan& plan, const std::int32_t* indices, bool timed,
                                           GradientReadyListener& listener) {
   enqueue_data_and_forward(plan, indices, timed);
-  const std::int64_t fc_offset = layout_.find("fc.weight").offset;
-  seed_backward_stage(step_tensors(), model_, plan, stream_, [&] {
-    listener.gradients_ready(fc_offset, layout_.total() - fc_offset);
-    if (timed) conv_finalize_.start(stream_);
-  });
-  if (timed) conv_finalize_.end(stream_);
+  if (listener.reduces_early()) {
+    const std::int64_t fc_offset = layout_.find("fc.weight").offset;
+    seed_backward_stage(step_tensors(), model_, plan, stream_, [&] {
+      listener.gradients_ready(fc_offset, layout_.total() - fc_offset);
+      if (timed) after_fc_ready_.start(stream_);
+    });
+    if (timed) after_fc_ready_.end(stream_);
+  } else {
+    seed_backward_stage(step_tensors(), model_, plan, stream_);
+  }
   listener.all_gradients_ready();
   if (timed) timer_->close(Phase::kBackward);
 }
@@ -82,7 +87,8 @@ void CudaBackend::compute_gradients_overlapped(std::int64_t first, std::int64_t 
 
 std::vector<GradientReadyPoint> CudaBackend::gradient_ready_points() {
   const std::int64_t fc_offset = layout_.find("fc.weight").offset;
-  const double after = conv_finalize_.measured() ? conv_finalize_.seconds() : 0.0;
+  // Measured only by an eager fc-first step (the advisor runs one with a bucket at every point).
+  const double after = after_fc_ready_.measured() ? after_fc_ready_.seconds() : 0.0;
   return {GradientReadyPoint{fc_offset, layout_.total() - fc_offset, after}, GradientReadyPoint{0, fc_offset, 0.0}};
 }
 

@@ -162,9 +162,11 @@ __device__ inline PeerPiece peer_piece(std::int64_t units, int chunks, int chunk
 }
 
 // In place over `data` (count floats, count <= slot_floats); grid: the communicator's blocks (at most
-// kPeerMaxBlocks) x kPeerThreads.
+// kPeerMaxBlocks) x kPeerThreads. At most 32 registers a thread (16K a block), so that a block fits on a
+// multiprocessor beside the four blocks of the conv sweep it runs under in the fc-first step (48
+// registers x 256 threads each): the sweep's plan keeps the grid to one wave of those.
 template <int W, bool kTwoShot>
-__global__ void __launch_bounds__(kPeerThreads) peer_allreduce_kernel(PeerView v, float* data, std::int64_t count) {
+__global__ void __launch_bounds__(kPeerThreads, 4) peer_allreduce_kernel(PeerView v, float* data, std::int64_t count) {
   start_after_previous_kernel();  // before touching the gradients the kernel before wrote
   using A = PeerAccess<W>;
   __shared__ unsigned int epoch_shared;

@@ -174,9 +174,9 @@ __global__ void fc_softmax_kernel(float* __restrict__ grad_logits /*[n,O]*/, flo
 // Blocks [0, weight_blocks): the fc weight gradient from the sweep's splits. The next F blocks: one
 // filter's conv gradients each. The last block: the fc bias gradient and the batch's loss and
 // correct count. Everything overwrites, so no memset of the gradient buffer is needed.
-// The overlapped step launches it in two parts, the fc layer's blocks (weight, then the bias-and-stats
-// block) and then the conv layer's, so that the fc gradients' allreduce can start between them. A
-// block's work depends only on its logical index, so the parts compute the very same bits.
+// The fc-first step launches it in two parts, the fc layer's blocks (weight, then the bias-and-stats
+// block) after the fc rows' sweep and the conv layer's after the conv rows'. A block's work depends
+// only on its logical index, so the parts compute the very same bits.
 enum FinalizePart : int { kFinalizeAll, kFinalizeFc, kFinalizeConv };
 
 template <int C>
@@ -240,36 +240,53 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
   CNN_CHECK_LAUNCH();
 }
 
-template <int C>
-void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan,
-                           cudaStream_t stream, const std::function<void()>& fc_ready) {
+// One sweep over the plan's grid: the fused-forward tensors (windows from the saved patches) or the
+// unfused ones (windows from the gathered floats).
+template <int C, SweepRows kSums>
+void launch_sweep(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream) {
+  const dim3 grid(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits));
   const TensorShape p = m.pooled();
-  const std::int64_t image = m.input.size();
-  const dim3 sweep_grid(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits));
   if (plan.fused_forward)
-    launch_dependent(conv_backward_sweep_kernel<C, true, PatchBatch<C>>, sweep_grid, kBlockThreads, 0, stream,
+    launch_dependent(conv_backward_sweep_kernel<C, kSums, PatchBatch<C>>, grid, kBlockThreads, 0, stream,
                      t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax,
                      PatchBatch<C>{t.patches, p.height * p.width}, sweep_shape(m, plan));
   else
-    launch_dependent(conv_backward_sweep_kernel<C, true, FloatBatch>, sweep_grid, kBlockThreads, 0, stream,
-                     t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax, FloatBatch{t.input, image},
+    launch_dependent(conv_backward_sweep_kernel<C, kSums, FloatBatch>, grid, kBlockThreads, 0, stream, t.sweep_partial,
+                     nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax, FloatBatch{t.input, m.input.size()},
                      sweep_shape(m, plan));
   CNN_CHECK_LAUNCH();
+}
+
+template <int C>
+void launch_finalize(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream,
+                     FinalizePart part) {
   const unsigned weight_blocks = grid_for(kSeedClasses * m.fc_inputs());
-  const int P = p.height * p.width;
+  const unsigned filters = static_cast<unsigned>(m.filters);
+  const unsigned blocks = part == kFinalizeAll ? weight_blocks + filters + 1
+                          : part == kFinalizeFc ? weight_blocks + 1
+                                                : filters;
+  launch_dependent(seed_backward_finalize_kernel<C>, blocks, kBlockThreads, 0, stream, t, plan.n, plan.sweep.splits,
+                   m.filters, m.pooled().height * m.pooled().width, weight_blocks, static_cast<int>(part));
+  CNN_CHECK_LAUNCH();
+}
+
+// Without fc_ready: one sweep for every gradient, then one finalize. With it, fc-first: the fc rows'
+// sweep and finalize, fc_ready(), then the conv rows' sweep and finalize, so that the fc gradients'
+// allreduce runs under the conv sweep. Both sweeps keep the fused sweep's plan and summation order,
+// so the two forms give the same bits; the split form reads pooled twice (kernels/bench/NOTES.md).
+template <int C>
+void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan,
+                           cudaStream_t stream, const std::function<void()>& fc_ready) {
   if (!fc_ready) {
-    launch_dependent(seed_backward_finalize_kernel<C>, weight_blocks + m.filters + 1, kBlockThreads, 0, stream, t,
-                     plan.n, plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeAll);
-    CNN_CHECK_LAUNCH();
+    launch_sweep<C, SweepRows::kConvAndFc>(t, m, plan, stream);
+    launch_finalize<C>(t, m, plan, stream, kFinalizeAll);
     return;
   }
-  launch_dependent(seed_backward_finalize_kernel<C>, weight_blocks + 1, kBlockThreads, 0, stream, t, plan.n,
-                   plan.sweep.splits, m.filters, P, weight_blocks, kFinalizeFc);
-  CNN_CHECK_LAUNCH();
+  launch_sweep<C, SweepRows::kFcOnly>(t, m, plan, stream);
+  launch_finalize<C>(t, m, plan, stream, kFinalizeFc);
   fc_ready();
-  launch_dependent(seed_backward_finalize_kernel<C>, m.filters, kBlockThreads, 0, stream, t, plan.n, plan.sweep.splits,
-                   m.filters, P, weight_blocks, kFinalizeConv);
-  CNN_CHECK_LAUNCH();
+  launch_sweep<C, SweepRows::kConvOnly>(t, m, plan, stream);
+  launch_finalize<C>(t, m, plan, stream, kFinalizeConv);
 }
 
 template <int C>
@@ -291,8 +308,8 @@ void plan_forward(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
 
 template <int C>
 int step_sweep_blocks_per_multiprocessor(bool fused_forward) {
-  return fused_forward ? sweep_blocks_per_multiprocessor<C, true, PatchBatch<C>>()
-                       : sweep_blocks_per_multiprocessor<C, true, FloatBatch>();
+  return fused_forward ? sweep_blocks_per_multiprocessor<C, SweepRows::kConvAndFc, PatchBatch<C>>()
+                       : sweep_blocks_per_multiprocessor<C, SweepRows::kConvAndFc, FloatBatch>();
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 //     computed on the fly, never stored, and the pool winners' input windows come from the patches
 //     the forward saved (one 16-byte load per sample and column instead of nine scattered bytes)
 //   -> finalize: adds every partial sum in a fixed order, writes the gradients and the batch's stats.
+//   (fc-first, for the overlapped step: the sweep and the finalize each run in two parts, the fc
+//   layer's first, so its allreduce can start while the conv layer's part runs.)
 // Unfused forward (CNN_CUDA_FUSED_FORWARD=0, for A/B): gather_normalize + gather_labels +
 // conv_relu_pool_forward (the twins) + fc partial sums, then the same last three kernels.
 // Either equals the twins' composition up to float rounding; tests compare it with `seq`.
@@ -79,8 +81,9 @@ void seed_data_stage(const SeedStepTensors& t, const SeedModel& m, const SeedSte
 // the per-sample losses.
 void seed_forward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
 // backward: every gradient (overwritten) and the batch's loss and correct count (added). With
-// `fc_ready`, the last kernel runs in two launches and fc_ready() is called between them, when the fc
-// layer's gradients (weight and bias) are final in stream order and the conv layer's are not yet.
+// `fc_ready`, fc-first: the fc layer's gradients (weight and bias) are computed in passes of their own,
+// fc_ready() is called when they are final in stream order, and only then are the conv layer's
+// computed. The same bits either way; the fc-first form costs a second read of the pooled activations.
 void seed_backward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream,
                          const std::function<void()>& fc_ready = {});
 

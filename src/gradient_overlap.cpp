@@ -144,6 +144,10 @@ void OverlapReducer::set_plan(BucketPlan plan) {
   ++generation_;
 }
 
+bool OverlapReducer::reduces_early() const {
+  return std::any_of(plan_.buckets.begin(), plan_.buckets.end(), [](const GradientBucket& b) { return b.last_point >= 0; });
+}
+
 void OverlapReducer::start(std::size_t bucket, bool compute_done) {
   started_[bucket] = true;
   float* data = grads_ + plan_.buckets[bucket].offset;

@@ -1,6 +1,7 @@
 #include "cnn/scaling_advisor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <ctime>
@@ -20,6 +21,9 @@ namespace {
 
 constexpr int kRepeats = 3;           // timed repeats per measurement, after one warm-up; the median counts
 constexpr double kPaysSpeedup = 1.25; // doubling the ranks must speed a step up at least this much
+// Where two bucket groupings are compared, each sample runs steps for at least this long: their
+// difference can be a few microseconds per step, below what one synchronised GPU step resolves.
+constexpr double kGroupingSampleSeconds = 1e-3;
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
@@ -139,18 +143,42 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
 
   // 4. Overlap: the buckets from the backend's measured ready points, then (auto) overlapped vs plain.
   double overlapped = 0.0, plain = compute + allreduce;
-  std::string overlap_reason, plan_text;
+  std::string overlap_reason, plan_text, grouping_reason;
   if (config.overlap != "off") {
     auto reducer = std::make_unique<OverlapReducer>(c, grads, param_count);
+    // `compute` is the slowest rank's, so every rank runs as many steps (each one allreduces).
+    const int steps_per_sample =
+        std::clamp(static_cast<int>(std::ceil(kGroupingSampleSeconds / std::max(compute, 1e-9))), 1, 16);
+    const auto overlapped_steps = [&] {
+      for (int i = 0; i < steps_per_sample; ++i) backend.compute_gradients_overlapped(mine.begin, mine.count, *reducer);
+    };
+    // The ready points are measured by a step with an allreduce starting at each of them: a backend
+    // may compute in another order when nothing starts early (the CUDA seed step's fc-first form),
+    // and the planner needs the times of the order that overlaps.
+    const std::vector<GradientReadyPoint> unmeasured = backend.gradient_ready_points();
+    const std::uint32_t every_cut = unmeasured.size() >= 2 ? (1u << (unmeasured.size() - 1)) - 1u : 0u;
+    reducer->set_plan(plan_with_cuts(unmeasured, param_count, cost, every_cut));
     backend.compute_gradients_overlapped(mine.begin, mine.count, *reducer);  // measures the ready points
     backend.synchronize();
     const std::vector<GradientReadyPoint> points = backend.gradient_ready_points();
     std::uint32_t cuts = plan_buckets(points, param_count, cost).cuts;
     // CNN_OVERLAP_CUTS forces a grouping (tests and A/B: 0 = one bucket, 1 = fc first for the seed model).
-    if (const char* forced = std::getenv("CNN_OVERLAP_CUTS")) cuts = static_cast<std::uint32_t>(std::strtoul(forced, nullptr, 10));
+    if (const char* forced = std::getenv("CNN_OVERLAP_CUTS")) {
+      cuts = static_cast<std::uint32_t>(std::strtoul(forced, nullptr, 10));
+      grouping_reason = " (CNN_OVERLAP_CUTS)";
+    } else if (cuts != 0) {
+      // The planner models the allreduces, not the compute an early bucket may add (fc-first reads the
+      // activations twice): its grouping must also beat one bucket at the end in measured steps.
+      reducer->set_plan(plan_with_cuts(points, param_count, cost, cuts));
+      const double grouped = timed(world, backend, overlapped_steps) / steps_per_sample;
+      reducer->set_plan(plan_with_cuts(points, param_count, cost, 0));
+      const double single = timed(world, backend, overlapped_steps) / steps_per_sample;
+      grouping_reason = " (measured " + ms(grouped) + " per step against " + ms(single) + " with one bucket)";
+      if (single <= grouped) cuts = 0;  // timed() gives every rank the same figures
+    }
     world.broadcast(&cuts, sizeof(cuts));
     reducer->set_plan(plan_with_cuts(points, param_count, cost, cuts));
-    plan_text = reducer->plan().describe();
+    plan_text = reducer->plan().describe() + grouping_reason;
     overlapped = timed(world, backend, [&] { backend.compute_gradients_overlapped(mine.begin, mine.count, *reducer); });
     plain = timed(world, backend, [&] {
       backend.compute_gradients(mine.begin, mine.count);

@@ -1,8 +1,10 @@
 // The cuda backend against the CPU reference:
 //   1. every CUDA kernel against its CPU twin (include/cnn/ops.hpp) on fresh random data;
 //   2. one whole training step of make_cuda_backend against `seq`: loss and every gradient;
-//   3. determinism: identical runs (graphs on, graphs on again, graphs off) give identical bits;
-//   4. (disabled unless named: --run_test=measure_epoch_time) ms per epoch at the benchmark settings.
+//   3. determinism: identical runs (graphs on, graphs on again, graphs off) give identical bits, and the
+//      overlapped step's fc-first backward gives the plain step's bits;
+//   4. (disabled unless named: --run_test=measure_epoch_time, measure_fc_first) ms per epoch at the
+//      benchmark settings; the fc-first backward's cost against the fused one.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_backend
 #include "boost_test.hpp"
@@ -25,6 +27,7 @@
 
 #include "cnn/backend.hpp"
 #include "cnn/cuda_backend.hpp"
+#include "cnn/gradient_ready.hpp"
 #include "cnn/model.hpp"
 #include "cnn/ops.hpp"
 #include "cnn/optimizer.hpp"
@@ -676,6 +679,74 @@ BOOST_AUTO_TEST_CASE(identical_runs_give_identical_bits) {
   }
 }
 
+// A one-rank listener that reduces early, so the backend runs its fc-first backward, and does nothing
+// else: stream-ordered, so the overlapped step is captured as a graph like NCCL's. It writes down the
+// ranges it is told about.
+class FcFirstListener final : public cnn::GradientReadyListener {
+ public:
+  void gradients_ready(std::int64_t offset, std::int64_t count) override {
+    calls += "R" + std::to_string(offset) + "+" + std::to_string(count) + " ";
+  }
+  void all_gradients_ready() override { calls += "E "; }
+  bool reduces_early() const override { return true; }
+  bool stream_ordered() const override { return true; }
+  std::string calls;
+};
+
+std::vector<float> download_grads(cnn::Backend& gpu, std::int64_t total) {
+  std::vector<float> got(static_cast<std::size_t>(total));
+  gpu.synchronize();
+  CNN_CHECK_CUDA(cudaMemcpy(got.data(), gpu.grads(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return got;
+}
+
+// The fc-first backward (the fc rows' sweep and finalize, then the conv rows') sums every gradient in
+// the order of the fused sweep, so the overlapped step gives the plain step's bits: for both forwards,
+// graphs and eager, and batches that give the sweep one split or many.
+BOOST_AUTO_TEST_CASE(fc_first_backward_gives_the_fused_bits) {
+  for (int filters : {64, 256}) {
+    const cnn::SeedModel m = seed_model(filters);
+    const cnn::ParamLayout layout = m.layout();
+    const RandomData data = random_data(m, 2500, 100, 31 + filters);
+    const auto permutation = cnn::Sampler(4, data.train.count()).permutation(0);
+    const std::int64_t fc_offset = layout.find("fc.weight").offset;
+    for (auto [fused, graphs] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, true}}) {
+      BOOST_TEST_CONTEXT("d=" << filters << (fused ? " fused" : " unfused") << " forward, graphs " << graphs) {
+        auto gpu = make_cuda(m, fused, graphs);
+        gpu->bind_data(data.train, data.test);
+        gpu->upload_params(initial_params(m, 5));
+        gpu->begin_epoch(permutation);
+        for (std::int64_t count : {std::int64_t{250}, std::int64_t{1000}, std::int64_t{17}}) {
+          BOOST_TEST_CONTEXT("count=" << count) {
+            gpu->compute_gradients(7, count);
+            const std::vector<float> plain = download_grads(*gpu, layout.total());
+            const cnn::BatchStats plain_stats = gpu->take_train_stats();
+            FcFirstListener listener;
+            for (int step = 0; step < 3; ++step) {  // eager, then (graphs) captured and replayed
+              listener.calls.clear();
+              gpu->compute_gradients_overlapped(7, count, listener);
+              BOOST_TEST(bitwise_equal(download_grads(*gpu, layout.total()), plain), "step " << step);
+              const cnn::BatchStats stats = gpu->take_train_stats();
+              BOOST_TEST(std::memcmp(&stats.loss_sum, &plain_stats.loss_sum, sizeof(double)) == 0);
+              BOOST_TEST(stats.correct == plain_stats.correct);
+            }
+            // Told in order: the fc gradients (the end of the buffer), then everything. A replayed graph
+            // calls nothing, so only the calls of a queued step are checked.
+            if (!graphs)
+              BOOST_TEST(listener.calls == "R" + std::to_string(fc_offset) + "+" +
+                                               std::to_string(layout.total() - fc_offset) + " E ");
+          }
+        }
+        // The eager fc-first step measured the conv layer's backward, after the fc point.
+        const std::vector<cnn::GradientReadyPoint> points = gpu->gradient_ready_points();
+        BOOST_TEST(points.size() == 2u);
+        BOOST_TEST(points.front().offset == fc_offset);
+        BOOST_TEST(points.front().seconds_after > 0.0);
+      }
+    }
+  }
+}
+
 // ---- 4. measurement -----------------------------------------------------------------------------
 
 struct Setting {
@@ -729,6 +800,42 @@ BOOST_AUTO_TEST_CASE(measure_epoch_time, *boost::unit_test::disabled() * boost::
       std::fflush(stdout);
       BOOST_TEST(std::isfinite(loss));
     }
+  }
+}
+
+// The price of fc-first on one GPU: ms per epoch of 60000 images, compute only (no update), the plain
+// (fused) backward against the fc-first one, at the per-rank batches of issue 9's benchmark. Run with
+//   ./gpu_backend --run_test=measure_fc_first
+BOOST_AUTO_TEST_CASE(measure_fc_first, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
+  constexpr std::int64_t kImages = 60000;
+  const RandomData data = random_data(seed_model(64), kImages, 100, 2024);
+  std::printf("%-6s %-4s %12s %12s %12s\n", "batch", "d", "fused us", "fc-first us", "difference");
+  for (const Setting setting : {Setting{1000, 64}, Setting{250, 64}, Setting{1000, 256}, Setting{500, 256},
+                                Setting{250, 256}}) {
+    const cnn::SeedModel m = seed_model(setting.filters);
+    auto gpu = make_cuda(m, true, true);
+    gpu->bind_data(data.train, data.test);
+    gpu->upload_params(initial_params(m, 1));
+    gpu->begin_epoch(cnn::Sampler(11, kImages).permutation(0));
+    FcFirstListener listener;
+    double us[2] = {0.0, 0.0};
+    for (int round = 0; round < 4; ++round) {  // alternated; the first round warms up
+      for (int form = 0; form < 2; ++form) {
+        gpu->synchronize();
+        const auto start = std::chrono::steady_clock::now();
+        for (std::int64_t first = 0; first + setting.batch <= kImages; first += setting.batch) {
+          if (form == 0) gpu->compute_gradients(first, setting.batch);
+          else gpu->compute_gradients_overlapped(first, setting.batch, listener);
+        }
+        gpu->synchronize();
+        const double elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        if (round > 0) us[form] += elapsed / 3.0 / static_cast<double>(kImages / setting.batch);
+      }
+    }
+    std::printf("%-6lld %-4d %12.1f %12.1f %+12.1f\n", static_cast<long long>(setting.batch), setting.filters, us[0],
+                us[1], us[1] - us[0]);
+    std::fflush(stdout);
+    (void)gpu->take_train_stats();
   }
 }
 

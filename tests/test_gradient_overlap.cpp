@@ -97,8 +97,11 @@ BOOST_AUTO_TEST_CASE(reducer_starts_each_bucket_once_its_ranges_are_final) {
   comm.base = grads.data();
   cnn::OverlapReducer reducer(comm, grads.data(), 1100);
   const std::uint64_t before = reducer.generation();
+  BOOST_TEST(!reducer.reduces_early());  // one bucket at the end until a plan is set
   reducer.set_plan(cnn::plan_with_cuts(seed_points(1e-3), 1100, cnn::AllreduceCost{}, 1));
   BOOST_TEST(reducer.generation() != before);  // graphs that captured the old plan must be captured again
+  // An early bucket: the CUDA backend computes fc-first only when this says so.
+  BOOST_TEST(reducer.reduces_early());
   reducer.gradients_ready(100, 1000);
   BOOST_TEST(comm.calls == "S100+1000 ");
   reducer.all_gradients_ready();
@@ -108,6 +111,7 @@ BOOST_AUTO_TEST_CASE(reducer_starts_each_bucket_once_its_ranges_are_final) {
   // The next step starts afresh; a plan of one bucket starts only at the end.
   comm.calls.clear();
   reducer.set_plan(cnn::plan_with_cuts(seed_points(1e-3), 1100, cnn::AllreduceCost{}, 0));
+  BOOST_TEST(!reducer.reduces_early());
   reducer.gradients_ready(100, 1000);
   BOOST_TEST(comm.calls.empty());
   reducer.all_gradients_ready();

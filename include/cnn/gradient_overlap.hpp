@@ -65,6 +65,7 @@ class OverlapReducer final : public GradientReadyListener {
   void gradients_ready(std::int64_t offset, std::int64_t count) override;
   void all_gradients_ready() override;
   void make_progress() override { comm_.progress(); }
+  bool reduces_early() const override;
   bool stream_ordered() const override { return comm_.stream_ordered(); }
   std::uint64_t generation() const override { return generation_; }
 

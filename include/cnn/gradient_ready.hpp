@@ -30,6 +30,10 @@ class GradientReadyListener {
   // Called between chunks of the remaining backward, from the OpenMP master thread only, so that a
   // host reduction in flight can progress (MPI moves non-blocking collectives only inside MPI calls).
   virtual void make_progress() {}
+  // True when some allreduce starts before all_gradients_ready(). When false, a backend may skip
+  // gradients_ready() and compute in its fastest order: the CUDA seed step computes the fc gradients
+  // in a pass of their own (fc-first) only when their allreduce starts early.
+  virtual bool reduces_early() const { return false; }
   // True when every call above only queues work on the backend's stream (NCCL), so a backend may
   // capture the calls into a CUDA graph and replay them without calling again.
   virtual bool stream_ordered() const { return false; }

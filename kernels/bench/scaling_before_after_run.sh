@@ -4,12 +4,15 @@
 # that it travels: `mkdir .carry/before && git archive REV | tar -x -C .carry/before`) in parallel, then runs the steps
 # named in STEPS (default: all four, in this order):
 #   tests  gpu_peer_allreduce_test.sh (2 and 4 ranks, bitwise against the rank-order sum, and the
-#          trainer on peer memory) and gpu_backend's divergence-check case, on the after tree;
+#          trainer on peer memory) and gpu_backend's divergence-check and fc-first cases, on the after tree;
+#   cost   (only when named) gpu_backend's measure_fc_first: the fc-first backward against the fused
+#          one on one GPU, at the benchmark's per-rank batches;
 #   micro  the allreduce alone (gpu_mpi_peer_allreduce --run_test=measure_allreduce_time), before
 #          and after, on 2 ranks and, with 4 GPUs, on 4;
 #   rows   tools/bench-scaling.sh on the configurations in ROWS (default: the three rows of issue 9
 #          short of 10x DDP, and the two 1-GPU rows) over the GPU counts in GPUS (default "1 2 4"),
-#          before and after alternated ROUNDS times (2);
+#          before and after alternated ROUNDS times (2); with FORCED_CUTS=N also the after tree with
+#          CNN_OVERLAP_CUTS=N (the bucket grouping forced, e.g. 1 = fc-first, 0 = one bucket);
 #   train  gpu_overlap_test.sh and gpu_train_test.sh on the after tree;
 #   table  (only when named) the after tree's whole tools/bench-scaling.sh over GPUS, with the
 #          PyTorch DDP anchor in the same call.
@@ -36,8 +39,11 @@ wait; echo "built at $(($(date +%s) - start)) s"
 
 if [[ $steps == *" tests "* ]]; then
   run 240 peer bash tests/gpu_peer_allreduce_test.sh build .; grep -E "^(ok|FAIL|SKIP)" "$out/peer.log"
-  run 120 nonfinite build/tests/gpu_backend --run_test=nonfinite_check_finds_the_first_and_gates_the_update,optimizer_kernels_match_cpu_twins
+  run 180 nonfinite build/tests/gpu_backend --run_test=nonfinite_check_finds_the_first_and_gates_the_update,optimizer_kernels_match_cpu_twins,fc_first_backward_gives_the_fused_bits
   tail -1 "$out/nonfinite.log"
+fi
+if [[ $steps == *" cost "* ]]; then
+  run 150 cost build/tests/gpu_backend --run_test=measure_fc_first; grep -E "^(batch|[0-9])" "$out/cost.log"
 fi
 if [[ $steps == *" micro "* ]]; then
   for ranks in 2 4; do
@@ -51,11 +57,13 @@ if [[ $steps == *" micro "* ]]; then
   done
 fi
 if [[ $steps == *" rows "* ]]; then
+  variants="before after${FORCED_CUTS:+ after-cuts$FORCED_CUTS}"
   for round in $(seq 1 "${ROUNDS:-2}"); do
-    for v in before after; do
+    for v in $variants; do
       tree=build; [[ $v == before ]] && tree="$before/build-before"
-      BINARY=$tree/cnn_mpi OUT=$out/rows-$v-$round SKIP_DDP=1 OVERLAPS=on EPOCHS=5 RUN_TIMEOUT=60 ONLY="$rows" \
-        tools/bench-scaling.sh "${gpu_counts[@]}" >"$out/rows-$v-$round.log" 2>&1
+      cuts=(); [[ $v == after-cuts* ]] && cuts=(env "CNN_OVERLAP_CUTS=${v#after-cuts}")
+      "${cuts[@]}" env BINARY="$tree/cnn_mpi" OUT="$out/rows-$v-$round" SKIP_DDP=1 OVERLAPS=on EPOCHS=5 RUN_TIMEOUT=60 \
+        ONLY="$rows" tools/bench-scaling.sh "${gpu_counts[@]}" >"$out/rows-$v-$round.log" 2>&1
       echo "$v round $round:"; grep -E "^[0-9]+ +(64|256) " "$out/rows-$v-$round.log"
     done
   done
