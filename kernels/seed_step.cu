@@ -1,6 +1,7 @@
 // The fused training step of the seed CNN; see seed_step.hpp for the sequence and conv_backward.cuh
 // for the gradient formulas and the column-sweep layout.
 #include <algorithm>
+#include <array>
 
 #include "conv_backward.cuh"
 #include "conv_pool_cell.cuh"
@@ -44,7 +45,6 @@ __host__ __device__ constexpr int forward_filter_stride() {
 constexpr int kForwardMaxCellThreads = 192;  // threadIdx.x: pool cells (13x13 = 169 for 28x28 input)
 constexpr int kForwardMaxThreads = 2 * kForwardMaxCellThreads;
 constexpr int kForwardMaxWarps = kForwardMaxThreads / 32;
-constexpr int kForwardBlockThreadsPerMultiprocessor = 4 * kForwardMaxCellThreads;
 constexpr std::size_t kForwardMaxSharedBytes = 48 * 1024;
 
 // Block = (group of samples, group of filters); thread = (pool cell, row of samples). For each filter the thread
@@ -289,20 +289,48 @@ void backward_for_channels(const SeedStepTensors& t, const SeedModel& m, const S
   launch_finalize<C>(t, m, plan, stream, kFinalizeConv);
 }
 
+// Resident forward blocks per multiprocessor at `threads` per block: fixed per binary and GPU model,
+// asked once per block size.
+template <int C>
+int forward_blocks_per_multiprocessor(int threads) {
+  static std::array<int, kForwardMaxThreads / 32 + 1> asked{};  // by warps per block; 0: not asked yet
+  int& blocks = asked[static_cast<std::size_t>(threads / 32)];
+  if (blocks == 0) blocks = resident_blocks_per_multiprocessor(seed_forward_kernel<C>, threads);
+  return blocks;
+}
+
+// Each block's fixed work besides its loop over filters (its patches, the partial logits' reduction and
+// writes), in filters' worth; measured order of magnitude, it only breaks near-ties between plans.
+constexpr std::int64_t kForwardBlockCostFilters = 2;
+
+// Filter groups: the forward's blocks hold one block per multiprocessor or two (about 168 registers a
+// thread), and each walks its group's filters one after another, so its time is about (waves of
+// blocks) x (filters per group + a block's fixed cost). The plan takes the group count that minimises
+// that, from the kernel's real occupancy, as plan_sweep does for the sweep: a grid of 2.2 waves costs
+// 3 (kernels/bench/NOTES.md, "forward plan").
 template <int C>
 void plan_forward(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
   const std::int64_t sample_blocks =
       ceil_div(std::max<std::int64_t>(plan.n, 1), forward_samples<C>() * forward_sample_rows<C>());
-  // About 4 blocks of 192 threads' worth per multiprocessor, counted in threads.
-  const std::int64_t target = static_cast<std::int64_t>(kForwardBlockThreadsPerMultiprocessor) * multiprocessors /
-                              (kForwardMaxCellThreads * forward_sample_rows<C>());
-  const std::int64_t most_per_group =
-      static_cast<std::int64_t>(kForwardMaxSharedBytes / (forward_filter_stride<C>() * sizeof(float)));
-  std::int64_t groups = std::clamp<std::int64_t>(ceil_div(target, sample_blocks), 1, m.filters);
-  plan.filters_per_group = static_cast<int>(std::min(ceil_div(m.filters, groups), most_per_group));
-  plan.filter_groups = ceil_div(m.filters, plan.filters_per_group);
   const int P = m.pooled().height * m.pooled().width;
   plan.forward_threads = static_cast<int>(std::min<std::int64_t>(ceil_div(P, 32) * 32, kForwardMaxCellThreads));
+  const int resident = forward_blocks_per_multiprocessor<C>(plan.forward_threads * forward_sample_rows<C>());
+  const std::int64_t capacity = static_cast<std::int64_t>(std::max(resident, 1)) * multiprocessors;
+  const std::int64_t most_per_group =
+      static_cast<std::int64_t>(kForwardMaxSharedBytes / (forward_filter_stride<C>() * sizeof(float)));
+  std::int64_t best_per_group = 0, best_cost = 0;
+  for (std::int64_t groups = 1; groups <= m.filters; ++groups) {
+    const std::int64_t per_group = ceil_div(m.filters, groups);
+    if (per_group > most_per_group) continue;
+    const std::int64_t waves = ceil_div(sample_blocks * ceil_div(m.filters, per_group), capacity);
+    const std::int64_t cost = waves * (per_group + kForwardBlockCostFilters);
+    if (best_per_group == 0 || cost < best_cost) {
+      best_per_group = per_group;
+      best_cost = cost;
+    }
+  }
+  plan.filters_per_group = static_cast<int>(best_per_group);
+  plan.filter_groups = ceil_div(m.filters, plan.filters_per_group);
   plan.logit_parts = plan.filter_groups;
 }
 
