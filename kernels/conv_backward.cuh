@@ -82,7 +82,8 @@ __host__ __device__ constexpr int sweep_layout_rows(SweepRows rows) {
 }
 
 // Registers: at one channel the sweep fits 64 (4 blocks of 256 per multiprocessor) without spilling;
-// three channels need more.
+// three channels need more. The conv rows alone (fc-first's second pass) are held to 48, so that a
+// block of the allreduce running under them (peer_allreduce.cuh) fits beside four of theirs.
 template <int C, SweepRows kSums>
 __host__ __device__ constexpr int sweep_min_blocks() {
   return C == 1 ? (kSums == SweepRows::kConvOnly ? 5 : 4) : 2;

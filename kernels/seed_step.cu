@@ -300,14 +300,14 @@ int forward_blocks_per_multiprocessor(int threads) {
 }
 
 // Each block's fixed work besides its loop over filters (its patches, the partial logits' reduction and
-// writes), in filters' worth; measured order of magnitude, it only breaks near-ties between plans.
+// writes), in filters' worth: an estimate, not fitted; it only breaks near-ties between plans.
 constexpr std::int64_t kForwardBlockCostFilters = 2;
 
-// Filter groups: the forward's blocks hold one block per multiprocessor or two (about 168 registers a
-// thread), and each walks its group's filters one after another, so its time is about (waves of
-// blocks) x (filters per group + a block's fixed cost). The plan takes the group count that minimises
-// that, from the kernel's real occupancy, as plan_sweep does for the sweep: a grid of 2.2 waves costs
-// 3 (kernels/bench/NOTES.md, "forward plan").
+// Filter groups: one or two forward blocks fit on a multiprocessor (about 168 registers a thread; one
+// block of 384 threads on sm_90), and each walks its group's filters one after another, so the time
+// is about (waves of blocks) x (filters per group + a block's fixed cost). The plan takes the group
+// count that minimises that, from the kernel's real occupancy, as plan_sweep does for the sweep: a
+// grid of 2.2 waves costs 3 (kernels/bench/NOTES.md, "Forward plan").
 template <int C>
 void plan_forward(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
   const std::int64_t sample_blocks =
