@@ -163,8 +163,15 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
     const std::vector<GradientReadyPoint> points = backend.gradient_ready_points();
     std::uint32_t cuts = plan_buckets(points, param_count, cost).cuts;
     // CNN_OVERLAP_CUTS forces a grouping (tests and A/B: 0 = one bucket, 1 = fc first for the seed model).
-    if (const char* forced = std::getenv("CNN_OVERLAP_CUTS")) {
-      cuts = static_cast<std::uint32_t>(std::strtoul(forced, nullptr, 10));
+    int forced = 0;
+    if (const char* given = std::getenv("CNN_OVERLAP_CUTS")) {
+      cuts = static_cast<std::uint32_t>(std::strtoul(given, nullptr, 10));
+      forced = 1;
+    }
+    // Rank 0's choice: each rank measured its own points, and the comparison below is collective.
+    world.broadcast(&cuts, sizeof(cuts));
+    world.broadcast(&forced, sizeof(forced));
+    if (forced) {
       grouping_reason = " (CNN_OVERLAP_CUTS)";
     } else if (cuts != 0) {
       // The planner models the allreduces, not the compute an early bucket may add (fc-first reads the
@@ -176,7 +183,7 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
       grouping_reason = " (measured " + ms(grouped) + " per step against " + ms(single) + " with one bucket)";
       if (single <= grouped) cuts = 0;  // timed() gives every rank the same figures
     }
-    world.broadcast(&cuts, sizeof(cuts));
+    world.broadcast(&cuts, sizeof(cuts));  // (so this only guards the rule that rank 0 decides)
     reducer->set_plan(plan_with_cuts(points, param_count, cost, cuts));
     plan_text = reducer->plan().describe() + grouping_reason;
     overlapped = timed(world, backend, [&] { backend.compute_gradients_overlapped(mine.begin, mine.count, *reducer); });
