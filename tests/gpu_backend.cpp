@@ -85,6 +85,14 @@ std::vector<T> to_host(const DeviceBuffer<T>& buffer) {
   return host;
 }
 
+// A backend's gradient buffer, once its stream is done.
+std::vector<float> download_grads(cnn::Backend& gpu, std::int64_t total) {
+  std::vector<float> got(static_cast<std::size_t>(total));
+  gpu.synchronize();
+  CNN_CHECK_CUDA(cudaMemcpy(got.data(), gpu.grads(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return got;
+}
+
 // Poison, so that an element the kernel forgot to write cannot pass by being zero in both.
 template <class T>
 DeviceBuffer<T> poisoned(std::int64_t count) {
@@ -566,9 +574,7 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
           gpu->begin_epoch(permutation);
           for (const SeqStep& want : reference) {
             gpu->compute_gradients(first, want.count);
-            std::vector<float> got(static_cast<std::size_t>(layout.total()));
-            gpu->synchronize();
-            CNN_CHECK_CUDA(cudaMemcpy(got.data(), gpu->grads(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            const std::vector<float> got = download_grads(*gpu, layout.total());
             for (const cnn::ParamView& view : layout.views())
               BOOST_TEST_CONTEXT("count=" << want.count << " gradient " << view.name()) {
                 const auto at = static_cast<std::size_t>(view.offset);
@@ -592,9 +598,7 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
           }
           // An empty slice writes zeros.
           gpu->compute_gradients(0, 0);
-          std::vector<float> zeros(static_cast<std::size_t>(layout.total()), 1.0f);
-          gpu->synchronize();
-          CNN_CHECK_CUDA(cudaMemcpy(zeros.data(), gpu->grads(), zeros.size() * sizeof(float), cudaMemcpyDeviceToHost));
+          const std::vector<float> zeros = download_grads(*gpu, layout.total());
           BOOST_TEST(std::all_of(zeros.begin(), zeros.end(), [](float v) { return v == 0.0f; }));
 
           const cnn::BatchStats ge = gpu->evaluate(50, 600);
@@ -692,13 +696,6 @@ class FcFirstListener final : public cnn::GradientReadyListener {
   bool stream_ordered() const override { return true; }
   std::string calls;
 };
-
-std::vector<float> download_grads(cnn::Backend& gpu, std::int64_t total) {
-  std::vector<float> got(static_cast<std::size_t>(total));
-  gpu.synchronize();
-  CNN_CHECK_CUDA(cudaMemcpy(got.data(), gpu.grads(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  return got;
-}
 
 // The fc-first backward (the fc rows' sweep and finalize, then the conv rows') sums every gradient in
 // the order of the fused sweep, so the overlapped step gives the plain step's bits: for both forwards,
