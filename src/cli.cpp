@@ -5,10 +5,14 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <iomanip>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "cnn/divergence.hpp"
 #include "cnn/errors.hpp"
@@ -21,11 +25,55 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);
 }
 
+// Stream mode's window budget in MiB; multiplied by 2^20 as a 64-bit byte count, so bounded well below.
+constexpr std::int64_t kMaxStreamWindowMb = std::int64_t{1} << 20;
+
 template <typename T>
 std::string str(T value) {
   std::ostringstream text;
-  text << value;
+  text << std::setprecision(15) << value;  // 0.99999999999 must not print as 1
   return text.str();
+}
+
+// Integers are parsed here, not by CLI11, so that a value that does not fit its type is refused
+// instead of wrapping or saturating (`--seed -1` and `--seed 2^64` both became 2^64-1). Decimal only.
+template <typename T>
+T parse_integer(const std::string& option, const std::string& text) {
+  static_assert(std::is_integral_v<T>, "integer options only");
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  if (std::is_unsigned_v<T> && first != last && *first == '-')
+    throw CLI::ValidationError(option, "must not be negative (got " + text + ")");
+  T value{};
+  const auto [end, error] = std::from_chars(first, last, value);
+  if (error == std::errc::result_out_of_range)
+    throw CLI::ValidationError(option, text + " does not fit: the range is " +
+                                           std::to_string(std::numeric_limits<T>::min()) + ".." +
+                                           std::to_string(std::numeric_limits<T>::max()));
+  if (error != std::errc() || end != last || text.empty())
+    throw CLI::ValidationError(option, "expected a whole number, got '" + text + "'");
+  return value;
+}
+
+template <typename T>
+CLI::Option* add_integer(CLI::App& app, const std::string& name, T& target, const std::string& help) {
+  return app.add_option_function<std::string>(
+                name, [name, &target](const std::string& text) { target = parse_integer<T>(name, text); }, help)
+      ->default_str(std::to_string(target))
+      ->type_name(std::is_unsigned_v<T> ? "UINT" : "INT");
+}
+
+// Learning rates and the optimizer's coefficients are used as float on every backend: 1e-50 is a
+// positive double but 0 as a float (the run would train nothing), and 0.99999999999 is below 1 as a
+// double but exactly 1 as a float (Adam's bias correction then divides by zero). So they are checked
+// as the float the update will see.
+bool positive_float(double value) {  // a normal float: 1.2e-38..3.4e38
+  const auto f = static_cast<float>(value);
+  return std::isfinite(value) && std::isfinite(f) && f >= std::numeric_limits<float>::min();
+}
+bool unit_interval_float(double value) {  // [0, 1) as a float
+  const auto f = static_cast<float>(value);
+  return std::isfinite(value) && value >= 0 && f < 1.0f;
 }
 
 void validate(const TrainConfig& c) {
@@ -33,14 +81,15 @@ void validate(const TrainConfig& c) {
   require(c.filters <= 4096, "--filters must be at most 4096 (got " + str(c.filters) + ")");
   require(c.batch >= 1, "--batch must be at least 1 (got " + str(c.batch) + ")");
   require(c.epochs >= 1, "--epochs must be at least 1 (got " + str(c.epochs) + ")");
-  require(std::isfinite(c.lr) && c.lr > 0, "--lr must be a positive number (got " + str(c.lr) + ")");
-  require(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1,
-          "--momentum must be in [0, 1) (got " + str(c.momentum) + ")");
+  require(positive_float(c.lr), "--lr must be a positive number that a float can hold (1.2e-38..3.4e38; got " +
+                                   str(c.lr) + ")");
+  require(unit_interval_float(c.momentum), "--momentum must be in [0, 1) as a float (got " + str(c.momentum) + ")");
   require(c.optimizer == "sgd" || c.optimizer == "momentum" || c.optimizer == "adam",
           "--optimizer: unknown optimizer '" + c.optimizer + "' (available: sgd, momentum, adam)");
-  require(std::isfinite(c.beta1) && c.beta1 >= 0 && c.beta1 < 1, "--beta1 must be in [0, 1) (got " + str(c.beta1) + ")");
-  require(std::isfinite(c.beta2) && c.beta2 >= 0 && c.beta2 < 1, "--beta2 must be in [0, 1) (got " + str(c.beta2) + ")");
-  require(std::isfinite(c.eps) && c.eps > 0, "--eps must be a positive number (got " + str(c.eps) + ")");
+  require(unit_interval_float(c.beta1), "--beta1 must be in [0, 1) as a float (got " + str(c.beta1) + ")");
+  require(unit_interval_float(c.beta2), "--beta2 must be in [0, 1) as a float (got " + str(c.beta2) + ")");
+  require(positive_float(c.eps), "--eps must be a positive number that a float can hold (1.2e-38..3.4e38; got " +
+                                     str(c.eps) + ")");
   require(c.dataset == "mnist" || c.dataset == "fashion" || c.dataset == "cifar10" || c.dataset == "hdf5",
           "--dataset: unknown data set '" + c.dataset + "' (available: mnist, fashion, cifar10, hdf5)");
   require(c.data_mode == "auto" || c.data_mode == "memory" || c.data_mode == "stream",
@@ -48,6 +97,8 @@ void validate(const TrainConfig& c) {
   require(c.data_mode != "stream" || c.dataset == "hdf5",
           "--data-mode stream needs --dataset hdf5 (convert other formats with cnn_convert)");
   require(c.stream_window_mb >= 1, "--stream-window-mb must be at least 1 (got " + str(c.stream_window_mb) + ")");
+  require(c.stream_window_mb <= kMaxStreamWindowMb, "--stream-window-mb must be at most " + str(kMaxStreamWindowMb) +
+                                                        " (1 TiB; got " + str(c.stream_window_mb) + ")");
   require(!c.h5_images.empty() && c.h5_images[0] == '/', "--h5-images must be an absolute dataset path like /images");
   require(!c.h5_labels.empty() && c.h5_labels[0] == '/', "--h5-labels must be an absolute dataset path like /labels");
   require(c.device == "cpu" || c.device == "gpu" || c.device == "auto",
@@ -140,13 +191,13 @@ CliResult parse_command_line(int argc, char** argv) {
                  "auto | memory | stream: hold the data whole, or read each rank's samples from HDF5 window by window "
                  "(auto: stream when the images exceed 1 GiB)")
       ->group("Data");
-  app.add_option("--stream-window-mb", c.stream_window_mb,
+  add_integer(app, "--stream-window-mb", c.stream_window_mb,
                  "stream mode: MiB per rank for the two windows of training samples (one trains, one is read)")
       ->group("Data");
   app.add_option("--h5-images", c.h5_images, "hdf5: dataset path of the uint8 images [N,C,H,W]")->group("Data");
   app.add_option("--h5-labels", c.h5_labels, "hdf5: dataset path of the uint8 labels [N]")->group("Data");
-  app.add_option("--train-samples", c.train_samples, "use only the first N training images (0: all)")->group("Data");
-  app.add_option("--test-samples", c.test_samples, "evaluate only the first N test images (0: all)")->group("Data");
+  add_integer(app, "--train-samples", c.train_samples, "use only the first N training images (0: all)")->group("Data");
+  add_integer(app, "--test-samples", c.test_samples, "evaluate only the first N test images (0: all)")->group("Data");
 
   app.add_option("--model", c.model,
                  "a preset or a layer spec (quote it). Presets: seed = conv3x3:D relu maxpool2 fc:<classes>; "
@@ -155,21 +206,21 @@ CliResult parse_command_line(int argc, char** argv) {
                  "relu, maxpool<K>[/s<S>] (S=K), flatten (implicit before the first fc), fc:<N>; the last "
                  "layer must be fc:<classes>")
       ->group("Model");
-  app.add_option("--filters", c.filters, "convolution filters D of the seed preset")->group("Model");
-  app.add_option("--batch", c.batch, "GLOBAL batch size, split over all ranks")->group("Training");
-  app.add_option("--epochs", c.epochs, "epochs to train")->group("Training");
+  add_integer(app, "--filters", c.filters, "convolution filters D of the seed preset")->group("Model");
+  add_integer(app, "--batch", c.batch, "GLOBAL batch size, split over all ranks")->group("Training");
+  add_integer(app, "--epochs", c.epochs, "epochs to train")->group("Training");
   app.add_option("--lr", c.lr, "learning rate")->group("Training");
   app.add_option("--optimizer", c.optimizer, "sgd | momentum | adam")->group("Training");
   app.add_option("--momentum", c.momentum, "momentum coefficient for --optimizer momentum")->group("Training");
   app.add_option("--beta1", c.beta1, "adam: decay of the gradient average")->group("Training");
   app.add_option("--beta2", c.beta2, "adam: decay of the squared-gradient average")->group("Training");
   app.add_option("--eps", c.eps, "adam: added to the denominator")->group("Training");
-  app.add_option("--seed", c.seed, "seed of the initialisation and of the sample order")->group("Training");
+  add_integer(app, "--seed", c.seed, "seed of the initialisation and of the sample order")->group("Training");
 
   app.add_option("--device", c.device, "cpu | gpu | auto (gpu when one is usable)")->group("Execution");
   app.add_option("--backend", c.backend, "seq | threads | cuda (default: threads on cpu, cuda on gpu)")
       ->group("Execution");
-  app.add_option("--threads", c.threads,
+  add_integer(app, "--threads", c.threads,
                  "threads per rank for the threads backend (0: $SLURM_CPUS_PER_TASK, $OMP_NUM_THREADS, or the "
                  "cores this rank may use)")
       ->group("Execution");
@@ -190,13 +241,13 @@ CliResult parse_command_line(int argc, char** argv) {
       ->capture_default_str()
       ->group("Output");
 
-  app.add_option("--checkpoint-every", c.checkpoint_every,
+  add_integer(app, "--checkpoint-every", c.checkpoint_every,
                  "write a checkpoint every N epochs (0: only the final one, which is always written)")
       ->group("Checkpoints");
-  app.add_option("--checkpoint-every-steps", c.checkpoint_every_steps,
+  add_integer(app, "--checkpoint-every-steps", c.checkpoint_every_steps,
                  "also write one every N global steps (0: off), for long epochs")
       ->group("Checkpoints");
-  app.add_option("--keep", c.keep, "keep the newest K checkpoints")->group("Checkpoints");
+  add_integer(app, "--keep", c.keep, "keep the newest K checkpoints")->group("Checkpoints");
   app.add_option("--resume", c.resume,
                  "continue from a checkpoint: PATH, or auto (the newest valid one in --out; fresh if none)")
       ->group("Checkpoints");
@@ -241,11 +292,16 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
     throw UsageError("--device gpu: no usable CUDA device" +
                      std::string(gpus < 0 ? " (this build has no CUDA support)" : " (check CUDA_VISIBLE_DEVICES)"));
   if (c.backend.empty()) c.backend = c.device == "gpu" ? "cuda" : "threads";
+  const int cores = usable_cores();
+  // More threads than cores only time-slice them (--threads 10000 ran 100x slower): an explicit value
+  // above the cores is a mistake to report, a scheduler's variable above them is capped.
+  if (c.threads > cores)
+    throw UsageError("--threads " + str(c.threads) + " is more than the " + str(cores) +
+                     " cores this rank may use (its CPU affinity); give at most " + str(cores));
   if (c.threads == 0) {
-    c.threads = positive_env("SLURM_CPUS_PER_TASK");
-    if (c.threads == 0) c.threads = positive_env("OMP_NUM_THREADS");
+    c.threads = std::min(positive_env("SLURM_CPUS_PER_TASK"), cores);
+    if (c.threads == 0) c.threads = std::min(positive_env("OMP_NUM_THREADS"), cores);
     if (c.threads == 0) {
-      const int cores = usable_cores();
       const auto online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
       // Unbound ranks on one node share its cores; a bound rank owns its mask.
       c.threads = cores < online ? cores : std::max(1, online / std::max(1, local_size));
