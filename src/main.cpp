@@ -9,6 +9,7 @@
 #include "cnn/collective_errors.hpp"
 #include "cnn/communicator.hpp"
 #include "cnn/evaluate_command.hpp"
+#include "cnn/launch_agreement.hpp"
 #include "cnn/phase_times.hpp"
 #include "cnn/signals.hpp"
 #include "cnn/trainer.hpp"
@@ -52,14 +53,15 @@ EarlyStart start_before_mpi(int argc, char** argv) {
 }
 
 int run(EarlyStart& early, const cnn::MpiWorld& world, double process_start) {
-  // After MPI_Init, so that ours replace whatever the MPI library installed for these signals.
+  // Again after MPI_Init, so that ours replace whatever the MPI library installed for these signals.
   cnn::install_stop_handlers();
-  // Every rank parsed the same argv, so every rank reaches the same verdict; rank 0 speaks.
-  if (!early.usage_error.empty()) {
-    if (world.rank() == 0) cnn::print_error_line(early.usage_error + " (see --help)");
-    return static_cast<int>(cnn::ExitCode::kUsage);
-  }
+  // Ranks may have parsed different command lines (an MPMD launch, a per-node wrapper): the verdict on
+  // argv is collective, and so is what each rank is about to do, before any other collective.
+  cnn::agree_or_stop(world, [&] {
+    if (!early.usage_error.empty()) throw cnn::UsageError(early.usage_error + " (see --help)");
+  });
   const cnn::CliResult& cli = early.cli;
+  cnn::agree_on_settings(world, {{"the command", cli.exit_now ? "--help or --version" : "train or eval"}});
   if (cli.exit_now) {
     if (world.rank() == 0) std::cout << cli.text << std::flush;
     return *cli.exit_now;
@@ -68,6 +70,7 @@ int run(EarlyStart& early, const cnn::MpiWorld& world, double process_start) {
   cnn::agree_or_stop(world, [&] {
     cnn::resolve_config(config, world.size(), world.local_size(), usable_gpus());
   });
+  cnn::agree_on_settings(world, cnn::settings_that_must_agree(config));
   // Rank 0 chose the default run directory name from its clock; all ranks use rank 0's.
   config.out_dir = world.broadcast_string(config.out_dir);
   if (config.command == cnn::Command::kEval) return cnn::evaluate_checkpoint_command(config, world);
@@ -79,6 +82,14 @@ int run(EarlyStart& early, const cnn::MpiWorld& world, double process_start) {
 
 int main(int argc, char** argv) {
   const double process_start = cnn::wall_seconds();
+  // First of all: a SIGUSR1 or SIGTERM that comes while the data loads and MPI starts (seconds on a
+  // busy node) must become a stop request, not a death without a word.
+  try {
+    cnn::install_stop_handlers();
+  } catch (const cnn::Error& e) {
+    cnn::print_error_line(e.what());
+    return static_cast<int>(e.code());
+  }
   EarlyStart early = start_before_mpi(argc, argv);
   std::unique_ptr<cnn::MpiWorld> world;
   try {

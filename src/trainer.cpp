@@ -12,6 +12,7 @@
 #include "cnn/collective_errors.hpp"
 #include "cnn/dataset.hpp"
 #include "cnn/divergence.hpp"
+#include "cnn/launch_agreement.hpp"
 #include "cnn/network.hpp"
 #include "cnn/progress.hpp"
 #include "cnn/resume.hpp"
@@ -85,6 +86,7 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   // Every rank reads the data itself; all must succeed before anyone goes on.
   std::unique_ptr<TrainingData> data;
   agree_or_stop(world, [&] { data = early_data.valid() ? early_data.get() : load_training_data(config); });
+  agree_on_settings(world, data_identity(*data));  // node-local copies must hold the same data
 
   const Network network = build_network(config.model, config.filters, data->shape(), data->classes());
   const ParamLayout& layout = network.layout;
