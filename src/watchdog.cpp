@@ -96,14 +96,18 @@ void heartbeat_step(std::int64_t global_step) {
   g_beats.fetch_add(1, std::memory_order_relaxed);
 }
 
-StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal) {
+StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal,
+                         int rank) {
   StallVerdict verdict;
   if (phase == WatchPhase::kIdle || timeout_seconds <= 0) return verdict;
   const bool waiting = waits_for_peers(phase);
-  verdict.limit = waiting ? timeout_seconds + std::max(kMinWaitGraceSeconds, timeout_seconds / 4) : timeout_seconds;
+  const double stagger = std::min(kRankStaggerSeconds * rank, kMaxRankStaggerSeconds);
+  verdict.limit = waiting ? timeout_seconds + std::max(kMinWaitGraceSeconds, timeout_seconds / 4) + stagger
+                          : timeout_seconds;
   if (waiting && pending_signal != 0 && kStopSignalGraceSeconds < verdict.limit) {
     verdict.limit = kStopSignalGraceSeconds;
     verdict.signal_exit = true;
+    verdict.quiet = rank != 0;
   }
   verdict.fire = silent_seconds > verdict.limit;
   return verdict;
@@ -143,7 +147,7 @@ void Watchdog::run() {
       continue;
     }
     const auto phase = static_cast<WatchPhase>(g_phase.load(std::memory_order_relaxed));
-    const StallVerdict verdict = judge_stall(phase, now - since, timeout_, local_stop_signal());
+    const StallVerdict verdict = judge_stall(phase, now - since, timeout_, local_stop_signal(), rank_);
     if (verdict.fire) fire(phase, now - since, verdict);
   }
 }
@@ -154,6 +158,7 @@ void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict&
                             std::to_string(g_step.load(std::memory_order_relaxed));
   if (verdict.signal_exit) {
     const int signo = local_stop_signal();
+    if (verdict.quiet) _exit(128 + signo);
     print_error_line(who + ": " + signal_name(signo) + " arrived while waiting for other ranks in " + where +
                      ", and nothing moved for " + seconds_text(silent_seconds) +
                      ": a peer rank is gone, so no checkpoint can be written; stopping now (the last checkpoint "

@@ -6,6 +6,8 @@
 #      stall watchdog in ONE line, with its phase, and the job exits 6; the ranks waiting for it in the
 #      allreduce stay silent. A stall of rank 0 while writing a checkpoint is named the same way. After
 #      each, `--resume auto` ends bitwise equal to the uninterrupted run.
+#   3. A rank stopped by SIGSTOP (rank 2, then rank 0): the job exits 6 with ONE cnn_mpi line, from the
+#      first waiting rank, and resumes bitwise.
 # Usage: fault_test.sh BUILD_DIR SOURCE_DIR
 BUILD_DIR=$1
 SOURCE_DIR=$2
@@ -72,5 +74,32 @@ stall stall_compute "2:23:forward/backward" \
   "^cnn_mpi: error: rank 2 on .* stalled: no progress for [0-9.]* s in phase forward/backward at global step 23 (--stall-timeout 2.0 s)"
 stall stall_checkpoint "0:10:checkpoint write" \
   "^cnn_mpi: error: rank 0 on .* stalled: no progress for [0-9.]* s in phase checkpoint write at global step 10"
+
+# --- 3. a stopped rank (SIGSTOP: a hung node, a debugger). Every other rank waits for it; they fire one
+# after another (rank 0 first), so the job ends with ONE cnn_mpi line, from the first waiting rank, and
+# the ranks the launcher then signals leave without a line of their own (it used to be three lines).
+stopped() {
+  local name=$1 victim=$2 pattern=$3
+  env CNN_TEST_STEP_DELAY_MS=20 "$MPIRUN" --oversubscribe -np 4 -x CNN_TEST_STEP_DELAY_MS "$CNN" "${SMALL[@]}" \
+    "${RUN[@]}" --stall-timeout 2 --out "$WORK/$name" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  local mpirun_pid=$! pid
+  for _ in $(seq 300); do [ -s "$WORK/$name/checkpoints/latest" ] && break; sleep 0.1; done
+  pid=$(rank_pid "$mpirun_pid" "$victim")
+  if [ -z "$pid" ]; then fail "$name: rank $victim's process not found"; kill -9 "$mpirun_pid"; return; fi
+  kill -STOP "$pid"
+  wait "$mpirun_pid"
+  RC=$?
+  kill -KILL "$pid" 2>/dev/null  # should mpirun have left it behind
+  expect_rc "$name" "$EXIT_STALLED"
+  local lines
+  lines=$(grep -c "^cnn_mpi: error:" "$WORK/$name.err")
+  [ "$lines" -eq 1 ] && pass "$name: one cnn_mpi line" || { fail "$name: $lines cnn_mpi lines"; grep "^cnn_mpi" "$WORK/$name.err"; }
+  expect_grep "$name" "$WORK/$name.err" "$pattern"
+  run_as "${name}_resume" mpi 4 "$CNN" "${SMALL[@]}" "${RUN[@]}" --out "$WORK/$name" --resume auto
+  expect_rc "${name}_resume" 0
+  same_bits "$name, then resume" "$REF" "$(latest "$WORK/$name")"
+}
+stopped stopped_rank2 2 "^cnn_mpi: error: rank 0 on .* waited [0-9.]* s for other ranks .*a peer rank is dead or stalled"
+stopped stopped_rank0 0 "^cnn_mpi: error: rank 1 on .* waited [0-9.]* s for other ranks .*a peer rank is dead or stalled"
 
 finish

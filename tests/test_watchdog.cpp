@@ -43,6 +43,22 @@ BOOST_AUTO_TEST_CASE(a_pending_stop_signal_shortens_a_wait_only) {
   BOOST_TEST(!working.signal_exit);
 }
 
+BOOST_AUTO_TEST_CASE(waiting_ranks_fire_one_after_another_and_only_rank_0_reports_a_signal) {
+  // A stopped rank leaves every other rank waiting: rank 0 fires first, rank r r seconds later (capped),
+  // so the first abort ends the others before they print a line of their own.
+  const double rank0 = judge_stall(WatchPhase::kAllreduce, 0, 10, 0, 0).limit;
+  BOOST_TEST(judge_stall(WatchPhase::kAllreduce, 0, 10, 0, 1).limit == rank0 + cnn::kRankStaggerSeconds);
+  BOOST_TEST(judge_stall(WatchPhase::kAllreduce, 0, 10, 0, 3).limit == rank0 + 3 * cnn::kRankStaggerSeconds);
+  BOOST_TEST(judge_stall(WatchPhase::kAllreduce, 0, 10, 0, 5000).limit == rank0 + cnn::kMaxRankStaggerSeconds);
+  // Own work is not staggered: the stalled rank itself reports first.
+  BOOST_TEST(judge_stall(WatchPhase::kForwardBackward, 0, 10, 0, 7).limit == 10.0);
+  // The launcher's SIGTERM after another rank's abort: rank 0 says so, the others leave without a line.
+  const auto root = judge_stall(WatchPhase::kStepEnd, cnn::kStopSignalGraceSeconds + 1, 10, SIGTERM, 0);
+  const auto other = judge_stall(WatchPhase::kStepEnd, cnn::kStopSignalGraceSeconds + 1, 10, SIGTERM, 2);
+  BOOST_TEST((root.fire && root.signal_exit && !root.quiet));
+  BOOST_TEST((other.fire && other.signal_exit && other.quiet));
+}
+
 BOOST_AUTO_TEST_CASE(idle_and_off_never_fire) {
   BOOST_TEST(!judge_stall(WatchPhase::kIdle, 1e9, 10, 0).fire);
   BOOST_TEST(!judge_stall(WatchPhase::kForwardBackward, 1e9, 0, 0).fire);

@@ -61,12 +61,22 @@ void heartbeat(WatchPhase phase);
 void heartbeat_step(std::int64_t global_step);
 
 // The parts of the decision the thread makes, separated for the unit test.
+// One abort, one line. When a rank is stopped (SIGSTOP) or dead, every other rank waits, and each
+// would report it. So the waiting ranks fire one after another: rank 0 first (it speaks for the job),
+// then rank r after r more seconds (at most kMaxRankStaggerSeconds), and the first abort ends the
+// others. A rank that then gets the launcher's SIGTERM while it waits exits silently unless it is
+// rank 0: the line that explains the job's end has been printed by the rank that aborted it.
+inline constexpr double kRankStaggerSeconds = 1.0;
+inline constexpr double kMaxRankStaggerSeconds = 10.0;
+
 struct StallVerdict {
   bool fire = false;
   bool signal_exit = false;  // a stop signal is pending: exit 128 + signo, a peer is gone
+  bool quiet = false;        // exit without a line (signal_exit on ranks other than 0)
   double limit = 0.0;        // the silence allowed in this phase, seconds
 };
-StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal);
+StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal,
+                         int rank = 0);
 
 // The watchdog thread of one rank, from construction to destruction (RAII: the trainer owns one for
 // its loop). timeout_seconds <= 0: off (no thread).
