@@ -1,6 +1,6 @@
-// CIFAR-10 binary batches: every file read whole (raw or gunzipped by the IDX reader's helper), its
-// length checked against the record size before a byte is used, then labels checked and records
-// split into the label and pixel arrays of one Dataset.
+// CIFAR-10 binary batches: every file read whole (raw or gunzipped by the IDX reader's helper, which
+// stops at the format's 10000 records), its length checked against the record size before a byte is
+// used, then labels checked and records split into the label and pixel arrays of one Dataset.
 #include "cnn/cifar_reader.hpp"
 
 #include <algorithm>
@@ -9,6 +9,14 @@
 #include "cnn/idx_reader.hpp"
 
 namespace cnn {
+namespace {
+
+// In messages: the bound of a batch file and of its inflation.
+const std::string kMaxBatchText = std::to_string(kCifarMaxBatchBytes) + " bytes, the most a CIFAR-10 batch holds (" +
+                                  std::to_string(kCifarMaxRecords) + " records of " +
+                                  std::to_string(kCifarRecordBytes) + " bytes)";
+
+}  // namespace
 
 std::vector<std::string> cifar10_train_files() {
   std::vector<std::string> names;
@@ -28,6 +36,9 @@ void parse_cifar10_records(const std::vector<std::uint8_t>& bytes, const std::st
                      std::to_string(size % kCifarRecordBytes) + " bytes over)");
   }
   const std::int64_t records = size / kCifarRecordBytes;
+  if (records > kCifarMaxRecords)
+    throw InputError(path + ": " + std::to_string(records) + " records, more than the " +
+                     std::to_string(kCifarMaxRecords) + " of a CIFAR-10 batch");
   // Labels first: a bad file is refused before its pixels are copied.
   for (std::int64_t r = 0; r < records; ++r) {
     const std::uint8_t label = bytes[static_cast<std::size_t>(r * kCifarRecordBytes)];
@@ -48,6 +59,10 @@ void parse_cifar10_records(const std::vector<std::uint8_t>& bytes, const std::st
   }
 }
 
+void read_cifar10_batch(const std::string& path, Dataset& out, std::uint64_t memory_available) {
+  parse_cifar10_records(read_file_maybe_gzip(path, kCifarMaxBatchBytes, kMaxBatchText, memory_available), path, out);
+}
+
 Dataset read_cifar10_split(const std::string& dir, const std::vector<std::string>& names, const std::string& name) {
   Dataset split;
   split.name = name;
@@ -55,7 +70,7 @@ Dataset read_cifar10_split(const std::string& dir, const std::vector<std::string
   split.classes = kCifarClasses;
   for (const std::string& file : names) {
     const std::string path = find_idx_file(dir, file);  // raw first, then .gz; IoError naming both
-    parse_cifar10_records(read_file_maybe_gzip(path), path, split);
+    read_cifar10_batch(path, split);
   }
   return split;
 }

@@ -3,9 +3,7 @@
 // epoch; reads after that can fail only if the file changes or the disk fails underneath.
 #include "cnn/hdf5_images.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,6 +12,7 @@
 
 #include "cnn/errors.hpp"
 #include "hdf5_util.hpp"
+#include "regular_file.hpp"
 
 namespace cnn {
 namespace {
@@ -29,6 +28,9 @@ constexpr std::int64_t kSamplesPerRead = 1024;       // contiguous reads are spl
 std::string errno_text(int error) { return std::strerror(error); }
 
 // Missing or unreadable is an I/O problem (exit 3); what HDF5 then finds inside is InputError.
+// libhdf5 opens by name, and open(2) of a FIFO blocks forever (SIGTERM only sets a flag, the watchdog
+// starts later): so the file is opened here first without blocking and refused unless it is a
+// regular file (fsutil::open_regular_file). stat(2) first, only for this file's own messages.
 void require_readable_file(const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
@@ -36,9 +38,7 @@ void require_readable_file(const std::string& path) {
     throw IoError(path + ": cannot stat: " + errno_text(errno));
   }
   if (S_ISDIR(info.st_mode)) throw IoError(path + ": is a directory, expected an HDF5 file");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(path + ": cannot open: " + errno_text(errno));
-  ::close(fd);
+  fsutil::require_regular_file(path);
   if (info.st_size == 0) throw InputError(path + ": empty file, not an HDF5 file");
 }
 

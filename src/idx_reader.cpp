@@ -1,21 +1,21 @@
-// IDX reading: the whole file in one read, gunzip in memory when it carries the gzip magic, then a
-// header check that trusts nothing before the data is copied out.
+// IDX reading: the whole file in one read, then a header check that trusts nothing before the data is
+// copied out. A gzip file is inflated in two steps: the header first, then exactly the size it
+// declares, once that size has passed the limits and fits in the memory available.
 #include "cnn/idx_reader.hpp"
 
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <limits>
 #include <sstream>
-#include <system_error>
 #include <utility>
 
 #include "cnn/errors.hpp"
+#include "fsync_util.hpp"
+#include "gunzip.hpp"
+#include "regular_file.hpp"
 
 namespace cnn {
 namespace {
@@ -30,173 +30,33 @@ constexpr int kImageDims = 3;                      // count, rows, cols
 constexpr int kLabelDims = 1;                      // count
 constexpr int kMaxClasses = 256;                   // labels are single bytes
 
-// ---- gzip constants ------------------------------------------------------------------------------
-constexpr std::uint8_t kGzipMagic0 = 0x1f;
-constexpr std::uint8_t kGzipMagic1 = 0x8b;
-constexpr std::size_t kGzipTrailerBytes = 8;       // CRC32, then ISIZE (uncompressed size mod 2^32)
-// windowBits 15 (the largest window) + 32: let zlib detect the gzip (or zlib) wrapper itself.
-constexpr int kInflateWindowBits = 15 + 32;
-// Deflate cannot expand data by more than about 1032:1, so the gzip size bounds the first guess of
-// the output size even when ISIZE lies.
-constexpr std::uint64_t kMaxDeflateRatio = 1032;
-constexpr std::size_t kMinOutputGuess = std::size_t{1} << 16;
-// zlib counts in uInt; feed and drain it in chunks that fit.
-constexpr std::size_t kMaxZlibChunk = std::size_t{1} << 30;
-
 // Neither a raw file nor a decompressed stream may exceed this: it stops a decompression bomb (or a
 // header that claims billions of images) from exhausting memory. The largest real IDX set is ~50 MB.
 constexpr std::uint64_t kMaxFileBytes = std::uint64_t{4} << 30;
 constexpr const char* kMaxFileBytesText = "4 GiB";
-
-std::string errno_text(int error) { return std::error_code(error, std::generic_category()).message(); }
+constexpr const char* kMaxFileBytesLimitText = "the limit of 4 GiB";
+// A gzip IDX file's data is inflated into its reserved buffer in steps of this many bytes.
+constexpr std::uint64_t kInflateStep = std::uint64_t{16} << 20;
 
 [[noreturn]] void throw_input(const std::string& path, const std::string& what) {
   throw InputError(path + ": " + what);
 }
 
-[[noreturn]] void throw_io(const std::string& path, const std::string& what) { throw IoError(path + ": " + what); }
-
-// Closes the descriptor on every path out of read_whole_file.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// One allocation and one read loop (read(2) may return less than asked): the 26 MB Fashion-MNIST
-// archive is read in a few system calls.
-std::vector<std::uint8_t> read_whole_file(const std::string& path) {
-  FileDescriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.get() < 0) {
-    const int error = errno;
-    if (error == ENOENT) throw_io(path, "file does not exist");
-    throw_io(path, "cannot open: " + errno_text(error));
-  }
+// One allocation and one read loop: the 26 MB Fashion-MNIST archive is read in a few system calls.
+// Opened with O_NONBLOCK and refused unless a regular file (a FIFO would block open(2) forever), and
+// refused above `max_bytes` or the memory available before the buffer is allocated.
+std::vector<std::uint8_t> read_whole_file(const std::string& path, std::uint64_t max_bytes, const std::string& max_text,
+                                          std::uint64_t memory_available) {
+  const fsutil::ReadFd file = fsutil::open_regular_file(path);
   struct stat info {};
-  if (::fstat(file.get(), &info) != 0) throw_io(path, "cannot stat: " + errno_text(errno));
-  if (S_ISDIR(info.st_mode)) throw_io(path, "is a directory, expected a file");
-  if (!S_ISREG(info.st_mode)) throw_io(path, "is not a regular file");
+  if (::fstat(file.get(), &info) != 0) throw IoError(path + ": cannot stat: " + fsutil::errno_text(errno));
   const auto size = static_cast<std::uint64_t>(info.st_size);
   if (size == 0) throw_input(path, "empty file");
-  if (size > kMaxFileBytes) {
-    throw_input(path, "file is " + std::to_string(size) + " bytes, more than the limit of " + kMaxFileBytesText);
-  }
-
+  if (size > max_bytes) throw_input(path, "file is " + std::to_string(size) + " bytes, more than " + max_text);
+  if (size > memory_available) gz::throw_no_memory(path, "file is " + std::to_string(size) + " bytes", memory_available);
   std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t got = ::read(file.get(), bytes.data() + done, bytes.size() - done);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      throw_io(path, "read failed: " + errno_text(errno));
-    }
-    if (got == 0) {
-      throw_io(path, "file shrank while being read: got " + std::to_string(done) + " of " +
-                         std::to_string(bytes.size()) + " bytes");
-    }
-    done += static_cast<std::size_t>(got);
-  }
+  fsutil::read_exactly(file.get(), bytes.data(), bytes.size(), path);
   return bytes;
-}
-
-bool has_gzip_magic(const std::vector<std::uint8_t>& bytes) {
-  return bytes.size() >= 2 && bytes[0] == kGzipMagic0 && bytes[1] == kGzipMagic1;
-}
-
-// First output size: the gzip trailer's ISIZE (exact for one member under 4 GiB), bounded by what
-// deflate can produce from this many bytes so that a forged ISIZE cannot force a huge allocation.
-std::size_t initial_output_guess(const std::vector<std::uint8_t>& compressed) {
-  std::uint64_t guess = kMinOutputGuess;
-  if (compressed.size() >= kGzipTrailerBytes) {
-    const std::uint8_t* isize = compressed.data() + compressed.size() - 4;
-    guess = std::uint64_t{isize[0]} | std::uint64_t{isize[1]} << 8 | std::uint64_t{isize[2]} << 16 |
-            std::uint64_t{isize[3]} << 24;
-  }
-  guess = std::min<std::uint64_t>(guess, compressed.size() * kMaxDeflateRatio);
-  guess = std::min<std::uint64_t>(guess, kMaxFileBytes);
-  return static_cast<std::size_t>(std::max<std::uint64_t>(guess, kMinOutputGuess));
-}
-
-// Frees zlib's state on every path out of gunzip.
-class Inflater {
- public:
-  explicit Inflater(const std::string& path) {
-    if (inflateInit2(&stream_, kInflateWindowBits) != Z_OK) {
-      throw_input(path, std::string("zlib inflateInit2 failed: ") + (stream_.msg ? stream_.msg : "?"));
-    }
-  }
-  ~Inflater() { inflateEnd(&stream_); }
-  Inflater(const Inflater&) = delete;
-  Inflater& operator=(const Inflater&) = delete;
-  z_stream& stream() { return stream_; }
-
- private:
-  z_stream stream_{};
-};
-
-// Decompresses every gzip member (concatenated members form one file, as gunzip treats them).
-// A stream that stops before its end marker is an error, never silently short data.
-std::vector<std::uint8_t> gunzip(const std::vector<std::uint8_t>& compressed, const std::string& path) {
-  std::vector<std::uint8_t> out(initial_output_guess(compressed));
-  Inflater inflater(path);
-  z_stream& zs = inflater.stream();
-  std::size_t in_pos = 0;
-  std::size_t out_pos = 0;
-  while (true) {
-    if (out_pos == out.size()) {
-      if (out.size() >= kMaxFileBytes) {
-        throw_input(path, std::string("decompresses to more than ") + kMaxFileBytesText +
-                              " (the limit); refusing a possible decompression bomb");
-      }
-      out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(std::uint64_t{out.size()} * 2, kMaxFileBytes)));
-    }
-    const std::size_t in_chunk = std::min(compressed.size() - in_pos, kMaxZlibChunk);
-    const std::size_t out_chunk = std::min(out.size() - out_pos, kMaxZlibChunk);
-    // zlib's API is not const-correct; inflate only reads next_in.
-    zs.next_in = const_cast<Bytef*>(compressed.data() + in_pos);
-    zs.avail_in = static_cast<uInt>(in_chunk);
-    zs.next_out = out.data() + out_pos;
-    zs.avail_out = static_cast<uInt>(out_chunk);
-    const int status = inflate(&zs, Z_NO_FLUSH);
-    in_pos += in_chunk - zs.avail_in;
-    out_pos += out_chunk - zs.avail_out;
-
-    if (status == Z_STREAM_END) {
-      if (in_pos == compressed.size()) break;
-      const bool another_member = compressed.size() - in_pos >= 2 && compressed[in_pos] == kGzipMagic0 &&
-                                  compressed[in_pos + 1] == kGzipMagic1;
-      if (!another_member) {
-        throw_input(path, "trailing bytes after the gzip stream: " + std::to_string(compressed.size() - in_pos) +
-                              " bytes that are not a gzip member");
-      }
-      inflateReset(&zs);
-      continue;
-    }
-    if (status == Z_DATA_ERROR || status == Z_NEED_DICT) {
-      throw_input(path, std::string("corrupt gzip stream: ") + (zs.msg ? zs.msg : "invalid deflate data") +
-                            " at compressed byte " + std::to_string(in_pos));
-    }
-    if (status == Z_MEM_ERROR) throw_input(path, "zlib ran out of memory while decompressing");
-    // Output space is never zero here, so "no progress possible" means the input ran out.
-    if (status == Z_BUF_ERROR && in_pos == compressed.size()) {
-      throw_input(path, "truncated gzip stream: input ends after " + std::to_string(compressed.size()) +
-                            " compressed bytes (" + std::to_string(out_pos) +
-                            " decompressed) before the end of the stream");
-    }
-    if (status != Z_OK) {
-      throw_input(path, "zlib inflate failed with status " + std::to_string(status));
-    }
-  }
-  out.resize(out_pos);
-  return out;
 }
 
 std::uint32_t read_big_endian_u32(const std::uint8_t* p) {
@@ -210,8 +70,9 @@ struct IdxHeader {
   std::uint64_t values = 0;  // product of dims == data bytes, since the type is uint8
 };
 
-IdxHeader parse_header(const std::vector<std::uint8_t>& bytes, const std::string& path, int expected_dims,
-                       const char* kind) {
+// Everything but the data length: magic, type, dimensions, their product and its limit.
+IdxHeader parse_header_fields(const std::vector<std::uint8_t>& bytes, const std::string& path, int expected_dims,
+                              const char* kind) {
   if (bytes.empty()) throw_input(path, "empty file");
   if (bytes.size() < kIdxMagicBytes) {
     throw_input(path, "too short for an IDX header: " + std::to_string(bytes.size()) + " bytes, the magic alone is " +
@@ -221,7 +82,7 @@ IdxHeader parse_header(const std::vector<std::uint8_t>& bytes, const std::string
     std::ostringstream what;
     what << "bad magic number: first bytes are 0x" << std::hex << int{bytes[0]} << " 0x" << int{bytes[1]}
          << ", an IDX file starts with two zero bytes";
-    if (has_gzip_magic(bytes)) what << " (looks like gzip)";
+    if (gz::has_gzip_magic(bytes)) what << " (looks like gzip)";
     throw_input(path, what.str());
   }
   if (bytes[kIdxTypeOffset] != kIdxTypeUnsignedByte) {
@@ -258,8 +119,10 @@ IdxHeader parse_header(const std::vector<std::uint8_t>& bytes, const std::string
     throw_input(path, "dimensions give " + std::to_string(header.values) + " values, more than the limit of " +
                           kMaxFileBytesText);
   }
+  return header;
+}
 
-  const std::uint64_t found = bytes.size() - header.data_offset;
+void require_data_length(const IdxHeader& header, std::uint64_t found, const std::string& path) {
   if (found < header.values) {
     throw_input(path, "truncated: expected " + std::to_string(header.values) + " bytes of data, found " +
                           std::to_string(found));
@@ -268,7 +131,78 @@ IdxHeader parse_header(const std::vector<std::uint8_t>& bytes, const std::string
     throw_input(path, "trailing bytes: expected " + std::to_string(header.values) + " bytes of data, found " +
                           std::to_string(found) + " (" + std::to_string(found - header.values) + " extra)");
   }
+}
+
+IdxHeader parse_header(const std::vector<std::uint8_t>& bytes, const std::string& path, int expected_dims,
+                       const char* kind) {
+  const IdxHeader header = parse_header_fields(bytes, path, expected_dims, kind);
+  require_data_length(header, bytes.size() - header.data_offset, path);
   return header;
+}
+
+std::string dims_text(const IdxHeader& header) {
+  std::string text;
+  for (const std::uint32_t dim : header.dims) text += (text.empty() ? "" : "x") + std::to_string(dim);
+  return text;
+}
+
+// A gzip IDX file, inflated in two steps: the header (at most 1024 bytes), then exactly the size it
+// declares, once that passed the limits and the memory check. A stream that would give more is
+// refused after one byte, so a bomb behind a small header costs no more than that header's size.
+std::vector<std::uint8_t> gunzip_idx(const std::vector<std::uint8_t>& compressed, const std::string& path,
+                                     int expected_dims, const char* kind, std::uint64_t memory_available) {
+  gz::Stream stream(compressed, path);
+  std::vector<std::uint8_t> head(kIdxMagicBytes);
+  head.resize(stream.read(head.data(), head.size()));
+  if (head.size() == kIdxMagicBytes) {
+    const std::size_t dims_bytes = kIdxDimensionBytes * head[kIdxRankOffset];
+    head.resize(kIdxMagicBytes + dims_bytes);
+    head.resize(kIdxMagicBytes + stream.read(head.data() + kIdxMagicBytes, dims_bytes));
+  }
+  const IdxHeader header = parse_header_fields(head, path, expected_dims, kind);
+  const std::uint64_t declared = header.data_offset + header.values;  // <= kMaxFileBytes: checked above
+  // Deflate expands at most gz::kMaxDeflateRatio:1, so a header can claim more than its stream could
+  // ever hold: that is known now, without inflating anything or reserving the claimed size.
+  const std::uint64_t most = std::uint64_t{compressed.size()} * gz::kMaxDeflateRatio;
+  if (declared > most) {
+    throw_input(path, "truncated: expected " + std::to_string(header.values) + " bytes of data, but " +
+                          std::to_string(compressed.size()) + " bytes of gzip inflate to at most " +
+                          std::to_string(most) + " (deflate expands at most " +
+                          std::to_string(gz::kMaxDeflateRatio) + ":1)");
+  }
+  if (declared > memory_available) {
+    gz::throw_no_memory(path, "its header declares " + std::string(kind) + " " + dims_text(header) + ", " +
+                                  std::to_string(declared) + " bytes decompressed",
+                        memory_available);
+  }
+  // Reserved, then filled in steps: a header that declares more than the stream holds costs address
+  // space (at most 1032 times the file), not memory (resize zero-fills, so one resize to the declared
+  // size would touch it all).
+  std::vector<std::uint8_t> bytes;
+  bytes.reserve(static_cast<std::size_t>(declared));
+  bytes.assign(head.begin(), head.begin() + static_cast<std::ptrdiff_t>(header.data_offset));
+  std::uint64_t found = 0;
+  while (found < header.values) {
+    const std::size_t step = static_cast<std::size_t>(std::min<std::uint64_t>(header.values - found, kInflateStep));
+    bytes.resize(bytes.size() + step);
+    const std::size_t got = stream.read(bytes.data() + bytes.size() - step, step);
+    found += got;
+    if (got < step) break;
+  }
+  require_data_length(header, found, path);
+  std::uint8_t next = 0;
+  if (stream.read(&next, 1) != 0) {
+    throw_input(path, "trailing bytes: the header declares " + std::to_string(header.values) +
+                          " bytes of data, the gzip stream holds more (refused without inflating the rest)");
+  }
+  return bytes;
+}
+
+std::vector<std::uint8_t> read_idx_file(const std::string& path, int expected_dims, const char* kind,
+                                        std::uint64_t memory_available) {
+  std::vector<std::uint8_t> bytes = read_whole_file(path, kMaxFileBytes, kMaxFileBytesLimitText, memory_available);
+  if (!gz::has_gzip_magic(bytes)) return bytes;
+  return gunzip_idx(bytes, path, expected_dims, kind, memory_available);
 }
 
 // Both parsers take the bytes by value and drop the header in place: the readers move the file's
@@ -313,10 +247,15 @@ std::vector<std::uint8_t> take_idx_labels(std::vector<std::uint8_t> bytes, const
 
 }  // namespace
 
+std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path, std::uint64_t max_bytes,
+                                               const std::string& max_text, std::uint64_t memory_available) {
+  std::vector<std::uint8_t> bytes = read_whole_file(path, max_bytes, max_text, memory_available);
+  if (!gz::has_gzip_magic(bytes)) return bytes;
+  return gz::gunzip_bounded(bytes, path, gz::Bound{max_bytes, max_text, memory_available});
+}
+
 std::vector<std::uint8_t> read_file_maybe_gzip(const std::string& path) {
-  std::vector<std::uint8_t> bytes = read_whole_file(path);
-  if (!has_gzip_magic(bytes)) return bytes;
-  return gunzip(bytes, path);
+  return read_file_maybe_gzip(path, kMaxFileBytes, kMaxFileBytesLimitText, memory_available_bytes());
 }
 
 IdxImages parse_idx_images(const std::vector<std::uint8_t>& bytes, const std::string& path) {
@@ -328,10 +267,12 @@ std::vector<std::uint8_t> parse_idx_labels(const std::vector<std::uint8_t>& byte
   return take_idx_labels(bytes, path, num_classes);
 }
 
-IdxImages read_idx_images(const std::string& path) { return take_idx_images(read_file_maybe_gzip(path), path); }
+IdxImages read_idx_images(const std::string& path, std::uint64_t memory_available) {
+  return take_idx_images(read_idx_file(path, kImageDims, "images", memory_available), path);
+}
 
-std::vector<std::uint8_t> read_idx_labels(const std::string& path, int num_classes) {
-  return take_idx_labels(read_file_maybe_gzip(path), path, num_classes);
+std::vector<std::uint8_t> read_idx_labels(const std::string& path, int num_classes, std::uint64_t memory_available) {
+  return take_idx_labels(read_idx_file(path, kLabelDims, "labels", memory_available), path, num_classes);
 }
 
 std::string find_idx_file(const std::string& dir, const std::string& name) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "cnn/cifar_reader.hpp"
 #include "cnn/dataset.hpp"
 #include "cnn/errors.hpp"
+#include "data_hazards.hpp"
 #include "test_files.hpp"
 
 namespace {
@@ -170,4 +172,84 @@ BOOST_AUTO_TEST_CASE(parser_takes_any_whole_number_of_records_and_appends) {
   BOOST_TEST(split.labels.size() == 3u);
   BOOST_TEST(split.images.size() == static_cast<std::size_t>(3 * cnn::kCifarImageBytes));
   BOOST_TEST(split.images[cnn::kCifarImageBytes] == b[1]);  // record 0 of b, pixel 0
+}
+
+// ---- non-regular files, the format's size bound and gzip bombs (issue 22) ------------------------------
+
+BOOST_AUTO_TEST_CASE(non_regular_batches_refused_without_blocking) {
+  const cnn::test::HangGuard guard;  // a reader blocking in open(2) on the FIFO fails here, not hangs
+  for (const cnn::test::NonRegular& thing : cnn::test::kNonRegularKinds) {
+    for (const std::string name : {cnn::cifar10_train_files()[1], cnn::cifar10_test_file() + ".gz"}) {
+      BOOST_TEST_CONTEXT(thing.kind << " as " << name) {
+        TempDir dir;
+        write_distribution(dir);
+        const std::string path = dir.file(name);
+        std::filesystem::remove(path);
+        cnn::test::make_non_regular(path, thing.kind);
+        expect_message(error_of<cnn::IoError>([&] { cnn::load_dataset("cifar10", dir.path); }), path, thing.message);
+      }
+    }
+  }
+}
+
+// The format has no header: 10000 records (30730000 bytes) bound a batch, raw or inflated.
+BOOST_AUTO_TEST_CASE(batches_are_bounded_by_the_formats_10000_records) {
+  TempDir dir;
+  // Sparse files of zeros (label 0): read at once, not written byte by byte.
+  const std::string full = dir.file("full.bin");
+  write_file(full, {});
+  std::filesystem::resize_file(full, static_cast<std::uintmax_t>(cnn::kCifarMaxBatchBytes));
+  cnn::Dataset split;
+  cnn::read_cifar10_batch(full, split);
+  BOOST_TEST(split.count() == cnn::kCifarMaxRecords);
+
+  const std::string over = dir.file("over.bin");
+  write_file(over, {});
+  std::filesystem::resize_file(over, static_cast<std::uintmax_t>(cnn::kCifarMaxBatchBytes + cnn::kCifarRecordBytes));
+  expect_message(error_of<cnn::InputError>([&] { cnn::read_cifar10_batch(over, split); }), over,
+                 "file is 30733073 bytes, more than 30730000 bytes, the most a CIFAR-10 batch holds (10000 records of "
+                 "3073 bytes)");
+  expect_message(error_of<cnn::InputError>([&] {
+                   cnn::parse_cifar10_records(Bytes(static_cast<std::size_t>(cnn::kCifarMaxBatchBytes + cnn::kCifarRecordBytes)),
+                                              "p", split);
+                 }),
+                 "p", "10001 records, more than the 10000 of a CIFAR-10 batch");
+
+  // 1 GiB of zeros in 1 MB: inflation stops one byte past 30730000 (the wrong CRC of the bomb would
+  // be met otherwise: "corrupt gzip stream").
+  const std::string bomb = dir.file("data_batch_1.bin.gz");
+  write_file(bomb, cnn::test::gzip_bomb({}, 1024));
+  expect_message(error_of<cnn::InputError>([&] { cnn::read_cifar10_batch(bomb, split); }), bomb,
+                 "decompresses to more than 30730000 bytes, the most a CIFAR-10 batch holds");
+  // The same bomb as a second member after a valid batch.
+  Bytes two;
+  const Bytes good = records(2, 9);
+  write_gzip(dir.file("good.gz"), good);
+  {
+    std::ifstream in(dir.file("good.gz"), std::ios::binary);
+    two.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const Bytes tail = cnn::test::gzip_bomb({}, 1024);
+  two.insert(two.end(), tail.begin(), tail.end());
+  const std::string second = dir.file("second_member.gz");
+  write_file(second, two);
+  expect_message(error_of<cnn::InputError>([&] { cnn::read_cifar10_batch(second, split); }), second,
+                 "decompresses to more than 30730000 bytes");
+}
+
+BOOST_AUTO_TEST_CASE(batches_above_the_memory_available_refused_before_allocating) {
+  TempDir dir;
+  const Bytes batch = records(4, 2);  // 12292 bytes
+  const std::string raw = dir.file("raw.bin");
+  write_file(raw, batch);
+  cnn::Dataset split;
+  expect_message(error_of<cnn::IoError>([&] { cnn::read_cifar10_batch(raw, split, 12291); }), raw,
+                 "file is 12292 bytes, more than the memory available (12291 bytes)");
+  // gzip: the buffer starts at the trailer's size and never outgrows the memory given.
+  const std::string gz = dir.file("batch.gz");
+  write_gzip(gz, batch);
+  expect_message(error_of<cnn::IoError>([&] { cnn::read_cifar10_batch(gz, split, 12291); }), gz,
+                 "more than the memory available (12291 bytes)");
+  cnn::read_cifar10_batch(gz, split, 1 << 20);
+  BOOST_TEST(split.count() == 4);
 }

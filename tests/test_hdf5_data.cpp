@@ -22,6 +22,7 @@
 #include "cnn/hdf5_images.hpp"
 #include "cnn/stream_plan.hpp"
 #include "cnn/training_data.hpp"
+#include "data_hazards.hpp"
 #include "test_files.hpp"
 #include "test_util.hpp"
 
@@ -371,4 +372,30 @@ BOOST_AUTO_TEST_CASE(hdf5_data_identity_covers_labels_shape_and_count) {
   BOOST_TEST(cnn::labels_and_shape_digest({1, 28, 29}, labels.data(), 4) != base);
   BOOST_TEST(cnn::labels_and_shape_digest({1, 28, 28}, labels.data(), 3) != base);
   BOOST_TEST(cnn::labels_and_shape_digest({1, 28, 28}, labels.data(), 4) == base);
+}
+
+// libhdf5 opens by name: a FIFO as train.h5 or test.h5 would block its open(2) forever. Each kind of
+// non-regular file is refused (IoError, exit 3) in memory and in stream mode, without blocking.
+BOOST_AUTO_TEST_CASE(non_regular_files_refused_without_blocking_in_both_modes) {
+  const cnn::test::HangGuard guard;  // a reader blocking in open(2) on the FIFO fails here, not hangs
+  const cnn::Dataset data = cnn::test::random_dataset(10, {1, 4, 4}, 1);
+  for (const cnn::test::NonRegular& thing : cnn::test::kNonRegularKinds) {
+    for (const std::string name : {"train.h5", "test.h5"}) {
+      for (const std::string mode : {"memory", "stream"}) {
+        BOOST_TEST_CONTEXT(thing.kind << " as " << name << ", " << mode) {
+          TempDir dir;
+          cnn::write_h5_images(dir.file(name == "train.h5" ? "test.h5" : "train.h5"), data, default_paths(), {});
+          cnn::test::make_non_regular(dir.file(name), thing.kind);
+          expect_message(error_of<cnn::IoError>([&] { cnn::load_training_data(config_for(dir.path, mode)); }),
+                         dir.file(name), thing.message);
+        }
+      }
+    }
+    BOOST_TEST_CONTEXT(thing.kind << " opened directly") {
+      TempDir dir;
+      cnn::test::make_non_regular(dir.file("x.h5"), thing.kind);
+      expect_message(error_of<cnn::IoError>([&] { cnn::H5ImageFile(dir.file("x.h5"), default_paths()); }),
+                     dir.file("x.h5"), thing.message);
+    }
+  }
 }

@@ -12,12 +12,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "cnn/dataset.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/idx_reader.hpp"
+#include "data_hazards.hpp"
 #include "test_files.hpp"
 
 namespace {
@@ -353,4 +355,109 @@ BOOST_AUTO_TEST_CASE(load_dataset_rejects_bad_sets) {
   write_raw(dir.file("t10k-images-idx3-ubyte"), idx_file({2, 5, 4}, Bytes(40)));
   check_message(error_of<cnn::InputError>([&] { cnn::load_dataset("fashion", dir.path); }),
                 dir.file("t10k-images-idx3-ubyte"), "images are 5x4 but the training images are 4x5");
+}
+
+// ---- non-regular files and gzip bombs (issue 22) -----------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(non_regular_files_refused_without_blocking) {
+  const cnn::test::HangGuard guard;  // a reader blocking in open(2) on the FIFO fails here, not hangs
+  TempDir dir;
+  for (const cnn::test::NonRegular& thing : cnn::test::kNonRegularKinds) {
+    BOOST_TEST_CONTEXT(thing.kind) {
+      const std::string path = dir.file(std::string("train-images-idx3-ubyte.") + thing.kind);
+      cnn::test::make_non_regular(path, thing.kind);
+      check_message(error_of<cnn::IoError>([&] { cnn::read_idx_images(path); }), path, thing.message);
+      check_message(error_of<cnn::IoError>([&] { cnn::read_idx_labels(path, kClasses); }), path, thing.message);
+      check_message(error_of<cnn::IoError>([&] { cnn::read_file_maybe_gzip(path); }), path, thing.message);
+    }
+  }
+  // Through load_dataset, under each of the four names (raw and .gz).
+  for (const std::string name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                                 "t10k-labels-idx1-ubyte"}) {
+    TempDir set;
+    write_split(set, "train", 5, 5);
+    write_split(set, "t10k", 2, 2);
+    const std::string raw = name.substr(0, name.find(".gz"));
+    BOOST_REQUIRE(::unlink(set.file(raw).c_str()) == 0);
+    cnn::test::make_non_regular(set.file(name), "fifo");
+    check_message(error_of<cnn::IoError>([&] { cnn::load_dataset("mnist", set.path); }), set.file(name),
+                  "is a FIFO (named pipe)");
+  }
+}
+
+// A gzip IDX file whose header declares a small size, followed by 1 GiB of zeros: refused one byte
+// past the declared size. Had the bulk been inflated, the bomb's CRC (wrong on purpose) would have
+// been met first and the message would be "corrupt gzip stream: incorrect data check".
+BOOST_AUTO_TEST_CASE(gzip_bomb_behind_a_small_header_refused_at_the_declared_size) {
+  TempDir dir;
+  const std::string path = dir.file("bomb.gz");
+  write_raw(path, cnn::test::gzip_bomb(idx_file({200}, Bytes(200)), 1024));
+  BOOST_TEST(read_raw(path).size() < std::size_t{2} << 20);
+  check_message(error_of<cnn::InputError>([&] { cnn::read_idx_labels(path, kClasses); }), path,
+                "trailing bytes: the header declares 200 bytes of data, the gzip stream holds more");
+  // The same bomb as a second gzip member after a complete, valid one.
+  Bytes two = cnn::test::gzip_bomb(idx_file({6}, {1, 2, 3, 4, 5, 6}), 0);
+  const Bytes bomb = cnn::test::gzip_bomb({}, 1024);
+  two.insert(two.end(), bomb.begin(), bomb.end());
+  const std::string second = dir.file("second_member.gz");
+  write_raw(second, two);
+  check_message(error_of<cnn::InputError>([&] { cnn::read_idx_labels(second, kClasses); }), second,
+                "trailing bytes: the header declares 6 bytes of data");
+}
+
+// A header declaring 2^40 bytes is refused from the header alone, before any allocation or inflation
+// of what follows (1 GiB of zeros with a wrong CRC, as above).
+BOOST_AUTO_TEST_CASE(gzip_header_declaring_more_than_the_limit_refused_from_the_header) {
+  TempDir dir;
+  const std::string path = dir.file("huge.gz");
+  write_raw(path, cnn::test::gzip_bomb(idx_header({1u << 20, 1024, 1024}), 1024));
+  check_message(error_of<cnn::InputError>([&] { cnn::read_idx_images(path); }), path,
+                "dimensions give 1099511627776 values, more than the limit of 4 GiB");
+}
+
+BOOST_AUTO_TEST_CASE(declared_size_above_the_memory_available_refused_before_allocating) {
+  TempDir dir;
+  const std::string gz = dir.file("images.gz");
+  write_gzip(gz, idx_file({200, 28, 28}, pattern_bytes(200 * 28 * 28, 256)));
+  // The header gives 16 + 156800 bytes; with less memory than that the file is refused, exit 3.
+  check_message(error_of<cnn::IoError>([&] { cnn::read_idx_images(gz, 156815); }), gz,
+                "its header declares images 200x28x28, 156816 bytes decompressed, more than the memory available "
+                "(156815 bytes)");
+  BOOST_TEST(cnn::read_idx_images(gz, 156816).count == 200);
+  const std::string raw = dir.file("labels");
+  write_raw(raw, idx_file({100}, pattern_bytes(100, kClasses)));
+  check_message(error_of<cnn::IoError>([&] { cnn::read_idx_labels(raw, kClasses, 107); }), raw,
+                "file is 108 bytes, more than the memory available (107 bytes)");
+  // The system's own figure: MemAvailable (or a cgroup's room), never "unknown" on Linux.
+  const std::uint64_t available = cnn::memory_available_bytes();
+  BOOST_TEST(available > 0u);
+  BOOST_TEST(available < std::numeric_limits<std::uint64_t>::max());
+}
+
+BOOST_AUTO_TEST_CASE(gzip_shorter_than_its_header_declares_is_truncated) {
+  TempDir dir;
+  const std::string path = dir.file("short.gz");
+  write_gzip(path, idx_file({3, 2, 2}, Bytes(11)));
+  check_message(error_of<cnn::InputError>([&] { cnn::read_idx_images(path); }), path,
+                "truncated: expected 12 bytes of data, found 11");
+  // More than deflate could give from this file (1032:1): refused from the header, nothing reserved.
+  const std::string liar = dir.file("liar.gz");
+  Bytes liar_bytes = idx_header({1u << 28});
+  liar_bytes.insert(liar_bytes.end(), 10, 1);
+  write_gzip(liar, liar_bytes);
+  check_message(error_of<cnn::InputError>([&] { cnn::read_idx_labels(liar, kClasses); }), liar,
+                "truncated: expected 268435456 bytes of data, but " + std::to_string(read_raw(liar).size()) +
+                    " bytes of gzip inflate to at most");
+  const std::string header_only = dir.file("header_only.gz");
+  write_gzip(header_only, Bytes{0, 0, 8, 3, 0, 0});
+  check_message(error_of<cnn::InputError>([&] { cnn::read_idx_images(header_only); }), header_only,
+                "header shorter than its dimension list");
+  // A generic read (no header) of a stream past its limit stops one byte past it.
+  const std::string zeros = dir.file("zeros.gz");
+  write_raw(zeros, cnn::test::gzip_bomb({}, 64));
+  check_message(error_of<cnn::InputError>(
+                    [&] { cnn::read_file_maybe_gzip(zeros, std::uint64_t{1} << 20, "the limit of 1 MiB", 1u << 30); }),
+                zeros, "decompresses to more than the limit of 1 MiB; refusing a possible decompression bomb");
+  check_message(error_of<cnn::IoError>([&] { cnn::read_file_maybe_gzip(zeros, std::uint64_t{1} << 30, "1 GiB", 1u << 20); }),
+                zeros, "more than the memory available (1048576 bytes)");
 }
