@@ -180,6 +180,10 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   const std::int64_t steps = batches_per_epoch(data->train_count(), config.batch);
   const StopAfterStepsHook stop_hook(world.rank());
   CheckpointProgress progress = from;
+  // The resumed partial-epoch stats live in epoch_stats below; `progress` carries none to later saves.
+  progress.epoch_loss_sum = 0.0;
+  progress.epoch_correct = 0;
+  progress.epoch_samples = 0;
   CheckpointMetrics last_metrics = resume.state.metrics;
   // The unfinished epoch's train stats: this rank's own since the last save, plus (on rank 0 only)
   // what the resumed checkpoint had summed over all ranks before the stop.
