@@ -1,22 +1,26 @@
-// Writes and reads the HDF5 checkpoint (format version 1; layout in docs/CHECKPOINT.md).
+// Writes the HDF5 checkpoint (format version 2; layout in docs/CHECKPOINT.md). The reader is
+// src/checkpoint_read.cpp, the header in the user block src/checkpoint_image.cpp.
 #include "cnn/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
+#include <iterator>
 #include <stdexcept>
 
+#include "checkpoint_image.hpp"
 #include "checkpoint_schema.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/network.hpp"
 #include "fsync_util.hpp"
 #include "hdf5_util.hpp"
+#include "regular_file.hpp"
 
 #ifndef CNN_VERSION
 #define CNN_VERSION "unknown"
@@ -31,14 +35,6 @@ std::vector<std::string> state_names(const std::string& optimizer) {
   if (optimizer == "adam") return {"m", "v"};
   throw std::invalid_argument("unknown optimizer '" + optimizer + "' (expected sgd, momentum or adam)");
 }
-
-}  // namespace schema
-
-namespace {
-
-constexpr const char* kProgramVersion = CNN_VERSION;
-constexpr std::size_t kInputShapeRank = 3;  // channels, height, width
-constexpr std::size_t kTimestampCapacity = 32;
 
 // FNV-1a 64 over the values' little-endian bytes: cheap (a few ms for a d=256 model), no dependency,
 // and enough to catch torn writes and bit rot, which is all a checksum here is for.
@@ -58,11 +54,26 @@ std::uint64_t checksum(const float* values, std::int64_t count) {
   return hash;
 }
 
-std::string param_path(const ParamView& view) { return std::string(schema::kModelGroup) + "/" + view.layer + "/" + view.param; }
+std::string param_path(const ParamView& view) { return std::string(kModelGroup) + "/" + view.layer + "/" + view.param; }
 
 std::string state_path(const ParamView& view, const std::string& state) {
-  return std::string(schema::kOptimizerGroup) + "/" + view.layer + "/" + view.param + "/" + state;
+  return std::string(kOptimizerGroup) + "/" + view.layer + "/" + view.param + "/" + state;
 }
+
+}  // namespace schema
+
+namespace {
+
+constexpr const char* kProgramVersion = CNN_VERSION;
+constexpr std::size_t kTimestampCapacity = 32;
+constexpr mode_t kNewFileMode = 0644;
+// The in-memory file grows by this much at least; sized from the tensors, one allocation suffices.
+constexpr std::size_t kMinImageIncrement = std::size_t{1} << 16;
+constexpr std::size_t kMetadataAllowance = std::size_t{1} << 16;
+
+using schema::checksum;
+using schema::param_path;
+using schema::state_path;
 
 // "2024-05-01T12:34:56Z"
 std::string utc_timestamp(const h5::FileContext& file) {
@@ -117,6 +128,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, root, "version", static_cast<std::int64_t>(kCheckpointVersion));
   h5::write_attr(file, root, "created", utc_timestamp(file));
   h5::write_attr(file, root, "program_version", kProgramVersion);
+  h5::write_attr(file, root, schema::kRunIdAttr, state.run_id);
 
   const CheckpointConfig& c = state.config;
   const h5::Node config = h5::create_group(file, fid, schema::kConfigGroup);
@@ -172,150 +184,63 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, metrics, "test_accuracy", state.metrics.test_accuracy);
 }
 
-void write_hdf5_file(const std::string& tmp, const CheckpointState& state, const ParamLayout& layout,
-                     const std::vector<std::string>& states) {
+// The whole HDF5 file, built in memory (the core driver, no backing store) with a user block for the
+// header: libhdf5 never writes to disk, so a full disk surfaces from write(2) with its errno, not from
+// inside libhdf5 (where it used to leave the library in a state that crashed at exit).
+ckpt::Bytes build_image(const std::string& tmp, const CheckpointState& state, const ParamLayout& layout,
+                        const std::vector<std::string>& states) {
   const h5::FileContext file(tmp, h5::Mode::kWrite);
-  h5::Handle fid = file.own(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
+  const std::size_t tensors = state.params.size() + state.optimizer_state.size();
+  const std::size_t increment = std::max(kMinImageIncrement, tensors * sizeof(float) + kMetadataAllowance);
+  const h5::Handle create = file.own(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "H5Pcreate", "");
+  file.check(H5Pset_userblock(create.get(), ckpt::kUserBlockBytes), "H5Pset_userblock", "");
+  const h5::Handle access = file.own(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate", "");
+  file.check(H5Pset_fapl_core(access.get(), increment, 0), "H5Pset_fapl_core", "");
+  h5::Handle fid = file.own(H5Fcreate(ckpt::kMemoryFileName, H5F_ACC_TRUNC, create.get(), access.get()), H5Fclose,
                             "H5Fcreate", "");
-  fsutil::test_write_pause();
   write_groups(file, fid.get(), state, layout, states);  // every object it opens is closed on return
-  H5Fflush(fid.get(), H5F_SCOPE_LOCAL);  // with the hook below: a kill finds a half-written .tmp on disk
-  fsutil::test_write_pause();
-  file.check(fid.close(), "H5Fclose", "");               // flushes; a full disk can surface only here
+  file.check(H5Fflush(fid.get(), H5F_SCOPE_LOCAL), "H5Fflush", "");  // the metadata, at its final size
+  // The image starts at the superblock: libhdf5 leaves the user block out (its addresses are relative
+  // to it), so the file is the header block followed by the image, as libhdf5 itself would lay it out.
+  const ssize_t size = H5Fget_file_image(fid.get(), nullptr, 0);
+  if (size <= 0) file.fail_call("H5Fget_file_image", "");
+  ckpt::Bytes image(ckpt::kUserBlockBytes + static_cast<std::size_t>(size));
+  if (H5Fget_file_image(fid.get(), image.data() + ckpt::kUserBlockBytes, static_cast<std::size_t>(size)) != size)
+    file.fail_call("H5Fget_file_image", "");
+  file.check(fid.close(), "H5Fclose", "");
+  ckpt::seal(image);
+  return image;
 }
 
-// ---- reading ----------------------------------------------------------------------------------------
-
-struct OpenCheckpoint {
-  h5::FileContext file;
-  h5::Handle fid;
-};
-
-OpenCheckpoint open_checkpoint(const std::string& path) {
-  // Distinguish "cannot open" (IoError, exit 3) from "opens but is not ours" (InputError, exit 2).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError(path + ": cannot open checkpoint: " + fsutil::errno_text(errno));
-  struct stat info {};
-  const bool is_directory = ::fstat(fd, &info) == 0 && S_ISDIR(info.st_mode);
-  if (is_directory) {
-    ::close(fd);
-    throw IoError(path + ": cannot open checkpoint: " + fsutil::errno_text(EISDIR));
-  }
-  if (::close(fd) != 0) throw IoError(path + ": close failed: " + fsutil::errno_text(errno));
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file");
-
-  OpenCheckpoint opened{h5::FileContext(path, h5::Mode::kRead), {}};
-  const h5::FileContext& file = opened.file;
-  opened.fid = file.own(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "H5Fopen", "");
-  const h5::Node root{file.own(H5Gopen2(opened.fid.get(), "/", H5P_DEFAULT), H5Gclose, "H5Gopen2", "/"), "/"};
-  if (file.check(H5Aexists(root.id(), "format"), "H5Aexists", "/") == 0) {
-    file.fail("not a cnn_mpi checkpoint (no 'format' attribute on /)");
-  }
-  const std::string format = h5::read_string_attr(file, root, "format");
-  if (format != kCheckpointFormat) {
-    file.fail("not a cnn_mpi checkpoint (format is '" + format + "', expected '" + kCheckpointFormat + "')");
-  }
-  const std::int64_t version = h5::read_int64_attr(file, root, "version");
-  if (version != kCheckpointVersion) {
-    file.fail("unsupported checkpoint version " + std::to_string(version) + " (this program reads version " +
-              std::to_string(kCheckpointVersion) + ")");
-  }
-  return opened;
+[[noreturn]] void fail_errno(const std::string& path, const char* what, int err) {
+  throw IoError(path + ": " + what + ": " + fsutil::errno_text(err));
 }
 
-int read_int_attr(const h5::FileContext& file, const h5::Node& node, const char* name) {
-  const std::int64_t value = h5::read_int64_attr(file, node, name);
-  if (value < INT_MIN || value > INT_MAX) {
-    file.fail("attribute '" + std::string(name) + "' on " + node.path + " is out of range: " + std::to_string(value));
-  }
-  return static_cast<int>(value);
-}
-
-// Attributes added after version 1 first shipped are optional, so older version-1 files still load.
-bool has_attr(const h5::FileContext& file, const h5::Node& node, const char* name) {
-  return file.check(H5Aexists(node.id(), name), "H5Aexists", node.path) > 0;
-}
-
-// The model is built from /config before any tensor is read, so its sizes must be sane first: a
-// damaged or hostile file must give one line, not a failed allocation of a negative or huge layout.
-// The bounds are those of the command line (--filters) and of the data formats (uint8 labels).
-constexpr int kMaxFilters = 4096;
-constexpr int kMaxClasses = 256;
-constexpr int kMaxChannels = 64;
-constexpr int kMaxExtent = 4096;
-constexpr std::int64_t kMaxParams = std::int64_t{1} << 31;
-
-void check_config_ranges(const h5::FileContext& file, const CheckpointConfig& c) {
-  auto require = [&](bool ok, const std::string& what) {
-    if (!ok) file.fail("/config " + what);
-  };
-  require(c.filters >= 1 && c.filters <= kMaxFilters,
-          "filters " + std::to_string(c.filters) + " is out of range (1.." + std::to_string(kMaxFilters) + ")");
-  require(c.classes >= 1 && c.classes <= kMaxClasses,
-          "classes " + std::to_string(c.classes) + " is out of range (1.." + std::to_string(kMaxClasses) + ")");
-  require(c.input.channels <= kMaxChannels && c.input.height <= kMaxExtent && c.input.width <= kMaxExtent,
-          "input_shape " + std::to_string(c.input.channels) + "x" + std::to_string(c.input.height) + "x" +
-              std::to_string(c.input.width) + " is out of range");
-  const std::int64_t fc_weights = static_cast<std::int64_t>(c.filters) * (c.input.height / 2) * (c.input.width / 2) * c.classes;
-  require(fc_weights < kMaxParams, "describes a model of more than 2^31 parameters");
-  require(c.global_batch >= 1, "global_batch " + std::to_string(c.global_batch) + " is not positive");
-  require(c.train_samples >= 0, "train_samples " + std::to_string(c.train_samples) + " is negative");
-}
-
-CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
-  const h5::Node group = h5::open_group(file, fid, schema::kConfigGroup);
-  CheckpointConfig c;
-  c.model = h5::read_string_attr(file, group, "model");
-  c.filters = read_int_attr(file, group, "filters");
-  const std::vector<std::int64_t> input = h5::read_int64_array_attr(file, group, "input_shape", kInputShapeRank);
-  for (const std::int64_t extent : input) {
-    if (extent <= 0 || extent > INT_MAX) file.fail("/config input_shape " + h5::shape_text(input) + " is invalid");
-  }
-  c.input = TensorShape{static_cast<int>(input[0]), static_cast<int>(input[1]), static_cast<int>(input[2])};
-  c.classes = read_int_attr(file, group, "classes");
-  c.global_batch = h5::read_int64_attr(file, group, "global_batch");
-  c.lr = h5::read_double_attr(file, group, "lr");
-  c.optimizer = h5::read_string_attr(file, group, "optimizer");
-  c.momentum = h5::read_double_attr(file, group, "momentum");
-  c.seed = h5::read_uint64_attr(file, group, "seed");
-  c.dataset = h5::read_string_attr(file, group, "dataset");
-  c.dataset_digest = h5::read_uint64_attr(file, group, "dataset_digest");
-  c.train_samples = h5::read_int64_attr(file, group, "train_samples");
-  if (has_attr(file, group, "epochs")) c.epochs = h5::read_int64_attr(file, group, "epochs");
-  if (has_attr(file, group, "beta1")) c.beta1 = h5::read_double_attr(file, group, "beta1");
-  if (has_attr(file, group, "beta2")) c.beta2 = h5::read_double_attr(file, group, "beta2");
-  if (has_attr(file, group, "eps")) c.eps = h5::read_double_attr(file, group, "eps");
-  if (has_attr(file, group, "spec")) {
-    c.spec = h5::read_string_attr(file, group, "spec");
-  } else {
-    // Written before specs were stored, when the seed model was the only one.
-    c.spec = preset_spec(c.model, c.filters, c.classes);
-    if (c.spec.empty()) file.fail("/config has no 'spec' and model '" + c.model + "' is not a preset");
-  }
-  check_config_ranges(file, c);
-  return c;
-}
-
-void read_checksummed(const h5::FileContext& file, hid_t fid, const std::string& path, const ParamView& view,
-                      float* buffer) {
-  float* data = buffer + view.offset;
-  const h5::Node dataset = h5::read_float_dataset(file, fid, path, view.shape, data);
-  if (h5::read_uint64_attr(file, dataset, schema::kChecksumAttr) != checksum(data, view.size)) {
-    file.fail("checksum mismatch in " + path + " (file corrupted?)");
+void write_all(int fd, const unsigned char* data, std::size_t size, const std::string& path) {
+  for (std::size_t done = 0; done < size;) {
+    const ssize_t n = ::write(fd, data + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_errno(path, "write failed", errno);  // ENOSPC, EDQUOT: "No space left on device", ...
+    done += static_cast<std::size_t>(n);
   }
 }
 
-void read_rng(const h5::FileContext& file, hid_t fid) {
-  const h5::Node rng = h5::open_group(file, fid, schema::kRngGroup);
-  const std::pair<const char*, const char*> generators[] = {{"sampler", schema::kSamplerName},
-                                                            {"init", schema::kInitName}};
-  for (const auto& [name, expected] : generators) {
-    const std::string found = h5::read_string_attr(file, rng, name);
-    if (found != expected) {
-      file.fail(std::string("/rng ") + name + " is '" + found + "', this build implements '" + expected +
-                "' (the run cannot be continued bit for bit)");
-    }
+// Plain write(2) calls, then fsync on the same descriptor: a write-back error (a full disk on NFS,
+// delayed allocation) is reported to the descriptor that wrote, not necessarily to a later open.
+void write_file(const std::string& tmp, const ckpt::Bytes& image) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kNewFileMode);
+  if (fd < 0) fail_errno(tmp, "cannot create", errno);
+  try {
+    const std::size_t half = image.size() / 2;
+    write_all(fd, image.data(), half, tmp);
+    fsutil::test_write_pause();  // with CNN_TEST_WRITE_PAUSE_MS: a kill finds a half-written .tmp on disk
+    write_all(fd, image.data() + half, image.size() - half, tmp);
+    if (::fsync(fd) != 0) fail_errno(tmp, "fsync failed", errno);
+  } catch (...) {
+    ::close(fd);  // the first error is the one to report
+    throw;
   }
+  if (::close(fd) != 0) fail_errno(tmp, "close failed", errno);
 }
 
 // Test hook (tests/resume_test.sh): CNN_TEST_KILL_DURING_WRITE=N makes the N-th checkpoint write of
@@ -338,7 +263,8 @@ void write_checkpoint(const std::string& path, const CheckpointState& state, con
   const std::vector<std::string> states = states_for_write(path, state, layout);
   const std::string tmp = path + schema::kTmpSuffix;
   try {
-    write_hdf5_file(tmp, state, layout, states);
+    const ckpt::Bytes image = build_image(tmp, state, layout, states);
+    write_file(tmp, image);
     test_hook_kill_before_rename();
     fsutil::rename_durably(tmp, path);
   } catch (...) {
@@ -348,59 +274,26 @@ void write_checkpoint(const std::string& path, const CheckpointState& state, con
   }
 }
 
-CheckpointConfig read_checkpoint_config(const std::string& path) {
-  const h5::QuietErrors quiet;
-  const OpenCheckpoint opened = open_checkpoint(path);
-  return read_config(opened.file, opened.fid.get());
-}
-
-CheckpointState read_checkpoint(const std::string& path, const ParamLayout& layout) {
-  const h5::QuietErrors quiet;
-  const OpenCheckpoint opened = open_checkpoint(path);
-  const h5::FileContext& file = opened.file;
-  const hid_t fid = opened.fid.get();
-
-  CheckpointState state;
-  state.config = read_config(file, fid);
-  std::vector<std::string> states;
-  try {
-    states = schema::state_names(state.config.optimizer);
-  } catch (const std::invalid_argument& e) {
-    file.fail(std::string("/config: ") + e.what());
+void reseal_checkpoint(const std::string& path) {
+  ckpt::Bytes image;
+  {
+    const fsutil::ReadFd in = fsutil::open_regular_file(path);
+    struct stat info {};
+    if (::fstat(in.get(), &info) != 0) fail_errno(path, "cannot stat", errno);
+    image.resize(static_cast<std::size_t>(info.st_size));
+    fsutil::read_exactly(in.get(), image.data(), image.size(), path);
   }
-
-  const auto total = static_cast<std::size_t>(layout.total());
-  state.params.resize(total);
-  h5::open_group(file, fid, schema::kModelGroup);
-  for (const ParamView& view : layout.views()) read_checksummed(file, fid, param_path(view), view, state.params.data());
-
-  const h5::Node optimizer = h5::open_group(file, fid, schema::kOptimizerGroup);
-  state.optimizer_step = h5::read_int64_attr(file, optimizer, "step");
-  state.optimizer_state.resize(states.size() * total);
-  for (std::size_t s = 0; s < states.size(); ++s) {
-    float* copy = state.optimizer_state.data() + s * total;
-    for (const ParamView& view : layout.views()) read_checksummed(file, fid, state_path(view, states[s]), view, copy);
-  }
-
-  const h5::Node progress = h5::open_group(file, fid, schema::kProgressGroup);
-  state.progress.epoch = h5::read_int64_attr(file, progress, "epoch");
-  state.progress.step_in_epoch = h5::read_int64_attr(file, progress, "step_in_epoch");
-  state.progress.global_step = h5::read_int64_attr(file, progress, "global_step");
-  state.progress.samples_seen = h5::read_int64_attr(file, progress, "samples_seen");
-  state.progress.world_size_at_save = read_int_attr(file, progress, "world_size_at_save");
-  if (has_attr(file, progress, "epoch_samples")) {
-    state.progress.epoch_loss_sum = h5::read_double_attr(file, progress, "epoch_loss_sum");
-    state.progress.epoch_correct = h5::read_int64_attr(file, progress, "epoch_correct");
-    state.progress.epoch_samples = h5::read_int64_attr(file, progress, "epoch_samples");
-  }
-
-  read_rng(file, fid);
-
-  const h5::Node metrics = h5::open_group(file, fid, schema::kMetricsGroup);
-  state.metrics.train_loss = h5::read_double_attr(file, metrics, "train_loss");
-  state.metrics.test_loss = h5::read_double_attr(file, metrics, "test_loss");
-  state.metrics.test_accuracy = h5::read_double_attr(file, metrics, "test_accuracy");
-  return state;
+  // Only a file with a user block of our size can take the header; libhdf5's signature follows it.
+  static constexpr unsigned char kSignature[] = {0x89, 'H', 'D', 'F'};
+  if (image.size() < ckpt::kUserBlockBytes + sizeof(kSignature) ||
+      !std::equal(std::begin(kSignature), std::end(kSignature), image.begin() + ckpt::kUserBlockBytes))
+    throw InputError(path + ": not a version-2 checkpoint (no HDF5 signature after a 512-byte user block)");
+  ckpt::seal(image);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail_errno(path, "cannot open for writing", errno);
+  const ssize_t n = ::pwrite(fd, image.data(), ckpt::kUserBlockBytes, 0);
+  const int err = errno;
+  if (::close(fd) != 0 || n != static_cast<ssize_t>(ckpt::kUserBlockBytes)) fail_errno(path, "write failed", n < 0 ? err : EIO);
 }
 
 }  // namespace cnn

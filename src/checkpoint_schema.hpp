@@ -2,8 +2,11 @@
 // directory. Private to src/; the layout is documented in docs/CHECKPOINT.md.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "cnn/model.hpp"
 
 namespace cnn::schema {
 
@@ -15,6 +18,7 @@ inline constexpr const char* kRngGroup = "/rng";
 inline constexpr const char* kMetricsGroup = "/metrics";
 
 inline constexpr const char* kChecksumAttr = "checksum";
+inline constexpr const char* kRunIdAttr = "run_id";  // on /, since version 2
 
 // The generators that turn /rng's seed into the sample order and the initial weights. A checkpoint
 // made by a build with other generators cannot be continued bit for bit, so the reader rejects it.
@@ -28,5 +32,12 @@ inline constexpr const char* kTmpSuffix = ".tmp";
 // CheckpointState::optimizer_state: sgd -> {}, momentum -> {"velocity"}, adam -> {"m", "v"}.
 // Throws std::invalid_argument for any other name.
 std::vector<std::string> state_names(const std::string& optimizer);
+
+// FNV-1a 64 of `count` floats as little-endian bytes: the "checksum" attribute of every dataset.
+std::uint64_t checksum(const float* values, std::int64_t count);
+
+// "/model/conv1/weight" and "/optimizer/conv1/weight/velocity".
+std::string param_path(const ParamView& view);
+std::string state_path(const ParamView& view, const std::string& state);
 
 }  // namespace cnn::schema

@@ -7,6 +7,7 @@
 #include "cnn/collective_errors.hpp"
 #include "cnn/dataset.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/resume.hpp"
 #include "cnn/train_step.hpp"
 
 namespace cnn {
@@ -60,6 +61,7 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
   const BatchStats test = evaluate_test_set(*backend, world, data.test.count());
 
   if (world.rank() == 0) {
+    if (!state.verified_whole) std::printf("%s\n", version1_note(config.checkpoint).c_str());
     std::printf("eval: %s (epochs done %lld, global step %lld, %s)\n", config.checkpoint.c_str(),
                 static_cast<long long>(state.progress.epoch), static_cast<long long>(state.progress.global_step),
                 network.describe().c_str());

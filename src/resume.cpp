@@ -70,7 +70,7 @@ ResumePoint find_on_root(const TrainConfig& config, const CheckpointConfig& now,
         point.state = load_candidate(candidate, now, layout, notes);
         point.path = candidate;
         break;
-      } catch (const InputError& e) {
+      } catch (const InputError& e) {  // every failed check of a file: one line each, then the one before it
         std::cerr << "warning: skipping unreadable checkpoint: " << e.what() << "\n";
       } catch (const IoError& e) {
         std::cerr << "warning: skipping unreadable checkpoint: " << e.what() << "\n";
@@ -86,6 +86,7 @@ ResumePoint find_on_root(const TrainConfig& config, const CheckpointConfig& now,
   const std::string from_dir = run_dir_of(point.path);
   if (from_dir != canonical_dir(config.out_dir)) notes.push_back("resume: out " + from_dir + " -> " + config.out_dir);
   for (const std::string& note : notes) std::cout << note << "\n";
+  if (!point.state.verified_whole) std::cout << version1_note(point.path) << "\n";
   const CheckpointProgress& p = point.state.progress;
   std::cout << "resume: from " << point.path << " (epochs done " << p.epoch << ", step in epoch " << p.step_in_epoch
             << ", global step " << p.global_step << ", saved by " << p.world_size_at_save << " rank(s))\n";
@@ -107,6 +108,10 @@ void broadcast_floats(const MpiWorld& world, std::vector<float>& values) {
 }
 
 }  // namespace
+
+std::string version1_note(const std::string& path) {
+  return "note: " + path + " is a version-1 checkpoint: verified by dataset checksums only, not whole";
+}
 
 std::uint64_t training_data_digest(const Dataset& train) {
   return fnv1a(fnv1a(kFnvOffsetBasis, train.labels), train.images);
@@ -189,6 +194,8 @@ ResumePoint resolve_resume(const TrainConfig& config, const MpiWorld& world, con
   point.resumed = resumed != 0;
   if (!point.resumed) return point;
   point.path = world.broadcast_string(point.path);
+  point.state.run_id = world.broadcast_string(point.state.run_id);
+  broadcast_pod(world, point.state.verified_whole);
   broadcast_pod(world, point.state.progress);
   broadcast_pod(world, point.state.metrics);
   broadcast_pod(world, point.state.optimizer_step);

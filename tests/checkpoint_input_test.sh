@@ -11,7 +11,8 @@ run_as good "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/good"
 expect_rc good 0
 GOOD=$(latest "$WORK/good")
 
-# make_bad NAME PYTHON-SNIPPET: a copy of GOOD edited with h5py (variable `f`, opened r+).
+# make_bad NAME PYTHON-SNIPPET: a copy of GOOD edited with h5py (variable `f`, opened r+), then resealed
+# (tests/ckpt_seal.py: the version-2 header recomputed), so that the checks behind the digest are reached.
 make_bad() {
   cp "$GOOD" "$WORK/$1.h5"
   "$PY" - "$WORK/$1.h5" "$2" <<'PYEOF'
@@ -19,12 +20,13 @@ import sys, h5py, numpy as np
 with h5py.File(sys.argv[1], "r+") as f:
     exec(sys.argv[2])
 PYEOF
+  "$PY" "$SOURCE_DIR/tests/ckpt_seal.py" "$WORK/$1.h5"
 }
 
 cp "$GOOD" "$WORK/truncated.h5" && truncate -s $(($(stat -c %s "$GOOD") / 2)) "$WORK/truncated.h5"
 printf 'not an HDF5 file\n' >"$WORK/text.h5"
 make_bad format 'f.attrs["format"] = "someone-else"'
-make_bad version 'f.attrs["version"] = np.int64(2)'
+make_bad version 'f.attrs["version"] = np.int64(3)'
 make_bad missing_dataset 'del f["/model/fc/bias"]'
 make_bad wrong_shape 'del f["/model/conv1/bias"]; f["/model/conv1/bias"] = np.zeros(4, np.float32)'
 cp "$GOOD" "$WORK/flipped.h5"
@@ -38,6 +40,8 @@ with open(sys.argv[1], "r+b") as f:
     f.seek(offset + 64)
     f.write(bytes(x ^ 0x5A for x in b))
 PYEOF
+cp "$WORK/flipped.h5" "$WORK/flipped_unsealed.h5"
+"$PY" "$SOURCE_DIR/tests/ckpt_seal.py" "$WORK/flipped.h5"   # past the digest: the dataset checksum catches it
 
 # case FILE EXIT MESSAGE-PATTERN
 check_case() {
@@ -58,9 +62,10 @@ check_case() {
 check_case missing "$EXIT_IO" "missing.h5: cannot open checkpoint: No such file or directory"
 check_case text "$EXIT_USAGE" "text.h5: not an HDF5 file"
 check_case format "$EXIT_USAGE" "not a cnn_mpi checkpoint (format is 'someone-else'"
-check_case version "$EXIT_USAGE" "unsupported checkpoint version 2"
+check_case version "$EXIT_USAGE" "unsupported checkpoint version 3"
 check_case truncated "$EXIT_USAGE" "truncated.h5: "
 check_case flipped "$EXIT_USAGE" "checksum mismatch in /model/fc/weight"
+check_case flipped_unsealed "$EXIT_USAGE" "flipped_unsealed.h5: checksum mismatch over the whole file"
 check_case missing_dataset "$EXIT_USAGE" "missing dataset /model/fc/bias"
 check_case wrong_shape "$EXIT_USAGE" "/model/conv1/bias has shape \[4\], expected \[8\]"
 

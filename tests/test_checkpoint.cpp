@@ -1,12 +1,17 @@
 // HDF5 checkpoints: bitwise round trips, one clear error for each kind of bad file (and the file left
-// as it was), readability by h5py, and the write time. The run directory: test_checkpoint_dir.cpp.
+// as it was): the whole-file digest of version 2, the inner checks behind it (files edited with libhdf5
+// are resealed to reach them), every /progress and /metrics range; version-1 files; a full disk;
+// readability by h5py, and the write time. The run directory: test_checkpoint_dir.cpp.
 #define BOOST_TEST_MODULE checkpoint
 #include "boost_test.hpp"
 
 #include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -125,12 +130,15 @@ void expect_failure(const std::string& path, const std::string& expected, Call c
 
 // ---- independent edits with the raw HDF5 API, to damage files the way the world does -------------
 
-void edit_file(const std::string& path, void (*edit)(hid_t file)) {
+// An edit through libhdf5 changes bytes the version-2 digest covers: `seal` rewrites the header after
+// it, so that the reader's inner checks are reached (as tests/ckpt_seal.py does for h5py edits).
+void edit_file(const std::string& path, void (*edit)(hid_t file), bool seal = true) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   BOOST_REQUIRE(file >= 0);
   edit(file);
   BOOST_REQUIRE(H5Fclose(file) >= 0);
+  if (seal) reseal_checkpoint(path);
 }
 
 void replace_root_attr(hid_t file, const char* name, hid_t type, const void* value) {
@@ -154,6 +162,21 @@ void set_wrong_format(hid_t file) {
 void set_future_version(hid_t file) {
   const std::int64_t version = kCheckpointVersion + 1;
   replace_root_attr(file, "version", H5T_NATIVE_INT64, &version);
+}
+
+void set_version_1(hid_t file) {
+  const std::int64_t version = 1;
+  replace_root_attr(file, "version", H5T_NATIVE_INT64, &version);
+  BOOST_REQUIRE(H5Adelete(file, "run_id") >= 0);
+}
+
+// A version-1 file as the old writer made it: no user block, version 1, no run_id. libhdf5 takes the
+// bytes after the header (it finds its superblock at 0 and rebases), and the edit rewrites the superblock.
+void make_version_1(const std::string& path) {
+  std::vector<char> bytes = file_bytes(path);
+  bytes.erase(bytes.begin(), bytes.begin() + 512);
+  write_bytes(path, bytes);
+  edit_file(path, set_version_1, false);
 }
 
 // h5py writes np.bytes_ values as fixed-length, space- or NUL-padded strings.
@@ -340,7 +363,7 @@ BOOST_AUTO_TEST_CASE(unsupported_version_says_found_and_expected) {
   Fixture f;
   write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
   edit_file(f.path, set_future_version);
-  expect_failure<InputError>(f.path, "unsupported checkpoint version 2 (this program reads version 1)",
+  expect_failure<InputError>(f.path, "unsupported checkpoint version 3 (this program reads versions 1 and 2)",
                              [&] { read_checkpoint(f.path, f.layout); });
 }
 
@@ -350,11 +373,11 @@ BOOST_AUTO_TEST_CASE(truncated_file) {
   std::vector<char> bytes = file_bytes(f.path);
   bytes.resize(bytes.size() / 2);
   write_bytes(f.path, bytes);
-  expect_failure<InputError>(f.path, "cannot be read as HDF5 (truncated or corrupt?)",
-                             [&] { read_checkpoint(f.path, f.layout); });
+  expect_failure<InputError>(f.path, "checkpoint size mismatch (", [&] { read_checkpoint(f.path, f.layout); });
+  expect_failure<InputError>(f.path, "the file is truncated", [&] { read_checkpoint_config(f.path); });
 }
 
-BOOST_AUTO_TEST_CASE(flipped_bytes_caught_by_checksum) {
+BOOST_AUTO_TEST_CASE(flipped_bytes_caught_by_the_whole_file_digest_then_by_the_dataset_checksum) {
   Fixture f;
   write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout);
   const haddr_t offset = data_offset(f.path, "/model/fc/weight");
@@ -365,8 +388,64 @@ BOOST_AUTO_TEST_CASE(flipped_bytes_caught_by_checksum) {
   bytes[middle] ^= 0x5a;
   bytes[middle + 1] ^= 0x01;
   write_bytes(f.path, bytes);
+  expect_failure<InputError>(f.path, "checksum mismatch over the whole file (crc32 ",
+                             [&] { read_checkpoint(f.path, f.layout); });
+  // With the header recomputed over the damage, the dataset's own checksum still catches it.
+  reseal_checkpoint(f.path);
   expect_failure<InputError>(f.path, "checksum mismatch in /model/fc/weight (file corrupted?)",
                              [&] { read_checkpoint(f.path, f.layout); });
+}
+
+// Every byte of the header matters, and so do the length and every byte behind it: a damaged file is
+// refused before libhdf5 parses any of it.
+BOOST_AUTO_TEST_CASE(damaged_header_length_or_body_is_refused_whole) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout);
+  const std::vector<char> good = file_bytes(f.path);
+  const std::string line(good.data(), std::find(good.begin(), good.end(), '\n') - good.begin());
+  BOOST_TEST_MESSAGE("header: " << line);
+  BOOST_REQUIRE_EQUAL(line.rfind("cnn_mpi-checkpoint v2 crc32=", 0), 0u);
+  struct Damage {
+    std::size_t offset;
+    char value;
+    const char* expected;
+  };
+  const Damage damages[] = {
+      {0, 'C', "checkpoint header is damaged or missing"},           // the prefix
+      {20, '3', "unsupported checkpoint version 3"},                  // "v2" -> "v3"
+      {20, 'x', "checkpoint header is damaged"},                      // "v2" -> "vx"
+      {30, line[30] == 'f' ? 'e' : 'f', "checksum mismatch over the whole file"},  // a crc32 digit
+      {line.size() - 1, '7', "checkpoint size mismatch"},            // the last digit of bytes=
+      {line.size() + 1, 'x', "checkpoint header is damaged"},        // the zero padding
+      {511, '\1', "checkpoint header is damaged"},
+      {512, 'X', "checksum mismatch over the whole file"},           // libhdf5's signature
+      {600, '\x55', "checksum mismatch over the whole file"},        // the superblock and root group
+      {good.size() - 1, '\x42', "checksum mismatch over the whole file"}};
+  for (const Damage& d : damages) {
+    std::vector<char> bytes = good;
+    bytes[d.offset] = bytes[d.offset] == d.value ? static_cast<char>(d.value ^ 1) : d.value;
+    write_bytes(f.path, bytes);
+    BOOST_TEST_CONTEXT("byte " << d.offset) {
+      expect_failure<InputError>(f.path, d.expected, [&] { read_checkpoint_config(f.path); });
+    }
+  }
+  std::vector<char> longer = good;
+  longer.push_back('\0');
+  write_bytes(f.path, longer);
+  expect_failure<InputError>(f.path, "checkpoint size mismatch", [&] { read_checkpoint(f.path, f.layout); });
+  std::vector<char> header_only(good.begin(), good.begin() + 300);
+  write_bytes(f.path, header_only);
+  expect_failure<InputError>(f.path, "truncated inside its header", [&] { read_checkpoint(f.path, f.layout); });
+}
+
+// A FIFO would block open(2) forever; a device or a directory is no file either. One IoError line each.
+BOOST_AUTO_TEST_CASE(non_regular_files_are_refused_without_blocking) {
+  Fixture f;
+  BOOST_REQUIRE_EQUAL(::mkfifo(f.path.c_str(), 0600), 0);
+  expect_failure<IoError>(f.path, "is a FIFO (named pipe), not a regular file", [&] { read_checkpoint_config(f.path); });
+  expect_failure<IoError>(f.path, "is a FIFO", [&] { read_checkpoint(f.path, f.layout); });
+  expect_failure<IoError>("/dev/zero", "is a character device", [&] { read_checkpoint_config("/dev/zero"); });
+  expect_failure<IoError>(f.tmp.path.string(), "is a directory", [&] { read_checkpoint_config(f.tmp.path.string()); });
 }
 
 BOOST_AUTO_TEST_CASE(missing_dataset) {
@@ -401,6 +480,147 @@ BOOST_AUTO_TEST_CASE(wrong_datatype) {
   expect_failure<InputError>(f.path, "wrong datatype: /model/conv1/bias", [&] { read_checkpoint(f.path, f.layout); });
 }
 
+// ---- /progress, /optimizer and /metrics against the file's own /config --------------------------------
+
+// make_state's config: 60000 images in batches of 1000, so 60 steps per epoch; progress {3, 17, 197, ...}.
+void check_progress_refused(const std::string& expected, void (*change)(CheckpointState&)) {
+  Fixture f;
+  CheckpointState state = make_state(f.layout, "momentum", kFilters);
+  change(state);
+  write_checkpoint(f.path, state, f.layout);  // the writer stores what it is given; the reader judges
+  BOOST_TEST_CONTEXT(expected) {
+    expect_failure<InputError>(f.path, expected, [&] { read_checkpoint(f.path, f.layout); });
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_progress_value_is_range_checked) {
+  check_progress_refused("/progress step_in_epoch -1 is out of range (0..59 for 60000 images in batches of 1000)",
+                         [](CheckpointState& s) { s.progress.step_in_epoch = -1; });
+  check_progress_refused("/progress step_in_epoch 60 is out of range",
+                         [](CheckpointState& s) { s.progress.step_in_epoch = 60; });
+  check_progress_refused("/progress epoch -1 is out of range", [](CheckpointState& s) { s.progress.epoch = -1; });
+  check_progress_refused("/progress epoch 4611686018427387904 is out of range",
+                         [](CheckpointState& s) { s.progress.epoch = std::int64_t{1} << 62; });
+  check_progress_refused("/progress global_step 198 does not match epoch 3 and step_in_epoch 17 (expected 197)",
+                         [](CheckpointState& s) { s.progress.global_step = s.optimizer_step = 198; });
+  check_progress_refused("/progress samples_seen 196999 does not match",
+                         [](CheckpointState& s) { s.progress.samples_seen -= 1; });
+  check_progress_refused("/progress world_size_at_save 0 is out of range (1..1000)",
+                         [](CheckpointState& s) { s.progress.world_size_at_save = 0; });
+  check_progress_refused("/optimizer step 196 does not match /progress global_step 197",
+                         [](CheckpointState& s) { s.optimizer_step = 196; });
+  check_progress_refused("/progress epoch_loss_sum nan is not a finite",
+                         [](CheckpointState& s) { s.progress.epoch_loss_sum = std::nan(""); });
+  check_progress_refused("/progress epoch_loss_sum -1 is not a finite, non-negative number",
+                         [](CheckpointState& s) { s.progress.epoch_loss_sum = -1.0; });
+  check_progress_refused("epoch_correct 11 and epoch_samples 10 are out of range", [](CheckpointState& s) {
+    s.progress.epoch_correct = 11;
+    s.progress.epoch_samples = 10;
+  });
+  check_progress_refused("(0 <= correct <= samples <= 17000 after 17 step(s))",
+                         [](CheckpointState& s) { s.progress.epoch_samples = 17001; });
+  check_progress_refused("/progress epoch_loss_sum 2.5 is not 0 at an epoch boundary", [](CheckpointState& s) {
+    s.progress = {4, 0, 240, 240000, 4, 2.5, 0, 0};
+    s.optimizer_step = 240;
+  });
+  check_progress_refused("/metrics train_loss inf is not a finite",
+                         [](CheckpointState& s) { s.metrics.train_loss = HUGE_VAL; });
+  check_progress_refused("/metrics test_loss -0.5 is not a finite, non-negative number",
+                         [](CheckpointState& s) { s.metrics.test_loss = -0.5; });
+  check_progress_refused("/metrics test_accuracy 1.5 is out of range (0..1)",
+                         [](CheckpointState& s) { s.metrics.test_accuracy = 1.5; });
+}
+
+// What the trainer really writes passes: a mid-epoch save with partial stats (fewer samples than
+// steps x batch after --on-nonfinite skip), an epoch boundary, the end of a one-epoch run, a last
+// batch that is smaller than the others.
+BOOST_AUTO_TEST_CASE(checkpoints_the_trainer_writes_pass) {
+  Fixture f;
+  CheckpointState state = make_state(f.layout, "momentum", kFilters);
+  state.progress = {3, 17, 197, 197000, 4, 1234.5, 12000, 16000};
+  write_checkpoint(f.path, state, f.layout);
+  BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).progress.epoch_samples, 16000);
+  state.config.train_samples = 2050;  // 3 steps per epoch: 1000, 1000, 50
+  state.progress = {1, 0, 3, 2050, 1};
+  state.optimizer_step = 3;
+  write_checkpoint(f.path, state, f.layout);
+  BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).progress.samples_seen, 2050);
+  state.progress = {1, 2, 5, 4050, 1000, 0.0, 0, 0};  // 1000 ranks; every step skipped so far
+  state.optimizer_step = 5;
+  state.metrics = {0.0, 0.0, 0.0};
+  write_checkpoint(f.path, state, f.layout);
+  BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).progress.global_step, 5);
+}
+
+BOOST_AUTO_TEST_CASE(run_id_round_trips) {
+  Fixture f;
+  CheckpointState state = make_state(f.layout, "sgd", kFilters);
+  state.run_id = "20250301T123456Z-5f3a9c1e";
+  write_checkpoint(f.path, state, f.layout);
+  const CheckpointState loaded = read_checkpoint(f.path, f.layout);
+  BOOST_CHECK_EQUAL(loaded.run_id, state.run_id);
+  BOOST_CHECK(loaded.verified_whole);
+}
+
+// ---- version 1 ------------------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(version_1_files_load_not_verified_whole) {
+  Fixture f;
+  CheckpointState state = make_state(f.layout, "momentum", kFilters);
+  state.run_id = "dropped-by-version-1";
+  write_checkpoint(f.path, state, f.layout);
+  make_version_1(f.path);
+  BOOST_CHECK_EQUAL(read_checkpoint_config(f.path).filters, kFilters);
+  const CheckpointState loaded = read_checkpoint(f.path, f.layout);
+  BOOST_CHECK(!loaded.verified_whole);
+  BOOST_CHECK_EQUAL(loaded.run_id, "");
+  BOOST_CHECK(bitwise_equal(loaded.params, state.params));
+  BOOST_CHECK_EQUAL(loaded.progress.global_step, 197);
+}
+
+void add_stale_boundary_stats(hid_t file) {
+  const hid_t progress = H5Gopen2(file, "/progress", H5P_DEFAULT);
+  const std::pair<const char*, std::int64_t> values[] = {
+      {"epoch", 4}, {"step_in_epoch", 0}, {"global_step", 240}, {"samples_seen", 240000}, {"epoch_correct", 500},
+      {"epoch_samples", 700}};
+  for (const auto& [name, value] : values) {
+    const hid_t attr = H5Aopen(progress, name, H5P_DEFAULT);
+    BOOST_REQUIRE(H5Awrite(attr, H5T_NATIVE_INT64, &value) >= 0);
+    H5Aclose(attr);
+  }
+  const std::int64_t step = 240;
+  const hid_t optimizer = H5Gopen2(file, "/optimizer", H5P_DEFAULT);
+  const hid_t attr = H5Aopen(optimizer, "step", H5P_DEFAULT);
+  BOOST_REQUIRE(H5Awrite(attr, H5T_NATIVE_INT64, &step) >= 0);
+  H5Aclose(attr);
+  H5Gclose(optimizer);
+  H5Gclose(progress);
+}
+
+// Version-1 writers carried a resumed run's partial-epoch stats into later boundary checkpoints: such
+// a file loads with them cleared (they would be added to the next epoch's loss), a version-2 one not.
+BOOST_AUTO_TEST_CASE(stale_boundary_stats_cleared_in_version_1_refused_in_version_2) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout);
+  edit_file(f.path, add_stale_boundary_stats);
+  expect_failure<InputError>(f.path, "epoch_correct 500 and epoch_samples 700 are out of range",
+                             [&] { read_checkpoint(f.path, f.layout); });
+  make_version_1(f.path);
+  const CheckpointState loaded = read_checkpoint(f.path, f.layout);
+  BOOST_CHECK_EQUAL(loaded.progress.epoch_samples, 0);
+  BOOST_CHECK_EQUAL(loaded.progress.epoch, 4);
+}
+
+BOOST_AUTO_TEST_CASE(version_1_without_its_version_or_version_2_without_its_header) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  std::vector<char> bytes = file_bytes(f.path);
+  bytes.erase(bytes.begin(), bytes.begin() + 512);  // the header stripped: an HDF5 file saying version 2
+  write_bytes(f.path, bytes);
+  expect_failure<InputError>(f.path, "the version attribute says 2 but the file has no version-2 header",
+                             [&] { read_checkpoint_config(f.path); });
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- writing failures ---------------------------------------------------------------------------------
@@ -412,7 +632,7 @@ BOOST_AUTO_TEST_CASE(failed_write_leaves_previous_checkpoint) {
   write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
   // A directory where the temporary must go makes H5Fcreate fail, whoever runs the test.
   fs::create_directory(f.path + ".tmp");
-  expect_failure<IoError>(f.path + ".tmp", "H5Fcreate",
+  expect_failure<IoError>(f.path + ".tmp", "cannot create: Is a directory",
                           [&] { write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout); });
   BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).config.optimizer, "sgd");
 }
@@ -422,6 +642,23 @@ BOOST_AUTO_TEST_CASE(missing_directory_is_io_error) {
   const std::string path = f.tmp / "no/such/dir/ckpt.h5";
   expect_failure<IoError>(path + ".tmp", "No such file",
                           [&] { write_checkpoint(path, make_state(f.layout, "sgd", kFilters), f.layout); });
+}
+
+// A full disk: write(2) fails with ENOSPC. /dev/full gives exactly that, reached through a symlink where
+// the .tmp goes (open follows it). One IoError line naming the file, the .tmp gone, the previous kept.
+BOOST_AUTO_TEST_CASE(full_disk_is_one_io_error_and_the_previous_file_stays) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  BOOST_REQUIRE_EQUAL(::symlink("/dev/full", (f.path + ".tmp").c_str()), 0);
+  try {
+    write_checkpoint(f.path, make_state(f.layout, "momentum", kFilters), f.layout);
+    BOOST_ERROR("a write to /dev/full succeeded");
+  } catch (const IoError& e) {
+    BOOST_TEST_MESSAGE("  error: " << e.what());
+    BOOST_CHECK_EQUAL(std::string(e.what()), f.path + ".tmp: write failed: No space left on device");
+  }
+  BOOST_CHECK(!fs::exists(fs::symlink_status(f.path + ".tmp")));  // the link itself removed
+  BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).config.optimizer, "sgd");
 }
 
 BOOST_AUTO_TEST_CASE(buffers_not_matching_the_layout_are_a_bug) {
@@ -453,6 +690,11 @@ BOOST_AUTO_TEST_CASE(readable_by_h5py_with_the_same_checksum) {
       "print('h5py: /model/conv1/weight shape', w.shape, 'format', f.attrs['format'])\n"
       "assert w.shape == (32, 1, 3, 3) and w.dtype == np.float32\n"
       "assert f.attrs['format'] == 'cnn_mpi-checkpoint' and f['/config'].attrs['optimizer'] == 'momentum'\n"
+      "assert f.attrs['version'] == 2 and f.userblock_size == 512\n"
+      "import zlib\n"
+      "data = open(sys.argv[1], 'rb').read()\n"
+      "line = data[:512].split(b'\\n')[0].decode()\n"
+      "assert line == 'cnn_mpi-checkpoint v2 crc32=%08x bytes=%d' % (zlib.crc32(data[512:]), len(data) - 512), line\n"
       "for path in ('/model/fc/bias', '/optimizer/conv1/bias/velocity'):\n"
       "    h = 0xcbf29ce484222325\n"
       "    for b in f[path][()].astype('<f4').tobytes():\n"

@@ -57,7 +57,7 @@ CheckpointState state_at(const ParamLayout& layout, std::int64_t epoch, std::int
   c.seed = 7;
   c.dataset = "fashion";
   c.dataset_digest = 1;
-  c.train_samples = 600;
+  c.train_samples = 6000;  // 60 steps of 100 per epoch: state_at(e, 60 * e) is a real epoch boundary
   state.progress = {epoch, 0, step, step * 100, 2};
   state.params.assign(static_cast<std::size_t>(layout.total()), 0.25f);
   state.optimizer_state.assign(static_cast<std::size_t>(layout.total()), -0.5f);

@@ -1,7 +1,9 @@
-// HDF5 checkpoints (format version 1) and the run directory that holds them.
+// HDF5 checkpoints (format version 2) and the run directory that holds them.
 //
 // Layout (docs/CHECKPOINT.md):
-//   /                        attrs format="cnn_mpi-checkpoint", version=1, created, program_version
+//   bytes 0..511             the HDF5 user block: "cnn_mpi-checkpoint v2 crc32=<8 hex> bytes=<n>\n", zero-padded;
+//                            zlib's crc32 and the length of every byte after it, checked before HDF5 parses any
+//   /                        attrs format="cnn_mpi-checkpoint", version=2, created, program_version, run_id
 //   /config                  attrs model, spec, filters, input_shape, classes, global_batch, lr, optimizer,
 //                            momentum, beta1, beta2, eps, seed, dataset, dataset_digest, train_samples, epochs
 //                            (optional, for files written before they existed: epochs, the --epochs the
@@ -14,6 +16,7 @@
 //   /rng                     attrs seed, sampler ("fisher-yates/mix64"), init ("uniform-fan-in/mix64")
 //   /metrics                 attrs train_loss, test_loss, test_accuracy
 // Every dataset carries a "checksum" attribute (FNV-1a 64 of its raw bytes), verified on load.
+// Version-1 files (no user block) still load, verified by those dataset checksums only.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +29,8 @@
 namespace cnn {
 
 inline constexpr const char* kCheckpointFormat = "cnn_mpi-checkpoint";
-inline constexpr int kCheckpointVersion = 1;
+inline constexpr int kCheckpointVersion = 2;        // what the writer writes
+inline constexpr int kOldestCheckpointVersion = 1;  // the oldest the reader still loads
 
 struct CheckpointConfig {
   std::string model;            // --model as given: a preset ("seed", "cifar") or a layer spec
@@ -73,17 +77,31 @@ struct CheckpointState {
   std::vector<float> params;           // flat, laid out by the model's ParamLayout
   std::vector<float> optimizer_state;  // flat, same layout, optimizer_state_per_param() copies
   std::int64_t optimizer_step = 0;
+  std::string run_id;  // the run that wrote it ("" in version-1 files)
+  // Set by the reader: false for a version-1 file, whose bytes were checked by the dataset checksums
+  // only, not whole. The callers say so in one line (eval, --resume).
+  bool verified_whole = true;
 };
 
-// Writes `path` atomically: path + ".tmp", fsync, rename, fsync of the directory.
-// Throws IoError naming the file on any failure; the previous file at `path` is untouched then.
+// Writes `path` atomically: the HDF5 file is built in memory, sealed (the version-2 header), written
+// to path + ".tmp" with plain write(2) calls, fsynced, renamed, and the directory fsynced.
+// Throws IoError naming the file on any failure (a full disk: "... No space left on device"); the
+// previous file at `path` is untouched then and the .tmp is removed.
 void write_checkpoint(const std::string& path, const CheckpointState& state, const ParamLayout& layout);
 
-// Reads and validates: format name and version, every expected dataset present with the layout's
-// shape, every checksum. Throws InputError (content) or IoError (cannot open) naming the file.
+// Reads and validates. The file (a regular file only: a FIFO or device is refused without blocking)
+// is read whole with plain reads and its header, length and crc32 checked before libhdf5 sees the
+// bytes, from memory. Then: format name and version, every expected dataset present with the
+// layout's shape, every checksum, and every /progress and /metrics value in range for the file's own
+// /config. Throws InputError (content) or IoError (cannot open) naming the file, one line.
 // The layout comes from the model the caller builds from the checkpoint's /config (read_checkpoint_config).
 CheckpointConfig read_checkpoint_config(const std::string& path);
 CheckpointState read_checkpoint(const std::string& path, const ParamLayout& layout);
+
+// Rewrites the version-2 header of `path` in place to match the bytes after it. For tests and tools
+// that edit a checkpoint with libhdf5 or h5py, which cannot keep the digest (tests/ckpt_seal.py does
+// the same in Python). Throws IoError or InputError (not a version-2 checkpoint).
+void reseal_checkpoint(const std::string& path);
 
 // The checkpoints of one run directory: RUN_DIR/checkpoints/ckpt-e<epoch>-s<global_step>.h5, plus a
 // `latest` file holding the newest one's name.

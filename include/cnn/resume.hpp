@@ -37,6 +37,9 @@ struct ResumeVerdict {
 // Compares the checkpoint's /config (`saved`) with this run's (`now`). Pure: no I/O.
 ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig& now);
 
+// The one line eval and --resume print on stdout for a version-1 file, which has no whole-file digest.
+std::string version1_note(const std::string& path);
+
 struct ResumePoint {
   bool resumed = false;
   std::string path;       // the checkpoint resumed from ("" when fresh)

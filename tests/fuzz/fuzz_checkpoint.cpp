@@ -1,5 +1,12 @@
-// The checkpoint reader (src/checkpoint.cpp), structure-aware.
+// The checkpoint reader (src/checkpoint_read.cpp, src/checkpoint_image.cpp), in two modes chosen by the
+// input's first byte.
 //
+// Raw bytes (about 1 input in 4): a valid, sealed version-2 checkpoint has bytes flipped, overwritten,
+// cut off or appended WITHOUT its header being recomputed. The oracle is stronger than "no crash":
+// the reader must refuse every such file with a cnn::Error (the header, length and crc32 are checked
+// before libhdf5 sees a byte). A damaged file that is accepted is a finding.
+//
+// Structure-aware (the rest):
 // Why not raw bytes: a checkpoint is HDF5, and feeding random bytes to H5Fopen fuzzes libhdf5's own
 // binary parser (its B-trees, heaps and object headers). That finds libhdf5 bugs we cannot fix, and
 // the fuzzer would spend its time there, rarely producing a file that opens, so OUR validation code
@@ -9,11 +16,18 @@
 // through the HDF5 API, each chosen by the input: delete or retype an attribute (int32, int64, uint64,
 // double, fixed or variable string, integer array of any length), set it to any value, delete a
 // dataset or a group, or replace a dataset with one of another type, rank, shape and values (with a
-// right or wrong checksum). Then our reader runs on it, as eval and --resume do: the config, the model
-// built from it, the whole state, and the resume check against a run's config.
+// right or wrong checksum). The edited file is then resealed (its version-2 header recomputed, as
+// tests/ckpt_seal.py does), so the reader gets past the whole-file digest to the checks behind it. Then
+// our reader runs on it, as eval and --resume do: the config, the model built from it, the whole
+// state, and the resume check against a run's config.
 #include <fuzzer/FuzzedDataProvider.h>
 #include <hdf5.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -133,10 +147,71 @@ void rewrite_dataset(hid_t file, const char* path, FuzzedDataProvider& in) {
   H5Sclose(space);
 }
 
+std::vector<std::uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) std::abort();
+}
+
+// Raw damage to a sealed file, never resealed: up to 8 operations, offsets biased toward the header
+// (the first 512 bytes) and libhdf5's superblock and root group just behind it.
+std::vector<std::uint8_t> damage(std::vector<std::uint8_t> bytes, FuzzedDataProvider& in) {
+  const int operations = in.ConsumeIntegralInRange(1, 8);
+  for (int op = 0; op < operations && !bytes.empty(); ++op) {
+    const std::size_t near = in.ConsumeBool() ? std::min<std::size_t>(bytes.size(), 1024) : bytes.size();
+    const std::size_t at = in.ConsumeIntegralInRange<std::size_t>(0, near - 1);
+    switch (in.ConsumeIntegralInRange(0, 3)) {
+      case 0:  // flip bits of one byte
+        bytes[at] ^= in.ConsumeIntegralInRange<std::uint8_t>(1, 255);
+        break;
+      case 1: {  // overwrite a run of bytes
+        const std::vector<std::uint8_t> patch = in.ConsumeBytes<std::uint8_t>(in.ConsumeIntegralInRange(1, 16));
+        for (std::size_t i = 0; i < patch.size() && at + i < bytes.size(); ++i) bytes[at + i] = patch[i];
+        break;
+      }
+      case 2:  // cut off the end
+        bytes.resize(at);
+        break;
+      default: {  // append
+        const std::vector<std::uint8_t> tail = in.ConsumeBytes<std::uint8_t>(in.ConsumeIntegralInRange(1, 64));
+        bytes.insert(bytes.end(), tail.begin(), tail.end());
+      }
+    }
+  }
+  return bytes;
+}
+
+// The raw-byte oracle: a changed version-2 file must be refused, with a cnn::Error.
+void expect_refused(const std::string& path, const std::vector<std::uint8_t>& original) {
+  const std::vector<std::uint8_t> damaged = read_bytes(path);
+  static constexpr std::uint8_t kHdf5Signature[] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  // Unchanged (a flip undone, a patch equal to the bytes), or libhdf5's signature written over the
+  // header: that is a version-1 file, which is checked by its dataset checksums only (and fuzzed as such).
+  if (damaged == original ||
+      (damaged.size() >= sizeof(kHdf5Signature) && std::equal(std::begin(kHdf5Signature), std::end(kHdf5Signature), damaged.begin())))
+    return;
+  try {
+    const cnn::CheckpointConfig saved = cnn::read_checkpoint_config(path);
+    const cnn::Network net = cnn::build_network(saved.spec, saved.filters, saved.input, saved.classes);
+    (void)cnn::read_checkpoint(path, net.layout);
+  } catch (const cnn::Error&) {
+    return;  // refused, as it must be
+  }
+  std::fprintf(stderr, "fuzz: a damaged checkpoint (%zu bytes, was %zu) was accepted\n", damaged.size(),
+               original.size());
+  std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
+  const bool raw = in.ConsumeIntegralInRange(0, 3) == 0;
   // A valid checkpoint of a small seed model, written by our own writer.
   cnn::CheckpointState state;
   cnn::CheckpointConfig& c = state.config;
@@ -158,7 +233,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (c.optimizer == "momentum") state.optimizer_state.assign(state.params.size(), 0.5f);
   const cnn::fuzz::TempDir dir;
   const std::string path = dir.path() + "/ckpt.h5";
+  state.progress = {0, 0, 0, 0, 1};  // the start of a run: in range for any /config
   cnn::write_checkpoint(path, state, layout);
+
+  if (raw) {
+    const std::vector<std::uint8_t> original = read_bytes(path);
+    write_bytes(path, damage(original, in));
+    expect_refused(path, original);
+    return 0;
+  }
 
   {  // the edits
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // HDF5 refusing a nonsensical edit is fine and quiet
@@ -187,6 +270,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
     }
     H5Fclose(file);
+    cnn::reseal_checkpoint(path);  // past the whole-file digest, to the checks behind it
   }
 
   // Our reader, as eval and --resume use it.
