@@ -216,15 +216,6 @@ ckpt::Bytes build_image(const std::string& tmp, const CheckpointState& state, co
   throw IoError(path + ": " + what + ": " + fsutil::errno_text(err));
 }
 
-void write_all(int fd, const unsigned char* data, std::size_t size, const std::string& path) {
-  for (std::size_t done = 0; done < size;) {
-    const ssize_t n = ::write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail_errno(path, "write failed", errno);  // ENOSPC, EDQUOT: "No space left on device", ...
-    done += static_cast<std::size_t>(n);
-  }
-}
-
 // Plain write(2) calls, then fsync on the same descriptor: a write-back error (a full disk on NFS,
 // delayed allocation) is reported to the descriptor that wrote, not necessarily to a later open.
 void write_file(const std::string& tmp, const ckpt::Bytes& image) {
@@ -232,9 +223,9 @@ void write_file(const std::string& tmp, const ckpt::Bytes& image) {
   if (fd < 0) fail_errno(tmp, "cannot create", errno);
   try {
     const std::size_t half = image.size() / 2;
-    write_all(fd, image.data(), half, tmp);
+    fsutil::write_all(fd, image.data(), half, tmp);
     fsutil::test_write_pause();  // with CNN_TEST_WRITE_PAUSE_MS: a kill finds a half-written .tmp on disk
-    write_all(fd, image.data() + half, image.size() - half, tmp);
+    fsutil::write_all(fd, image.data() + half, image.size() - half, tmp);
     if (::fsync(fd) != 0) fail_errno(tmp, "fsync failed", errno);
   } catch (...) {
     ::close(fd);  // the first error is the one to report

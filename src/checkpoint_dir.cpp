@@ -25,7 +25,6 @@ constexpr const char* kStepMarker = "-s";
 constexpr const char* kExtension = ".h5";
 constexpr int kEpochDigits = 4;   // zero-padded so that names also sort by age in `ls`
 constexpr int kStepDigits = 8;
-constexpr mode_t kDirMode = 0755;
 constexpr std::size_t kNameCapacity = 64;
 
 bool ends_with(const std::string& text, const std::string& suffix) {
@@ -63,20 +62,6 @@ bool parse_step(const std::string& name, std::int64_t& global_step) {
          parse_digits(name, step_begin, name.size() - std::string(kExtension).size(), global_step);
 }
 
-// mkdir -p: creates each missing component; an existing non-directory is an error.
-void make_directories(const std::string& dir) {
-  for (std::size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
-    const std::string prefix = dir.substr(0, slash);
-    if (::mkdir(prefix.c_str(), kDirMode) != 0 && errno != EEXIST) {
-      throw IoError(prefix + ": cannot create directory: " + fsutil::errno_text(errno));
-    }
-    if (slash == std::string::npos) break;
-  }
-  struct stat info {};
-  if (::stat(dir.c_str(), &info) != 0) throw IoError(dir + ": cannot stat: " + fsutil::errno_text(errno));
-  if (!S_ISDIR(info.st_mode)) throw IoError(dir + ": exists and is not a directory");
-}
-
 std::vector<std::string> directory_entries(const std::string& dir) {
   DIR* handle = ::opendir(dir.c_str());
   if (handle == nullptr) throw IoError(dir + ": cannot list directory: " + fsutil::errno_text(errno));
@@ -100,7 +85,7 @@ CheckpointDir::CheckpointDir(std::string run_dir) : run_dir_(std::move(run_dir))
 }
 
 void CheckpointDir::prepare() const {
-  make_directories(dir_);
+  fsutil::make_directories(dir_);
   // Permission bits do not tell (root ignores them; read-only mounts, quotas): try it. Failing now is
   // better than failing at the first checkpoint, hours into a run.
   const std::string probe = dir_ + "/.write-probe-" + std::to_string(::getpid());

@@ -9,10 +9,11 @@
 namespace cnn {
 
 Checkpointer::Checkpointer(const MpiWorld& world, const TrainConfig& config, CheckpointConfig saved_config,
-                           const ParamLayout& layout)
+                           const ParamLayout& layout, std::string run_id)
     : world_(world),
       dir_(config.out_dir),
       saved_config_(std::move(saved_config)),
+      run_id_(std::move(run_id)),
       layout_(layout),
       every_epochs_(config.checkpoint_every),
       every_steps_(config.checkpoint_every_steps),
@@ -39,6 +40,7 @@ std::string Checkpointer::save(Backend& backend, const CheckpointProgress& progr
     if (world_.rank() != 0) return;
     CheckpointState state;
     state.config = saved_config_;
+    state.run_id = run_id_;
     state.progress = progress;
     state.progress.world_size_at_save = world_.size();
     state.metrics = metrics;

@@ -19,6 +19,7 @@ namespace cnn::fsutil {
 namespace {
 
 constexpr mode_t kNewFileMode = 0644;
+constexpr mode_t kDirMode = 0755;
 constexpr std::size_t kErrorTextCapacity = 256;
 
 [[noreturn]] void fail(const std::string& path, const char* what, int err) {
@@ -86,21 +87,45 @@ void rename_durably(const std::string& from, const std::string& to) {
   fsync_directory(parent_dir(to));
 }
 
+void write_all(int fd, const void* data, std::size_t size, const std::string& path) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (std::size_t written = 0; written < size;) {
+    const ssize_t n = ::write(fd, bytes + written, size - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path, "write failed", errno);  // ENOSPC, EDQUOT: "No space left on device", ...
+    written += static_cast<std::size_t>(n);
+  }
+}
+
+void write_all(int fd, const std::string& text, const std::string& path) { write_all(fd, text.data(), text.size(), path); }
+
+void write_new_file(const std::string& path, const std::string& text) {
+  // O_EXCL: an existing file, or a link planted in its place, is never written through.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK, kNewFileMode);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == EEXIST) throw IoError(path + ": exists already; it is not overwritten");
+    fail(path, "cannot create", err);
+  }
+  try {
+    write_all(fd, text, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  close_checked(fd, path);
+}
+
 void write_text_durably(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   try {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kNewFileMode);
     if (fd < 0) fail(tmp, "cannot create", errno);
-    std::size_t written = 0;
-    while (written < text.size()) {
-      const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int err = errno;
-        ::close(fd);
-        fail(tmp, "write failed", err);
-      }
-      written += static_cast<std::size_t>(n);
+    try {
+      write_all(fd, text, tmp);
+    } catch (...) {
+      ::close(fd);
+      throw;
     }
     close_checked(fd, tmp);
     rename_durably(tmp, path);
@@ -108,6 +133,19 @@ void write_text_durably(const std::string& path, const std::string& text) {
     remove_if_present(tmp);  // best effort: the first error is the one to report
     throw;
   }
+}
+
+void make_directories(const std::string& dir) {
+  for (std::size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string prefix = dir.substr(0, slash);
+    if (::mkdir(prefix.c_str(), kDirMode) != 0 && errno != EEXIST) {
+      throw IoError(prefix + ": cannot create directory: " + errno_text(errno));
+    }
+    if (slash == std::string::npos) break;
+  }
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0) throw IoError(dir + ": cannot stat: " + errno_text(errno));
+  if (!S_ISDIR(info.st_mode)) throw IoError(dir + ": exists and is not a directory");
 }
 
 int remove_if_present(const std::string& path) {

@@ -3,6 +3,7 @@
 // the data must be fsynced before the rename, and the directory entry after it.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace cnn::fsutil {
@@ -22,6 +23,13 @@ void fsync_directory(const std::string& dir);
 // fsync(from), rename(from, to), fsync(directory of to). Throws IoError; `to` is untouched then.
 void rename_durably(const std::string& from, const std::string& to);
 
+// write(2) until all `size` bytes are written (EINTR retried). Throws IoError naming `path`.
+void write_all(int fd, const void* data, std::size_t size, const std::string& path);
+void write_all(int fd, const std::string& text, const std::string& path);
+
+// Creates `path` (which must not exist: O_EXCL) and writes `text` into it. Throws IoError naming it.
+void write_new_file(const std::string& path, const std::string& text);
+
 // Writes `text` to path + ".tmp" and renames it durably over `path`. Throws IoError; on failure the
 // temporary is removed and `path` is untouched.
 void write_text_durably(const std::string& path, const std::string& text);
@@ -30,6 +38,10 @@ void write_text_durably(const std::string& path, const std::string& text);
 // file's writing, before and after each rename, before pruning), so that a test's SIGKILL at a random
 // time lands inside the write window (tests/safe_write_test.sh). Unset: returns at once.
 void test_write_pause();
+
+// mkdir -p: creates each missing component of `dir`. Throws IoError naming the component that cannot be
+// created, or `dir` when it exists and is not a directory.
+void make_directories(const std::string& dir);
 
 // unlink(2) that treats "already gone" as success. Returns 0 or the errno of the failure.
 int remove_if_present(const std::string& path);

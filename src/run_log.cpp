@@ -31,22 +31,6 @@ bool exists(const std::string& path) {
   return stat(path.c_str(), &info) == 0;
 }
 
-// mkdir -p
-void make_directories(const std::string& path) {
-  std::string partial;
-  std::size_t position = 0;
-  while (position != std::string::npos) {
-    position = path.find('/', position + 1);
-    partial = path.substr(0, position);
-    if (partial.empty() || exists(partial)) continue;
-    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-      throw IoError(partial + ": cannot create directory: " + std::strerror(errno));
-  }
-  struct stat info {};
-  if (stat(path.c_str(), &info) != 0 || !S_ISDIR(info.st_mode))
-    throw IoError(path + ": not a directory");
-}
-
 void append_line(const std::string& path, const char* header, const std::string& line) {
   const bool fresh = !exists(path);
   std::ofstream out(path, std::ios::app);
@@ -96,7 +80,7 @@ void prove_writable(const std::string& run_dir) {
 }  // namespace
 
 void RunLog::prepare_resume(std::int64_t completed_epochs) const {
-  make_directories(run_dir_);
+  fsutil::make_directories(run_dir_);
   prove_writable(run_dir_);
   keep_rows_up_to(metrics_path(), completed_epochs);
   keep_rows_up_to(timing_path(), completed_epochs);
@@ -112,7 +96,8 @@ void RunLog::append_start(const std::string& line) const {
 }
 
 void RunLog::prepare() const {
-  make_directories(run_dir_);
+  fsutil::make_directories(run_dir_);
+  // RunDirectory::claim refused an earlier run already; this keeps the logs' own promise on their own.
   if (exists(metrics_path()))
     throw UsageError(run_dir_ + ": already holds a run (metrics.csv); choose another --out, or continue it with "
                      "--resume auto");

@@ -8,10 +8,12 @@
 #include <cstring>
 #include <fstream>
 #include <iomanip>
+#include <sstream>
 
 #include "cnn/communicator.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/mpi_check.hpp"
+#include "fsync_util.hpp"
 
 namespace cnn {
 
@@ -138,11 +140,10 @@ void TraceRecorder::gather_and_write(const MpiWorld& world, const std::string& p
     const TraceEvent* first = all.data() + static_cast<std::size_t>(offsets[r]) / sizeof(TraceEvent);
     per_rank[r].events.assign(first, first + static_cast<std::size_t>(bytes[r]) / sizeof(TraceEvent));
   }
-  std::ofstream out(path);
-  if (!out) throw IoError(path + ": cannot open the trace for writing: " + std::strerror(errno));
-  write_chrome_trace(out, per_rank, window_);
-  out.flush();
-  if (!out) throw IoError(path + ": trace write failed: " + std::strerror(errno));
+  // Checked not to exist at start-up (check_trace_target); created exclusively, never overwritten.
+  std::ostringstream text;
+  write_chrome_trace(text, per_rank, window_);
+  fsutil::write_new_file(path, text.str());
 }
 
 void write_chrome_trace(std::ostream& out, const std::vector<RankTrace>& ranks, const TraceWindow& window) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -16,6 +17,7 @@
 #include "cnn/network.hpp"
 #include "cnn/progress.hpp"
 #include "cnn/resume.hpp"
+#include "cnn/run_directory.hpp"
 #include "cnn/run_log.hpp"
 #include "cnn/scaling_advisor.hpp"
 #include "cnn/sampler.hpp"
@@ -52,8 +54,24 @@ std::string percent(double fraction) {
   return text;
 }
 
+// What the run directory's owner needs to know about this start (run_directory.hpp).
+ResumeRequest resume_request(const TrainConfig& config, const ResumePoint& resume) {
+  namespace fs = std::filesystem;
+  ResumeRequest request;
+  if (!config.resume.empty())
+    request.mode = config.resume == kResumeAuto ? ResumeRequest::Mode::kAuto : ResumeRequest::Mode::kPath;
+  request.resumed = resume.resumed;
+  request.checkpoint_run_id = resume.state.run_id;
+  if (resume.resumed) {
+    std::error_code ignored;  // RUN_DIR/checkpoints/NAME.h5
+    const fs::path from = fs::weakly_canonical(fs::path(resume.path).parent_path().parent_path(), ignored);
+    request.checkpoint_in_out = from == fs::weakly_canonical(fs::path(config.out_dir), ignored);
+  }
+  return request;
+}
+
 // runs.log: one line per start, so a requeued SLURM job's history is readable in one place.
-std::string start_line(int ranks, const ResumePoint& resume) {
+std::string start_line(int ranks, const ResumePoint& resume, const std::string& run_id) {
   char when[32];
   const std::time_t now = std::time(nullptr);
   std::tm utc{};
@@ -63,7 +81,8 @@ std::string start_line(int ranks, const ResumePoint& resume) {
   const char* restart = std::getenv("SLURM_RESTART_COUNT");
   std::ostringstream line;
   line << when << ", slurm_job=" << (job ? job : "-") << ", restart=" << (restart ? restart : "0")
-       << ", ranks=" << ranks << ", resumed_from=" << (resume.resumed ? resume.path : std::string("fresh"));
+       << ", ranks=" << ranks << ", resumed_from=" << (resume.resumed ? resume.path : std::string("fresh"))
+       << ", run_id=" << run_id;
   return line.str();
 }
 
@@ -99,6 +118,9 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   optimizer.eps = static_cast<float>(config.eps);
 
   // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
+  agree_or_stop(world, [&] {
+    if (root) check_trace_target(config.trace, config.out_dir);
+  });
   const CheckpointConfig saved_config = checkpoint_config_for(config, network, data->train_count(), data->train_digest());
   const ResumePoint resume = resolve_resume(config, world, saved_config, layout);
   const CheckpointProgress& from = resume.state.progress;
@@ -110,16 +132,20 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
     return summary;
   }
 
+  // Rank 0 owns the run directory from here to the end of train(): nothing is written before the claim.
   // Unwritable run or checkpoint directories are found now, not at the first save hours later.
+  RunDirectory run_dir(config.out_dir);
   const RunLog log(config.out_dir);
+  std::string run_id;
   agree_or_stop(world, [&] {
     if (!root) return;
+    run_id = run_dir.claim(resume_request(config, resume));
     if (config.resume.empty()) log.prepare();
     else log.prepare_resume(from.epoch);
     CheckpointDir(config.out_dir).prepare();
-    log.append_start(start_line(world.size(), resume));
+    log.append_start(start_line(world.size(), resume, run_id));
   });
-  const Checkpointer checkpointer(world, config, saved_config, layout);
+  const Checkpointer checkpointer(world, config, saved_config, layout, run_id);
 
   BackendOptions backend_options;
   backend_options.kind = config.backend;

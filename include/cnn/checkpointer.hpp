@@ -16,8 +16,9 @@ namespace cnn {
 
 class Checkpointer {
  public:
+  // `run_id`: the run directory's id (RunDirectory::claim), stored in every checkpoint; rank 0's matters.
   Checkpointer(const MpiWorld& world, const TrainConfig& config, CheckpointConfig saved_config,
-               const ParamLayout& layout);
+               const ParamLayout& layout, std::string run_id);
 
   // After a step inside an epoch (not its last): --checkpoint-every-steps.
   bool due_after_step(std::int64_t global_step) const;
@@ -34,6 +35,7 @@ class Checkpointer {
   const MpiWorld& world_;
   CheckpointDir dir_;
   CheckpointConfig saved_config_;
+  std::string run_id_;
   const ParamLayout& layout_;
   int every_epochs_;
   std::int64_t every_steps_;

@@ -40,8 +40,8 @@ class RunLog {
  public:
   explicit RunLog(std::string run_dir) : run_dir_(std::move(run_dir)) {}
 
-  // Creates the run directory (and parents) and proves it writable. Refuses a directory that
-  // already holds a run's metrics.csv, so that no earlier run's logs are overwritten.
+  // Creates the run directory (and parents) and proves it writable. Refuses a directory that already
+  // holds a run's metrics.csv (RunDirectory::claim, which runs first, refuses any earlier run).
   // Throws IoError (cannot create or write) or UsageError (holds a run).
   void prepare() const;
 
