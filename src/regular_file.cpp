@@ -41,6 +41,10 @@ ReadFd open_regular_file(const std::string& path) {
   if (fd.get() < 0) {
     const int err = errno;
     if (err == ENOENT) throw IoError(path + ": file does not exist");
+    // open(2) of a socket fails with ENXIO: name what is there rather than "No such device or address".
+    struct stat info {};
+    if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode))
+      throw IoError(path + ": is " + std::string(kind_of(info.st_mode)) + ", not a regular file");
     throw IoError(path + ": cannot open: " + errno_text(err));
   }
   struct stat info {};

@@ -24,8 +24,8 @@ struct NonRegular {
 };
 inline const std::vector<NonRegular> kNonRegularKinds = {
     {"fifo", "is a FIFO (named pipe), not a regular file"},
-    // open(2) of a socket fails at once with ENXIO, before the helper's fstat can name it.
-    {"socket", "cannot open: No such device or address"},
+    // open(2) of a socket fails at once with ENXIO; the helper then names it from stat(2).
+    {"socket", "is a socket, not a regular file"},
     {"dev_zero", "is a character device, not a regular file"},
     {"directory", "is a directory"},
 };
