@@ -8,7 +8,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <ctime>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -16,6 +15,7 @@
 
 #include "cnn/divergence.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/utc_time.hpp"
 
 namespace cnn {
 
@@ -159,14 +159,6 @@ int positive_env(const char* name) {
   return (end != text && *end == '\0' && value > 0 && value < 100000) ? static_cast<int>(value) : 0;
 }
 
-std::string utc_timestamp() {
-  char buffer[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(buffer, sizeof(buffer), "%Y%m%d-%H%M%S", &utc);
-  return buffer;
-}
 
 }  // namespace
 
@@ -311,7 +303,7 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
   if (c.command == Command::kTrain && c.resume == kResumeAuto && c.out_dir.empty())
     throw UsageError("--resume auto looks in the run directory: give it with --out RUN_DIR");
   if (c.out_dir.empty() && !c.resume.empty()) c.out_dir = run_dir_of_checkpoint(c.resume);
-  if (c.out_dir.empty()) c.out_dir = "runs/" + utc_timestamp();
+  if (c.out_dir.empty()) c.out_dir = "runs/" + utc_time("%Y%m%d-%H%M%S");
 }
 
 std::string describe(const TrainConfig& c) {

@@ -8,10 +8,10 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 
 #include "cnn/errors.hpp"
+#include "cnn/utc_time.hpp"
 #include "fsync_util.hpp"
 #include "regular_file.hpp"
 
@@ -60,14 +60,6 @@ std::string canonical(const std::string& path) {
   return std::filesystem::weakly_canonical(std::filesystem::path(path), ignored).string();
 }
 
-std::string utc_now() {
-  char text[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return text;
-}
 
 std::string host_name() {
   char name[256] = {0};
@@ -211,7 +203,7 @@ std::string RunDirectory::claim(const ResumeRequest& request) {
   const std::string run_id = admit_run(dir_, inspect(), request, fresh_id);
   const std::string lock_path = dir_ + "/" + kLockName;
 
-  const std::string holder = "pid " + std::to_string(::getpid()) + " on " + host_name() + ", since " + utc_now() +
+  const std::string holder = "pid " + std::to_string(::getpid()) + " on " + host_name() + ", since " + utc_time() +
                              ", run id " + run_id + "\n";
   if (::ftruncate(lock_fd_, 0) != 0) throw IoError(lock_path + ": cannot write: " + fsutil::errno_text(errno));
   if (::lseek(lock_fd_, 0, SEEK_SET) != 0) throw IoError(lock_path + ": cannot write: " + fsutil::errno_text(errno));

@@ -4,12 +4,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "cnn/errors.hpp"
+#include "cnn/utc_time.hpp"
 
 #ifdef CNN_HAVE_CUDA
 #include "cnn/cuda_backend.hpp"
@@ -58,14 +58,6 @@ std::string pct(double fraction) {
   return text;
 }
 
-std::string utc_now() {
-  char when[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return when;
-}
 
 struct PathTiming {
   std::string name;
@@ -248,7 +240,7 @@ GradientExchange choose_gradient_exchange(const TrainConfig& config, const MpiWo
     // One line per start, like runs.log: what was measured and chosen.
     std::ofstream log(run_dir + "/scaling.log", std::ios::app);
     std::snprintf(line, sizeof(line), "%.6f", compute);
-    log << utc_now() << ", ranks=" << n << ", compute_s=" << line;
+    log << utc_time() << ", ranks=" << n << ", compute_s=" << line;
     for (const PathTiming& p : paths) {
       std::snprintf(line, sizeof(line), "%.6f", p.seconds);
       log << ", allreduce_" << p.name << "_s=" << line;

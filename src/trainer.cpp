@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -25,6 +24,7 @@
 #include "cnn/timing_stats.hpp"
 #include "cnn/trace.hpp"
 #include "cnn/train_step.hpp"
+#include "cnn/utc_time.hpp"
 #include "cnn/watchdog.hpp"
 
 namespace cnn {
@@ -72,15 +72,10 @@ ResumeRequest resume_request(const TrainConfig& config, const ResumePoint& resum
 
 // runs.log: one line per start, so a requeued SLURM job's history is readable in one place.
 std::string start_line(int ranks, const ResumePoint& resume, const std::string& run_id) {
-  char when[32];
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &utc);
   const char* job = std::getenv("SLURM_JOB_ID");
   const char* restart = std::getenv("SLURM_RESTART_COUNT");
   std::ostringstream line;
-  line << when << ", slurm_job=" << (job ? job : "-") << ", restart=" << (restart ? restart : "0")
+  line << utc_time() << ", slurm_job=" << (job ? job : "-") << ", restart=" << (restart ? restart : "0")
        << ", ranks=" << ranks << ", resumed_from=" << (resume.resumed ? resume.path : std::string("fresh"))
        << ", run_id=" << run_id;
   return line.str();
