@@ -84,7 +84,8 @@ ResumePoint find_on_root(const TrainConfig& config, const CheckpointConfig& now,
   }
   point.resumed = true;
   const std::string from_dir = run_dir_of(point.path);
-  if (from_dir != canonical_dir(config.out_dir)) notes.push_back("resume: out " + from_dir + " -> " + config.out_dir);
+  point.from_out_dir = from_dir == canonical_dir(config.out_dir);
+  if (!point.from_out_dir) notes.push_back("resume: out " + from_dir + " -> " + config.out_dir);
   for (const std::string& note : notes) std::cout << note << "\n";
   if (!point.state.verified_whole) std::cout << version1_note(point.path) << "\n";
   const CheckpointProgress& p = point.state.progress;

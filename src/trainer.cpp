@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -54,19 +53,14 @@ std::string percent(double fraction) {
   return text;
 }
 
-// What the run directory's owner needs to know about this start (run_directory.hpp).
+// What the run directory's owner needs to know about this start (run_directory.hpp; rank 0).
 ResumeRequest resume_request(const TrainConfig& config, const ResumePoint& resume) {
-  namespace fs = std::filesystem;
   ResumeRequest request;
   if (!config.resume.empty())
     request.mode = config.resume == kResumeAuto ? ResumeRequest::Mode::kAuto : ResumeRequest::Mode::kPath;
   request.resumed = resume.resumed;
   request.checkpoint_run_id = resume.state.run_id;
-  if (resume.resumed) {
-    std::error_code ignored;  // RUN_DIR/checkpoints/NAME.h5
-    const fs::path from = fs::weakly_canonical(fs::path(resume.path).parent_path().parent_path(), ignored);
-    request.checkpoint_in_out = from == fs::weakly_canonical(fs::path(config.out_dir), ignored);
-  }
+  request.checkpoint_in_out = resume.from_out_dir;
   return request;
 }
 

@@ -43,6 +43,7 @@ std::string version1_note(const std::string& path);
 struct ResumePoint {
   bool resumed = false;
   std::string path;       // the checkpoint resumed from ("" when fresh)
+  bool from_out_dir = false;  // rank 0: the checkpoint lies in --out's own checkpoints/
   CheckpointState state;  // progress all zero when fresh
 };
 
