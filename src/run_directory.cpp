@@ -60,47 +60,50 @@ std::string canonical(const std::string& path) {
   return std::filesystem::weakly_canonical(std::filesystem::path(path), ignored).string();
 }
 
-
 std::string host_name() {
   char name[256] = {0};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
   return name;
 }
 
+// The id a continued run keeps: the directory's, else the checkpoint's, else a new one (directories
+// and checkpoints from before run ids).
+std::string continued_id(const RunDirContents& c, const ResumeRequest& r, const std::string& fresh_id) {
+  if (!c.run_id.empty()) return c.run_id;
+  return r.checkpoint_run_id.empty() ? fresh_id : r.checkpoint_run_id;
+}
+
+std::string known(const std::string& id) { return id.empty() ? std::string("unknown") : id; }
+
 }  // namespace
 
 std::string admit_run(const std::string& dir, const RunDirContents& c, const ResumeRequest& r,
                       const std::string& fresh_id) {
   using Mode = ResumeRequest::Mode;
-  if (r.mode == Mode::kNone) {
-    if (!c.earlier_run.empty())
-      throw UsageError(dir + ": already holds a run (" + c.earlier_run +
-                       "); choose another --out, or continue it with --resume auto");
-    return fresh_id;
-  }
-  if (r.mode == Mode::kAuto) {
-    if (!r.resumed) {
-      // Starting fresh would prune the checkpoints that are there, good or not.
-      if (c.has_checkpoints)
+  switch (r.mode) {
+    case Mode::kNone:
+      if (!c.earlier_run.empty())
+        throw UsageError(dir + ": already holds a run (" + c.earlier_run +
+                         "); choose another --out, or continue it with --resume auto");
+      return fresh_id;
+    case Mode::kAuto:
+      // Starting afresh would prune the checkpoints that are there, usable or not.
+      if (!r.resumed && c.has_checkpoints)
         throw UsageError(dir + ": --resume auto found no valid checkpoint, but checkpoints/ is not empty; "
                                "refusing to start afresh over it (move it away, or give --resume PATH)");
-      return c.run_id.empty() ? fresh_id : c.run_id;  // a requeued start before its first checkpoint
-    }
-    if (!c.run_id.empty() && !r.checkpoint_run_id.empty() && c.run_id != r.checkpoint_run_id)
-      throw UsageError(dir + ": its newest valid checkpoint belongs to run " + r.checkpoint_run_id +
-                       ", the directory to run " + c.run_id + "; resume it with --resume PATH into a new --out");
-    if (!c.run_id.empty()) return c.run_id;
-    return r.checkpoint_run_id.empty() ? fresh_id : r.checkpoint_run_id;
+      if (!c.run_id.empty() && !r.checkpoint_run_id.empty() && c.run_id != r.checkpoint_run_id)
+        throw UsageError(dir + ": its newest valid checkpoint belongs to run " + r.checkpoint_run_id +
+                         ", the directory to run " + c.run_id + "; resume it with --resume PATH into a new --out");
+      return continued_id(c, r, fresh_id);
+    case Mode::kPath:
+      break;
   }
-  // --resume PATH
-  if (c.earlier_run.empty()) return r.checkpoint_run_id.empty() ? fresh_id : r.checkpoint_run_id;
-  const bool same_id = !c.run_id.empty() && c.run_id == r.checkpoint_run_id;
-  // Directories and checkpoints from before run ids: the checkpoint's own directory is its run.
-  const bool same_dir = r.checkpoint_in_out && (c.run_id.empty() || r.checkpoint_run_id.empty());
-  if (same_id || same_dir) return c.run_id.empty() ? (r.checkpoint_run_id.empty() ? fresh_id : r.checkpoint_run_id) : c.run_id;
-  throw UsageError(dir + ": holds another run (" + c.earlier_run + ", run id " +
-                   (c.run_id.empty() ? std::string("unknown") : c.run_id) + ") than the checkpoint's (run id " +
-                   (r.checkpoint_run_id.empty() ? std::string("unknown") : r.checkpoint_run_id) +
+  const bool same_run = !c.run_id.empty() && c.run_id == r.checkpoint_run_id;
+  // Before run ids, a checkpoint's own directory is its run.
+  const bool own_directory = r.checkpoint_in_out && (c.run_id.empty() || r.checkpoint_run_id.empty());
+  if (c.earlier_run.empty() || same_run || own_directory) return continued_id(c, r, fresh_id);
+  throw UsageError(dir + ": holds another run (" + c.earlier_run + ", run id " + known(c.run_id) +
+                   ") than the checkpoint's (run id " + known(r.checkpoint_run_id) +
                    "); --resume PATH writes only into a new --out or the checkpoint's own run");
 }
 
