@@ -57,18 +57,17 @@ int convert(const Options& options) {
   if (options.dataset != "mnist" && options.dataset != "fashion" && options.dataset != "cifar10")
     throw cnn::UsageError("--dataset: cnn_convert reads mnist, fashion or cifar10, not '" + options.dataset + "'");
   struct stat info {};
-  if (::stat(options.out.c_str(), &info) != 0) {
-    if (::mkdir(options.out.c_str(), 0777) != 0)
-      throw cnn::IoError(options.out + ": cannot create the output directory: " + std::strerror(errno));
-  } else if (!S_ISDIR(info.st_mode)) {
-    throw cnn::IoError(options.out + ": exists and is not a directory");
-  }
+  const bool out_exists = ::stat(options.out.c_str(), &info) == 0;
+  if (out_exists && !S_ISDIR(info.st_mode)) throw cnn::IoError(options.out + ": exists and is not a directory");
   const std::string train_path = options.out + "/train.h5";
   const std::string test_path = options.out + "/test.h5";
   for (const std::string& path : {train_path, test_path})
     if (exists(path)) throw cnn::IoError(path + ": already exists; cnn_convert never overwrites (remove it first)");
 
+  // The input is read whole before the output directory is made: bad input creates nothing.
   cnn::DataSplits data = cnn::load_dataset(options.dataset, options.data);
+  if (!out_exists && ::mkdir(options.out.c_str(), 0777) != 0)
+    throw cnn::IoError(options.out + ": cannot create the output directory: " + std::strerror(errno));
   if (options.train_samples > 0 && options.train_samples < data.train.count()) data.train.truncate(options.train_samples);
   if (options.test_samples > 0 && options.test_samples < data.test.count()) data.test.truncate(options.test_samples);
   write_new(train_path, data.train, options);
