@@ -215,7 +215,10 @@ preemption_cycle() {
   local launcher=$1 run=$WORK/run-preempt-$1
   say "(b) jobs/train-preemptible.sbatch with LAUNCHER=$launcher"
   local id out rc
-  id=$(LAUNCHER=$launcher CNN_OUT=$run sbatch --parsable -n 2 --cpus-per-task=1 \
+  # CNN_TEST_STEP_DELAY_MS (test hook, timing only): 5 ms a step, so that 6 epochs take seconds and the
+  # signal sent after the first epoch's row finds the run training (undelayed, it could finish all 6
+  # epochs in 0.5 s, between two looks of the loop below).
+  id=$(CNN_TEST_STEP_DELAY_MS=5 LAUNCHER=$launcher CNN_OUT=$run sbatch --parsable -n 2 --cpus-per-task=1 \
     -o "$WORK/preempt-$launcher-%j.out" "$SOURCE_DIR/jobs/train-preemptible.sbatch")
   out=$WORK/preempt-$launcher-$id.out
 

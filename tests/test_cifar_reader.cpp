@@ -179,7 +179,7 @@ BOOST_AUTO_TEST_CASE(parser_takes_any_whole_number_of_records_and_appends) {
 BOOST_AUTO_TEST_CASE(non_regular_batches_refused_without_blocking) {
   const cnn::test::HangGuard guard;  // a reader blocking in open(2) on the FIFO fails here, not hangs
   for (const cnn::test::NonRegular& thing : cnn::test::kNonRegularKinds) {
-    for (const std::string name : {cnn::cifar10_train_files()[1], cnn::cifar10_test_file() + ".gz"}) {
+    for (const std::string& name : {cnn::cifar10_train_files()[1], cnn::cifar10_test_file() + ".gz"}) {
       BOOST_TEST_CONTEXT(thing.kind << " as " << name) {
         TempDir dir;
         write_distribution(dir);
