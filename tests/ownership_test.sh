@@ -63,7 +63,9 @@ grep -q "run_id=$RUN_ID" "$WORK/killed/runs.log" && pass "runs.log names the run
 same_bits "killed holder, then --resume auto" "$(latest "$WORK/ref")" "$(latest "$WORK/killed")"
 
 # --- 3. SIGUSR1 before the first step: the handlers are installed before anything that takes time.
-for delay in 0.05 0.15; do
+# (Not sooner than 0.1 s: before main() runs, the dynamic loader and ASan's start-up leave the default
+# action in place; the start-up after it, data and MPI_Init, takes 0.3 s and more.)
+for delay in 0.1 0.2; do
   name=early_usr1_$delay
   env CNN_TEST_STEP_DELAY_MS=30 "$CNN" "${SMALL[@]}" "${RUN[@]}" --out "$WORK/$name" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PID=$!
