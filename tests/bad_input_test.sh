@@ -47,9 +47,9 @@ MPIRUN=${MPIEXEC:-mpirun}
 source "$SOURCE_DIR/tools/mpi-env.sh"  # mpirun as root (containers, CI)
 
 # The cases spend most of their time waiting (MPI start-up, mpirun's teardown), not computing: they run
-# in BAD_INPUT_WORKERS (default 3) copies of this script, each with its own fixtures, working directory
+# in BAD_INPUT_WORKERS (default 4) copies of this script, each with its own fixtures, working directory
 # and snapshot, taking every WORKERS-th case. The parent prints their logs in order and sums them.
-WORKERS=${BAD_INPUT_WORKERS:-3}
+WORKERS=${BAD_INPUT_WORKERS:-4}
 WORKER=${BAD_INPUT_WORKER:-}
 if [ -z "$WORKER" ] && [ "$WORKERS" -gt 1 ]; then
   LOGS=$(mktemp -d "${TMPDIR:-/tmp}/cnn_bad_input_logs.XXXXXX")

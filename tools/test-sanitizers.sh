@@ -21,6 +21,10 @@
 #   timing_log_test, progress_test   check the formats of timing.csv/allreduce.csv and of the live
 #                  progress line (76 s and 46 s under ASan); the code that fills them runs in every
 #                  other script test.
+#   ownership_test   a second run against a running one, a killed lock holder, SIGUSR1 during start-up,
+#                  MPMD ranks (30 s under ASan); the code it drives runs under ASan in every other script
+#                  test (each run claims its directory) and in bad_input_test's run_directory and launch
+#                  classes (a held lock, the start-up agreement).
 #   gpu            no GPU on the CI machine (compute-sanitizer covers the GPU: tools/gpu-validate.sh).
 # Measured on the 2-core VM (docs/RELIABILITY.md): the full list took 1,084 s; this selection ~10 min.
 # Usage: tools/test-sanitizers.sh [extra ctest arguments]
@@ -43,4 +47,4 @@ export LD_PRELOAD=$PWD/$build/keep_plugins.so
 cd "$build"
 # -j2: the fuzz targets (one core each) run two at a time; script tests are RUN_SERIAL anyway.
 ctest --output-on-failure --timeout 1200 -j2 -LE gpu \
-  -E '^(learning_test|cifar_preset_learning_test|safe_write_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test)$' "$@"
+  -E '^(learning_test|cifar_preset_learning_test|safe_write_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test|ownership_test)$' "$@"
