@@ -70,6 +70,10 @@ std::string seconds_text(double s) {
 
 const char* watch_phase_name(WatchPhase phase) { return kPhaseNames[static_cast<int>(phase)]; }
 
+bool was_suspended(double gap_seconds, double tick_seconds) {
+  return gap_seconds > 2 * tick_seconds + kSuspendedSlackSeconds;
+}
+
 bool waits_for_peers(WatchPhase phase) {
   switch (phase) {
     case WatchPhase::kAllreduce:
@@ -137,11 +141,17 @@ void Watchdog::run() {
   const auto tick = std::chrono::duration<double>(std::clamp(timeout_ / 10, 0.02, 1.0));
   std::uint64_t seen = g_beats.load(std::memory_order_relaxed);
   double since = wall_seconds();
+  double last_look = since;
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, tick, [this] { return stopping_; })) {
     const std::uint64_t beats = g_beats.load(std::memory_order_relaxed);
     const double now = wall_seconds();
-    if (beats != seen) {
+    const bool resumed = was_suspended(now - last_look, tick.count());
+    last_look = now;
+    // A process that was stopped as a whole (SIGSTOP, then the launcher's SIGCONT before its SIGTERM)
+    // cannot tell its own stall from the stop: its silence starts again now, so the job's one line
+    // stays the one a waiting rank printed.
+    if (beats != seen || resumed) {
       seen = beats;
       since = now;
       continue;

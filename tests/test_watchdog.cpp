@@ -59,6 +59,14 @@ BOOST_AUTO_TEST_CASE(waiting_ranks_fire_one_after_another_and_only_rank_0_report
   BOOST_TEST((other.fire && other.signal_exit && other.quiet));
 }
 
+BOOST_AUTO_TEST_CASE(a_look_far_later_than_the_tick_means_the_process_was_suspended) {
+  // After SIGSTOP and the launcher's SIGCONT, the stopped rank must not report its own "stall".
+  BOOST_TEST(!cnn::was_suspended(0.2, 0.2));
+  BOOST_TEST(!cnn::was_suspended(1.3, 0.2));  // a loaded machine's late look is not a suspension
+  BOOST_TEST(cnn::was_suspended(7.0, 0.2));
+  BOOST_TEST(cnn::was_suspended(3.5, 1.0));
+}
+
 BOOST_AUTO_TEST_CASE(idle_and_off_never_fire) {
   BOOST_TEST(!judge_stall(WatchPhase::kIdle, 1e9, 10, 0).fire);
   BOOST_TEST(!judge_stall(WatchPhase::kForwardBackward, 1e9, 0, 0).fire);

@@ -69,6 +69,11 @@ void heartbeat_step(std::int64_t global_step);
 inline constexpr double kRankStaggerSeconds = 1.0;
 inline constexpr double kMaxRankStaggerSeconds = 10.0;
 
+// True when the watchdog's own look came this much later than its tick: the whole process was
+// suspended (SIGSTOP, a paused VM), not only the thread it watches.
+inline constexpr double kSuspendedSlackSeconds = 1.0;
+bool was_suspended(double gap_seconds, double tick_seconds);
+
 struct StallVerdict {
   bool fire = false;
   bool signal_exit = false;  // a stop signal is pending: exit 128 + signo, a peer is gone
