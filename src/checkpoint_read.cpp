@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -238,21 +239,32 @@ void check_progress(const h5::FileContext& file, CheckpointState& state, int ver
 
 }  // namespace
 
-CheckpointConfig read_checkpoint_config(const std::string& path) {
-  const h5::QuietErrors quiet;
-  const OpenCheckpoint opened = open_checkpoint(path);
-  return read_config(opened.file, opened.fid.get());
+struct CheckpointReader::Opened {
+  const h5::QuietErrors quiet;  // for as long as libhdf5 has the file: our one line replaces its stack
+  OpenCheckpoint checkpoint;
+  explicit Opened(const std::string& path) : checkpoint(open_checkpoint(path)) {}
+};
+
+CheckpointReader::CheckpointReader(const std::string& path) : opened_(std::make_unique<Opened>(path)) {
+  config_ = read_config(opened_->checkpoint.file, opened_->checkpoint.fid.get());
 }
 
+CheckpointReader::~CheckpointReader() = default;
+
+CheckpointConfig read_checkpoint_config(const std::string& path) { return CheckpointReader(path).config(); }
+
 CheckpointState read_checkpoint(const std::string& path, const ParamLayout& layout) {
-  const h5::QuietErrors quiet;
-  const OpenCheckpoint opened = open_checkpoint(path);
+  return CheckpointReader(path).read(layout);
+}
+
+CheckpointState CheckpointReader::read(const ParamLayout& layout) const {
+  const OpenCheckpoint& opened = opened_->checkpoint;
   const h5::FileContext& file = opened.file;
   const hid_t fid = opened.fid.get();
 
   CheckpointState state;
   state.verified_whole = opened.version >= 2;
-  state.config = read_config(file, fid);
+  state.config = config_;
   std::vector<std::string> states;
   try {
     states = schema::state_names(state.config.optimizer);

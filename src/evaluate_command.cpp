@@ -27,13 +27,14 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
   CheckpointState state;
   Network network;
   agree_or_stop(world, [&] {
-    saved = read_checkpoint_config(config.checkpoint);
+    const CheckpointReader reader(config.checkpoint);  // read and verified once
+    saved = reader.config();
     try {
       network = build_network(saved.spec, saved.filters, saved.input, saved.classes);
     } catch (const UsageError& e) {
       throw InputError(config.checkpoint + ": /config spec does not describe a network: " + e.what());
     }
-    state = read_checkpoint(config.checkpoint, network.layout);
+    state = reader.read(network.layout);
   });
 
   DataSplits data;

@@ -49,10 +49,10 @@ std::string canonical_dir(const std::string& dir) {
 // Reads and checks one candidate on rank 0. Refusals throw UsageError; damaged files InputError/IoError.
 CheckpointState load_candidate(const std::string& path, const CheckpointConfig& now, const ParamLayout& layout,
                                std::vector<std::string>& notes) {
-  const CheckpointConfig saved = read_checkpoint_config(path);
-  const ResumeVerdict verdict = check_resume(saved, now);
+  const CheckpointReader reader(path);  // read and verified once
+  const ResumeVerdict verdict = check_resume(reader.config(), now);
   if (!verdict.refusal.empty()) throw UsageError("cannot resume from " + path + ": " + verdict.refusal);
-  CheckpointState state = read_checkpoint(path, layout);  // layout of `now`, which matches `saved` now
+  CheckpointState state = reader.read(layout);  // layout of `now`, which matches the saved config now
   notes = verdict.notes;
   return state;
 }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,27 @@ void write_checkpoint(const std::string& path, const CheckpointState& state, con
 // bytes, from memory. Then: format name and version, every expected dataset present with the
 // layout's shape, every checksum, and every /progress and /metrics value in range for the file's own
 // /config. Throws InputError (content) or IoError (cannot open) naming the file, one line.
-// The layout comes from the model the caller builds from the checkpoint's /config (read_checkpoint_config).
+// The layout comes from the model the caller builds from the checkpoint's /config.
+//
+// CheckpointReader reads and verifies the file once: its config first (to build the model and check
+// a resume against it), then the whole state in that model's layout. The two free functions each
+// open the file anew.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const CheckpointConfig& config() const { return config_; }
+  CheckpointState read(const ParamLayout& layout) const;
+
+ private:
+  struct Opened;  // libhdf5's handle on the verified bytes (src/checkpoint_read.cpp)
+  std::unique_ptr<Opened> opened_;
+  CheckpointConfig config_;
+};
+
 CheckpointConfig read_checkpoint_config(const std::string& path);
 CheckpointState read_checkpoint(const std::string& path, const ParamLayout& layout);
 
