@@ -99,9 +99,11 @@ void write_all(int fd, const void* data, std::size_t size, const std::string& pa
 
 void write_all(int fd, const std::string& text, const std::string& path) { write_all(fd, text.data(), text.size(), path); }
 
-void write_new_file(const std::string& path, const std::string& text) {
-  // O_EXCL: an existing file, or a link planted in its place, is never written through.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK, kNewFileMode);
+namespace {
+
+// Opens `path` with O_WRONLY | `create_flags`, writes `text` and closes it, every step checked.
+void write_file(const std::string& path, int create_flags, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | create_flags, kNewFileMode);
   if (fd < 0) {
     const int err = errno;
     if (err == EEXIST) throw IoError(path + ": exists already; it is not overwritten");
@@ -110,24 +112,23 @@ void write_new_file(const std::string& path, const std::string& text) {
   try {
     write_all(fd, text, path);
   } catch (...) {
-    ::close(fd);
+    ::close(fd);  // the write error is the one to report
     throw;
   }
   close_checked(fd, path);
 }
 
+}  // namespace
+
+void write_new_file(const std::string& path, const std::string& text) {
+  // O_EXCL: an existing file, or a link planted in its place, is never written through.
+  write_file(path, O_CREAT | O_EXCL | O_NONBLOCK, text);
+}
+
 void write_text_durably(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   try {
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, kNewFileMode);
-    if (fd < 0) fail(tmp, "cannot create", errno);
-    try {
-      write_all(fd, text, tmp);
-    } catch (...) {
-      ::close(fd);
-      throw;
-    }
-    close_checked(fd, tmp);
+    write_file(tmp, O_CREAT | O_TRUNC, text);
     rename_durably(tmp, path);
   } catch (...) {
     remove_if_present(tmp);  // best effort: the first error is the one to report
