@@ -33,7 +33,7 @@ int pick_device(int local_rank) {
 
 CudaBackend::CudaBackend(const BackendOptions& options, const SeedModel& model)
     : model_(model), layout_(model.layout()), optimizer_(options.optimizer), device_(pick_device(options.local_rank)),
-      use_graphs_(enabled_by_environment("CNN_CUDA_GRAPHS")),
+      use_graphs_(options.cuda_graphs),
       fused_forward_(enabled_by_environment("CNN_CUDA_FUSED_FORWARD")) {
   check_seed_shape(model_);
   CNN_CHECK_CUDA(cudaSetDevice(device_));

@@ -29,7 +29,7 @@ int pick_device(int local_rank) {
 
 CudaLayerBackend::CudaLayerBackend(const BackendOptions& options, const Network& network)
     : network_(network), optimizer_(options.optimizer), device_(pick_device(options.local_rank)),
-      use_graphs_(enabled_by_environment("CNN_CUDA_GRAPHS")) {
+      use_graphs_(options.cuda_graphs) {
   if (network_.classes != kSeedClasses)
     throw UsageError("the cuda backend's softmax is built for " + std::to_string(kSeedClasses) + " classes; " +
                      network_.describe() + " has " + std::to_string(network_.classes) +

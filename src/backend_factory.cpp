@@ -10,21 +10,36 @@
 
 namespace cnn {
 
+const char* backend_kind_name(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kSeq: return "seq";
+    case BackendKind::kThreads: return "threads";
+    case BackendKind::kCuda: return "cuda";
+  }
+  return "?";
+}
+
+BackendKind parse_backend_kind(const std::string& text) {
+  for (BackendKind kind : {BackendKind::kSeq, BackendKind::kThreads, BackendKind::kCuda})
+    if (text == backend_kind_name(kind)) return kind;
+  throw UsageError("--backend: unknown backend '" + text + "' (available: seq, threads, cuda)");
+}
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Network& network) {
-  if (options.kind == "seq" || options.kind == "threads") {
+  if (options.kind == BackendKind::kSeq || options.kind == BackendKind::kThreads) {
     // The seed model keeps its fused conv-relu-pool path; any other network runs layer by layer.
     if (const std::optional<SeedModel> seed = network.as_seed())
-      return make_cpu_backend(*seed, options.kind, options.threads, options.optimizer);
-    return make_cpu_layer_backend(network, options.kind, options.threads, options.optimizer);
+      return make_cpu_backend(*seed, backend_kind_name(options.kind), options.threads, options.optimizer);
+    return make_cpu_layer_backend(network, backend_kind_name(options.kind), options.threads, options.optimizer);
   }
-  if (options.kind == "cuda") {
+  if (options.kind == BackendKind::kCuda) {
 #ifdef CNN_HAVE_CUDA
     return make_cuda_backend(options, network);
 #else
     throw UsageError("--backend cuda: this build of cnn_mpi has no CUDA support (rebuild with CUDA found)");
 #endif
   }
-  throw UsageError("--backend: unknown backend '" + options.kind + "' (available: seq, threads, cuda)");
+  throw UsageError("--backend: unknown backend");
 }
 
 }  // namespace cnn

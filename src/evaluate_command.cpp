@@ -50,7 +50,7 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
   });
 
   BackendOptions options;
-  options.kind = config.backend;
+  options.kind = parse_backend_kind(config.backend);
   options.threads = config.threads;
   options.local_rank = world.local_rank();
   std::unique_ptr<Backend> backend;

@@ -137,7 +137,9 @@ TrainSummary train(const TrainConfig& config, const MpiWorld& world, double proc
   const Checkpointer checkpointer(world, config, saved_config, layout, run_id);
 
   BackendOptions backend_options;
-  backend_options.kind = config.backend;
+  backend_options.kind = parse_backend_kind(config.backend);
+  // Until the knobs are gathered in one struct: CNN_CUDA_GRAPHS=0 queues each step eagerly, for A/B.
+  if (const char* graphs = std::getenv("CNN_CUDA_GRAPHS")) backend_options.cuda_graphs = std::string(graphs) != "0";
   backend_options.threads = config.threads;
   backend_options.local_rank = world.local_rank();
   backend_options.optimizer = optimizer.kind;

@@ -418,10 +418,11 @@ std::vector<float> initial_params(const cnn::SeedModel& m, std::uint64_t seed) {
 }
 
 std::unique_ptr<cnn::Backend> make(const std::string& kind, const cnn::SeedModel& m,
-                                   cnn::OptimizerKind optimizer = cnn::OptimizerKind::kSgd) {
+                                   cnn::OptimizerKind optimizer = cnn::OptimizerKind::kSgd, bool graphs = true) {
   cnn::BackendOptions options;
-  options.kind = kind;
+  options.kind = cnn::parse_backend_kind(kind);
   options.optimizer = optimizer;
+  options.cuda_graphs = graphs;
   const cnn::Network net = cnn::seed_network(m);
   return kind == "cuda" ? cnn::make_cuda_backend(options, net) : cnn::make_backend(options, net);
 }
@@ -527,10 +528,8 @@ struct SeqStep {
 std::unique_ptr<cnn::Backend> make_cuda(const cnn::SeedModel& m, bool fused_forward, bool graphs = true,
                                         cnn::OptimizerKind optimizer = cnn::OptimizerKind::kSgd) {
   if (!fused_forward) setenv("CNN_CUDA_FUSED_FORWARD", "0", 1);
-  if (!graphs) setenv("CNN_CUDA_GRAPHS", "0", 1);
-  auto backend = make("cuda", m, optimizer);
+  auto backend = make("cuda", m, optimizer, graphs);
   unsetenv("CNN_CUDA_FUSED_FORWARD");
-  unsetenv("CNN_CUDA_GRAPHS");
   return backend;
 }
 

@@ -351,13 +351,12 @@ std::vector<float> initial_params(const cnn::Network& net, std::uint64_t seed) {
 std::unique_ptr<cnn::Backend> make(const std::string& kind, const cnn::Network& net, cnn::OptimizerKind optimizer,
                                    bool graphs = true) {
   cnn::BackendOptions options;
-  options.kind = kind == "seq" ? "seq" : "cuda";
+  options.kind = kind == "seq" ? cnn::BackendKind::kSeq : cnn::BackendKind::kCuda;
   options.optimizer = optimizer;
+  options.cuda_graphs = graphs;
   if (kind == "cuda-layers") setenv("CNN_CUDA_LAYERS", "1", 1);
-  if (!graphs) setenv("CNN_CUDA_GRAPHS", "0", 1);
   auto backend = kind == "seq" ? cnn::make_backend(options, net) : cnn::make_cuda_backend(options, net);
   unsetenv("CNN_CUDA_LAYERS");
-  unsetenv("CNN_CUDA_GRAPHS");
   return backend;
 }
 

@@ -61,7 +61,7 @@ Run train(const std::string& kind, cnn::OptimizerKind optimizer, int cuts) {
   model.filters = 8;
   const cnn::ParamLayout layout = model.layout();
   cnn::BackendOptions options;
-  options.kind = kind;
+  options.kind = cnn::parse_backend_kind(kind);
   options.threads = 2;
   options.optimizer = optimizer;
   auto backend = cnn::make_backend(options, cnn::seed_network(model));

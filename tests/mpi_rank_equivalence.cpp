@@ -40,7 +40,7 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   model.filters = 16;
   const cnn::ParamLayout layout = model.layout();
   cnn::BackendOptions options;
-  options.kind = kind;
+  options.kind = cnn::parse_backend_kind(kind);
   options.threads = 2;
   options.optimizer = opt.kind;
   auto backend = cnn::make_backend(options, cnn::seed_network(model));

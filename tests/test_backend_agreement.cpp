@@ -20,7 +20,7 @@ StepResult one_step(const std::string& kind, int threads, const cnn::SeedModel& 
                     const std::vector<float>& params, const std::vector<std::int32_t>& order, std::int64_t first,
                     std::int64_t count) {
   cnn::BackendOptions options;
-  options.kind = kind;
+  options.kind = cnn::parse_backend_kind(kind);
   options.threads = threads;
   auto backend = cnn::make_backend(options, cnn::seed_network(model));
   backend->bind_data(train, train);

@@ -92,7 +92,7 @@ cnn::TrainConfig config_for(const std::string& dir, const std::string& mode) {
 
 std::unique_ptr<cnn::Backend> seq_backend(const cnn::SeedModel& model, const std::vector<float>& params) {
   cnn::BackendOptions options;
-  options.kind = "seq";
+  options.kind = cnn::BackendKind::kSeq;
   auto backend = cnn::make_backend(options, cnn::seed_network(model));
   backend->upload_params(params);
   return backend;

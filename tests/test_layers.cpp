@@ -258,10 +258,10 @@ BOOST_AUTO_TEST_CASE(cifar_preset_threads_agree_with_seq) {
   cnn::initialize_params(params.data(), net.layout, 3);
   cnn::BatchStats seq_stats, stats;
   cnn::BackendOptions options;
-  options.kind = "seq";
+  options.kind = cnn::BackendKind::kSeq;
   const std::vector<float> reference = step_gradients(cnn::make_backend(options, net), data, params, 150, &seq_stats);
   for (int threads : {2, 3}) {
-    options.kind = "threads";
+    options.kind = cnn::BackendKind::kThreads;
     options.threads = threads;
     const std::vector<float> other = step_gradients(cnn::make_backend(options, net), data, params, 150, &stats);
     BOOST_TEST(stats.correct == seq_stats.correct);

@@ -104,15 +104,23 @@ class Backend {
   virtual PhaseTimes take_phase_times() { return {}; }
 };
 
+enum class BackendKind { kSeq, kThreads, kCuda };
+
+// "seq", "threads", "cuda".
+const char* backend_kind_name(BackendKind kind);
+// The --backend value; anything else is a UsageError naming the choices.
+BackendKind parse_backend_kind(const std::string& text);
+
 struct BackendOptions {
-  std::string kind;                 // seq | threads | cuda
-  int threads = 1;                  // for `threads`
+  BackendKind kind = BackendKind::kSeq;
+  int threads = 1;                  // for `threads` (`seq` is one thread by definition)
   int local_rank = 0;               // for `cuda`: device = local_rank % visible devices
   OptimizerKind optimizer = OptimizerKind::kSgd;
+  bool cuda_graphs = true;          // cuda: replay each step as one CUDA graph (the knob CNN_CUDA_GRAPHS=0: eager, for A/B)
 };
 
-// seq/threads: the fused CPU backend when network.as_seed(), the layer-by-layer one otherwise;
-// cuda: make_cuda_backend, which chooses the same way.
+// One backend per device, running network as the ops plan_ops picks for it (op_plan.hpp): seq and
+// threads on the CPU (seq unfused, the reference), cuda on the GPU.
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Network& network);
 
 }  // namespace cnn
