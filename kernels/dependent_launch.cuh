@@ -8,8 +8,9 @@
 //   its first statement is start_after_previous_kernel(),
 // before it reads or writes any global memory. griddepcontrol.wait returns only once every grid it
 // depends on has completed and its memory is visible, so the kernel sees exactly what a plain launch
-// would: results are bitwise the same with the feature on or off (CNN_CUDA_PDL=0 turns it off; on a
-// GPU before sm_90 the launch attribute is left out and the instructions compile to nothing).
+// would: results are bitwise the same as without the feature (on a GPU before sm_90 the launch
+// attribute is left out and the instructions compile to nothing). It is always on where the device
+// supports it: the A/B runs that settled it are recorded in docs/PERFORMANCE.md.
 // Completion is transitive: the previous kernel itself waited before it ended, so everything earlier
 // on the stream is complete too. Work that is not a kernel (copies, memsets, event waits, allocation
 // nodes, NCCL) keeps its ordinary full dependency.
@@ -32,7 +33,7 @@
 namespace cnn::cuda {
 
 // True when launches on the current device may carry the programmatic-serialization attribute: the
-// device is sm_90 or later and CNN_CUDA_PDL is not "0" (read once per process, for A/B runs).
+// device is sm_90 or later.
 bool dependent_launch_enabled();
 
 #ifdef __CUDACC__

@@ -7,6 +7,7 @@
 
 #include "cnn/cuda_backend.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/op_plan.hpp"
 #include "cuda_check.hpp"
 #include "cuda_ops.hpp"
 #include "dependent_launch.cuh"
@@ -31,8 +32,6 @@ bool enabled_by_environment(const char* name) {
 }
 
 bool dependent_launch_enabled() {
-  static const bool switched_on = enabled_by_environment("CNN_CUDA_PDL");
-  if (!switched_on) return false;
   // Per device, because a process may drive more than one (tests); 0 = not asked yet, 1 = no, 2 = yes.
   static std::array<std::atomic<int>, 64> supported{};
   int device = 0;
@@ -56,21 +55,18 @@ int multiprocessor_count() {
   return count;
 }
 
-bool seed_shape_supported(const SeedModel& m) {
-  return m.kernel == kSeedKernel && (m.input.channels == 1 || m.input.channels == 3) && m.classes == kSeedClasses &&
-         m.filters > 0 && m.pooled().height > 0 && m.pooled().width > 0;
-}
+bool seed_shape_supported(const SeedModel& m) { return cuda_conv_relu_pool_supported(m); }
 
 void check_seed_shape(const SeedModel& m) {
-  std::string problem;
+  if (seed_shape_supported(m)) return;
+  // Which of the predicate's conditions fails, for the message; the last one left is the empty layer.
+  std::string problem = "an empty layer";
   if (m.kernel != kSeedKernel) problem = "a " + std::to_string(m.kernel) + "x" + std::to_string(m.kernel) + " kernel";
   else if (m.input.channels != 1 && m.input.channels != 3)
     problem = std::to_string(m.input.channels) + " input channels";
   else if (m.classes != kSeedClasses) problem = std::to_string(m.classes) + " classes";
-  else if (m.filters <= 0 || m.pooled().height <= 0 || m.pooled().width <= 0) problem = "an empty layer";
-  if (!problem.empty())
-    throw UsageError("the cuda backend supports the seed CNN with a 3x3 kernel, 1 or 3 input channels and 10 "
-                     "classes; this model has " + problem + " (use --backend seq or threads)");
+  throw UsageError("the cuda backend supports the seed CNN with a 3x3 kernel, 1 or 3 input channels and 10 "
+                   "classes; this model has " + problem + " (use --backend seq or threads)");
 }
 
 }  // namespace cuda

@@ -1,30 +1,30 @@
 // plan_gemm (implicit_gemm.cuh): the tile and the split of one matrix product. A function of the
-// shape, the GPU's multiprocessor count and three tuning knobs only, so the order of every sum is
-// fixed. The knobs (CNN_GEMM_THREADS_PER_SM, CNN_GEMM_MAX_SPLITS, CNN_GEMM_MIN_TILES_PER_SPLIT) are
-// for kernels/bench/gemm_sweep.sh; their defaults are its measured best. A run resumed with other
-// values than it started with sums in another order, so it is not bitwise equal to an
-// uninterrupted one.
+// shape and the GPU's multiprocessor count only, so the order of every sum is fixed.
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 
 #include "implicit_gemm.cuh"
 
 namespace cnn::cuda {
 namespace {
-// Tuning experiments only (read once per process, so every plan of a run agrees).
-int knob(const char* name, int fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : fallback;
-}
+// The targets of the plan, from the sweep of the cifar preset on nvidia-h100-x1 recorded in
+// docs/PERFORMANCE.md ("Plan knobs, measured", kernels/bench/NOTES.md; they were the environment
+// knobs CNN_GEMM_THREADS_PER_SM, CNN_GEMM_MAX_SPLITS and CNN_GEMM_MIN_TILES_PER_SPLIT, since
+// retired). Changing one changes the order of the sums, so a run resumed across the change is not
+// bitwise equal to an uninterrupted one.
+// Threads to put on every multiprocessor (16 warps). The sweep tried 384 to 2048: more did not help
+// (1024 and up force split-K on conv2's forward, slower).
+constexpr int kThreadsPerSM = 512;
+// At most this many splits of one product: 4096 beat 512 by 3-4% (conv1's weight gradient, a long
+// k, 47 -> 30 us).
+constexpr int kMaxSplits = 4096;
+// At least this many k-tiles per split. The sweep tried 2 to 32: more did not help.
+constexpr int kMinTilesPerSplit = 4;
 }  // namespace
 
 GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split) {
   // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
   constexpr std::array<std::array<int, 2>, 5> kTiles = {{{64, 64}, {128, 32}, {64, 32}, {32, 64}, {32, 32}}};
-  static const int kMinTilesPerSplit = knob("CNN_GEMM_MIN_TILES_PER_SPLIT", 4);
-  static const int kMaxSplits = knob("CNN_GEMM_MAX_SPLITS", 4096);
-  static const int kThreadsPerSM = knob("CNN_GEMM_THREADS_PER_SM", 512);  // 16 warps
   const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;
   const int k_tiles = std::max(1, static_cast<int>(ceil_div(k, kGemmBK)));
   GemmPlan best;

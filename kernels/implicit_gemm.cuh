@@ -1,7 +1,8 @@
 // One tiled fp32 matrix product, C[M,N] = sum_k A[m,k] * B[k,n], behind every convolution and fully
-// connected layer of a general network (kernels/layer_ops.cu). A and B are never materialised: a
-// loader computes each element from the layer's tensors (implicit im2col), and a store functor puts
-// each result where the layer wants it (with bias, ReLU, a ReLU mask or += as the layer needs).
+// connected layer of a general network (kernels/layer_ops_conv.cu, layer_ops_fc.cu). A and B are never
+// materialised: a loader computes each element from the layer's tensors (implicit im2col), and a store
+// functor puts each result where the layer wants it (with bias, ReLU, a ReLU mask or += as the layer
+// needs).
 //
 //   conv forward   M = n*OH*OW (s,y,x)   N = F            K = C*KH*KW (c,i,j)
 //   conv dgrad     M = n*H*W   (s,h,w)   N = C            K = F*KH*KW (f,i,j)
@@ -54,9 +55,9 @@ struct GemmPlan {
   std::int64_t workspace_floats() const { return splits > 1 ? std::int64_t{splits} * m * n : 0; }
 };
 
-// Picks the tile and the split count: the largest tile that, with at most `max_splits` splits of at
-// least 4 k-tiles each, puts about 512 threads on every multiprocessor; otherwise whichever comes
-// closest (ties to the larger tile, which re-reads less).
+// Picks the tile and the split count: the largest tile that, with at most 4096 splits of at least 4
+// k-tiles each, puts about 512 threads on every multiprocessor; otherwise whichever comes closest
+// (ties to the larger tile, which re-reads less). The three numbers are constants in gemm_plan.cu.
 GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split);
 
 #ifdef __CUDACC__

@@ -2,12 +2,15 @@
 // same argument order, same semantics (backward ops ACCUMULATE into parameter gradients and
 // OVERWRITE activation gradients), device pointers, plus the stream to run on. Each returns once its
 // kernels are queued. Scratch for split reductions comes from the stream-ordered allocator, so the
-// twins may be captured in a CUDA graph. Defined in layer_ops.cu, the max-pool ones in maxpool.cu,
-// the conv + ReLU + pool one in conv_relu_pool.cu.
+// twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu and
+// conv_relu_pool.cu (the conv + ReLU + pool one).
 //
 // Below the twins: the planned forms the layer backend (cuda_layer_backend.cu) launches inside its
 // captured step, with the launch shape fixed once per batch size, a preallocated workspace, and the
-// neighbouring ReLU folded in (into the forward's store, or as a mask on the input gradient).
+// neighbouring ReLU folded in (into the forward's store, or as a mask on the input gradient). The
+// plans are made in layer_plans.cu; the conv forms are in layer_ops_conv.cu, the fc forms in
+// layer_ops_fc.cu, maxpool_backward_masked in maxpool.cu, the conv + ReLU + pool forms in
+// conv_relu_pool.cu.
 //
 // Every sum runs in an order fixed by the plan (shape and GPU model): no float atomics, so a run on
 // the same GPU repeats bit for bit. The fully connected twins (fc_forward / fc_backward in

@@ -3,11 +3,13 @@
 # builds this tree ("after") and BEFORE_DIR (a checkout of the earlier commit, inside the checkout so
 # that it travels, e.g. `git worktree add --detach .carry/before REV`) in parallel, then
 #   1. gpu_layers (every layer op against its CPU twin, the backend against seq and the fused one);
-#   2. the cifar preset's ms/epoch, before and after alternated twice, then after with CNN_CUDA_PDL=0;
+#   2. the cifar preset's ms/epoch, before and after alternated twice;
 #   3. the seed model's ms/epoch, before and after alternated twice;
 #   4. the whole gpu_backend suite and tests/gpu_train_test.sh on the after tree.
 # The figures of docs/PERFORMANCE.md of 2026-11-22T03:08Z came from these steps (BEFORE_DIR at c9a995f;
 # that run used a session copy of this script: the same steps, in a different before build folder).
+# History: step 2 then also ran the after tree with CNN_CUDA_PDL=0 (dependent launch off); that
+# switch is retired, dependent launch is always on where the device supports it.
 # Usage, from the tree: BEFORE_DIR=.carry/before OUT=$OUT bash kernels/bench/cifar_before_after_run.sh
 set -uo pipefail
 before=${BEFORE_DIR:-.carry/before}
@@ -36,8 +38,6 @@ alternate() {
 }
 run 150 layers build-after/tests/gpu_layers --log_level=test_suite; tail -2 "$out/layers.log"
 alternate cifar 100 gpu_layers measure_cifar_epoch_time "^(32|128|512) "
-CNN_CUDA_PDL=0 run 100 cifar-after-pdl0 build-after/tests/gpu_layers --run_test=measure_cifar_epoch_time
-echo "cifar after, CNN_CUDA_PDL=0:"; grep -E "^(32|128|512) +on" "$out/cifar-after-pdl0.log"
 alternate seed 60 gpu_backend measure_epoch_time "fused +on"
 echo "at $(($(date +%s) - start)) s"
 run 150 backend build-after/tests/gpu_backend; tail -2 "$out/backend.log"

@@ -1,18 +1,15 @@
-// The general network's layer operations on the device: the twins of src/ (conv2d, relu; maxpool in
-// maxpool.cu)
-// and the planned forms of layer_ops.hpp. Convolutions and fully connected layers are implicit
-// matrix products (implicit_gemm.cuh): the loaders below decode a product's (row, k) into the
-// layer's tensors, the stores put each result in place.
-#include "layer_ops.hpp"
+// The convolution's layer operations on the device: the planned forms of layer_ops.hpp
+// (conv2d_forward_planned, conv2d_backward_data, conv2d_backward_weights) and the twins conv2d_forward
+// / conv2d_backward of src/. Each is an implicit matrix product (implicit_gemm.cuh): the loaders below
+// decode a product's (row, k) into the layer's tensors, the stores put each result in place. The input
+// gradient by columns ends with the col2im gather below. The plans come from layer_plans.cu.
+#include <cstdint>
 
-#include <algorithm>
-#include <string>
-
-#include "cnn/errors.hpp"
 #include "cuda_check.hpp"
-#include "cuda_ops.hpp"
 #include "dependent_launch.cuh"
 #include "launch.hpp"
+#include "layer_ops.hpp"
+#include "layer_ops_gemm.cuh"
 #include "stream_scratch.hpp"
 
 namespace cnn::cuda {
@@ -244,60 +241,7 @@ struct ColumnsStore {
   }
 };
 
-// grad[row, col] (+)= v for col < cols; column `cols` is the bias: grad_bias[row] (+)= v.
-// A conv's weight gradient (row f, col (c,i,j)) and a fully connected one (row o, col i) alike.
-struct WeightGradStore {
-  float* grad_weight;
-  float* grad_bias;
-  int cols;
-  bool accumulate;
-  __device__ __forceinline__ void operator()(int row, int col, float v) const {
-    float* dst = col < cols ? grad_weight + static_cast<std::int64_t>(row) * cols + col : grad_bias + row;
-    *dst = accumulate ? *dst + v : v;
-  }
-};
-
-// out[s, o] = v + bias[o] (ReLU when kRelu).
-template <bool kRelu>
-struct FcForwardStore {
-  float* out;
-  const float* bias;
-  int outputs;
-  __device__ __forceinline__ void operator()(int s, int o, float v) const {
-    float y = v + bias[o];
-    if (kRelu) y = fmaxf(y, 0.0f);
-    out[static_cast<std::int64_t>(s) * outputs + o] = y;
-  }
-};
-
-// grad_in[s, i] = v, zeroed where relu_out <= 0 when kMask.
-template <bool kMask>
-struct FcDgradStore {
-  float* grad_in;
-  const float* relu_out;
-  int inputs;
-  __device__ __forceinline__ void operator()(int s, int i, float v) const {
-    const std::int64_t e = static_cast<std::int64_t>(s) * inputs + i;
-    if (kMask && !(relu_out[e] > 0.0f)) v = 0.0f;
-    grad_in[e] = v;
-  }
-};
-
-// ---- elementwise and pooling kernels --------------------------------------------------------------
-
-__global__ void relu_forward_kernel(float* out, const float* in, std::int64_t count) {
-  start_after_previous_kernel();
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    out[e] = fmaxf(in[e], 0.0f);
-}
-
-__global__ void relu_backward_kernel(float* grad_in, const float* grad_out, const float* out, std::int64_t count) {
-  start_after_previous_kernel();
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < count;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-    grad_in[e] = out[e] > 0.0f ? grad_out[e] : 0.0f;
-}
+// ---- col2im gather --------------------------------------------------------------------------------
 
 // col2im: a thread per input pixel (s, c, h, w) adds the columns of the taps (i, j) whose window
 // covers it, in row-major tap order (a fixed order: no atomics), then applies the ReLU mask.
@@ -358,60 +302,7 @@ __global__ void gather_columns_kernel(float* __restrict__ grad_in, const float* 
   }
 }
 
-// Launches a product with the store picked by a run-time flag.
-template <class LoadA, class LoadB, class StoreTrue, class StoreFalse>
-void launch_either(bool flag, const GemmPlan& plan, const LoadA& a, const LoadB& b, const StoreTrue& if_true,
-                   const StoreFalse& if_false, float* workspace, cudaStream_t stream) {
-  if (flag)
-    launch_gemm(plan, a, b, if_true, workspace, stream);
-  else
-    launch_gemm(plan, a, b, if_false, workspace, stream);
-}
-
 }  // namespace
-
-void check_int_range(std::int64_t value, const char* what) {
-  if (value >= (std::int64_t{1} << 31))
-    throw UsageError(std::string("the cuda layer kernels index with 32-bit integers; ") + what + " has " +
-                     std::to_string(value) + " elements (lower --batch)");
-}
-
-std::int64_t LayerPlans::workspace_floats() const {
-  return std::max({forward.workspace_floats(), dgrad_by_columns ? column_floats : dgrad.workspace_floats(),
-                   wgrad.workspace_floats()});
-}
-
-LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, std::int64_t max_column_floats) {
-  check_int_range(n * s.out_size(), "a convolution's output");
-  check_int_range(n * s.in_size(), "a convolution's input");
-  const int positions = static_cast<int>(n * s.out_h() * s.out_w());
-  const int taps = s.channels * s.kernel * s.kernel;
-  LayerPlans p;
-  p.forward = plan_gemm(positions, s.filters, taps, multiprocessors, true);
-  const std::int64_t column_floats = std::int64_t{taps} * positions;
-  p.dgrad_by_columns = column_floats <= max_column_floats;
-  if (p.dgrad_by_columns) {
-    // k = F is short and the columns are the output: no split-K, no workspace beyond the columns.
-    p.column_floats = column_floats;
-    p.dgrad = plan_gemm(positions, taps, s.filters, multiprocessors, false);
-  } else {
-    p.dgrad = plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, s.filters * s.kernel * s.kernel,
-                        multiprocessors, true);
-  }
-  p.wgrad = plan_gemm(s.filters, taps + 1, positions, multiprocessors, true);
-  return p;
-}
-
-LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors) {
-  check_int_range(n * in_features, "a fully connected layer's input");
-  check_int_range(out_features * (in_features + 1), "a fully connected layer's weights");
-  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features), N = static_cast<int>(n);
-  LayerPlans p;
-  p.forward = plan_gemm(N, O, I, multiprocessors, true);
-  p.dgrad = plan_gemm(N, I, O, multiprocessors, true);
-  p.wgrad = plan_gemm(O, I + 1, N, multiprocessors, true);
-  return p;
-}
 
 void conv2d_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
                             std::int64_t n, const ConvShape& shape, bool relu, float* workspace, cudaStream_t stream) {
@@ -471,69 +362,6 @@ void conv2d_backward_weights(const GemmPlan& plan, float* grad_weight, float* gr
               WeightGradStore{grad_weight, grad_bias, g.C * g.KK, accumulate}, workspace, stream);
 }
 
-void fc_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
-                        std::int64_t n, std::int64_t in_features, std::int64_t out_features, bool relu,
-                        float* workspace, cudaStream_t stream) {
-  if (n <= 0) return;
-  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features);
-  StridedLoader<true> a;  // in[s, i]
-  a.p = in;
-  a.rows = static_cast<int>(n);
-  a.depth = I;
-  a.ld_mn = I;
-  a.ld_k = 1;
-  StridedLoader<true> b;  // weight[o, i]
-  b.p = weight;
-  b.rows = O;
-  b.depth = I;
-  b.ld_mn = I;
-  b.ld_k = 1;
-  launch_either(relu, plan, a, b, FcForwardStore<true>{out, bias, O}, FcForwardStore<false>{out, bias, O}, workspace,
-                stream);
-}
-
-void fc_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_out, const float* weight,
-                      const float* relu_out, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
-                      float* workspace, cudaStream_t stream) {
-  if (n <= 0) return;
-  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features);
-  StridedLoader<true> a;  // grad_out[s, o]
-  a.p = grad_out;
-  a.rows = static_cast<int>(n);
-  a.depth = O;
-  a.ld_mn = O;
-  a.ld_k = 1;
-  StridedLoader<false> b;  // weight[o, i] as [k = o, n = i]
-  b.p = weight;
-  b.rows = I;
-  b.depth = O;
-  b.ld_mn = 1;
-  b.ld_k = I;
-  launch_either(relu_out != nullptr, plan, a, b, FcDgradStore<true>{grad_in, relu_out, I},
-                FcDgradStore<false>{grad_in, nullptr, I}, workspace, stream);
-}
-
-void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
-                         const float* in, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
-                         bool accumulate, float* workspace, cudaStream_t stream) {
-  if (n <= 0) return;
-  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features);
-  StridedLoader<false> a;  // grad_out[s, o] as [m = o, k = s]
-  a.p = grad_out;
-  a.rows = O;
-  a.depth = static_cast<int>(n);
-  a.ld_mn = 1;
-  a.ld_k = O;
-  StridedLoader<false> b;  // in[s, i] as [k = s, n = i], plus the bias column n = I of ones
-  b.p = in;
-  b.rows = I;
-  b.depth = static_cast<int>(n);
-  b.ones_row = I;
-  b.ld_mn = 1;
-  b.ld_k = I;
-  launch_gemm(plan, a, b, WeightGradStore{grad_weight, grad_bias, I, accumulate}, workspace, stream);
-}
-
 // ---- twins ----------------------------------------------------------------------------------------
 
 void conv2d_forward(float* out, const float* in, const float* weight, const float* bias, std::int64_t n,
@@ -554,18 +382,6 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
     conv2d_backward_data(plans, grad_in, grad_out, weight, nullptr, n, shape, workspace.get(), stream);
   conv2d_backward_weights(plans.wgrad, grad_weight, grad_bias, grad_out, in, n, shape, true, workspace.get(), stream);
   workspace.release();
-}
-
-void relu_forward(float* out, const float* in, std::int64_t count, cudaStream_t stream) {
-  if (count <= 0) return;
-  launch_dependent(relu_forward_kernel, grid_for(count), kBlockThreads, 0, stream, out, in, count);
-  CNN_CHECK_LAUNCH();
-}
-
-void relu_backward(float* grad_in, const float* grad_out, const float* out, std::int64_t count, cudaStream_t stream) {
-  if (count <= 0) return;
-  launch_dependent(relu_backward_kernel, grid_for(count), kBlockThreads, 0, stream, grad_in, grad_out, out, count);
-  CNN_CHECK_LAUNCH();
 }
 
 }  // namespace cnn::cuda
