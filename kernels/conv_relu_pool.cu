@@ -1,6 +1,6 @@
 // Convolution 3x3 + bias + ReLU + 2x2/2 max-pool, forward and backward: the twin of
 // src/ops_conv_relu_pool.cpp's conv_relu_pool_forward / conv_relu_pool_backward, and the planned weight
-// gradient the layer backend uses for a first layer of that shape (layer_ops.hpp).
+// gradient of the cuda backend's conv_relu_pool op (op_conv_relu_pool.cu, layer_ops.hpp).
 #include <algorithm>
 #include <type_traits>
 
@@ -32,7 +32,7 @@ __host__ __device__ constexpr int filter_stride() {
 // Thread = (sample, pool cell), looping over the block's filters. Each pool cell needs the 2x2 conv
 // outputs below it, which read a 4x4 input patch per channel; computing the four here and keeping
 // only the max means the [n,F,26,26] conv output never exists in memory.
-// Input: FloatBatch (the twin: a gathered float batch) or GatheredBatch (the layer backend: the
+// Input: FloatBatch (the twin: a gathered float batch) or GatheredBatch (the conv_relu_pool op: the
 // resident uint8 data set through the batch's indices, the same floats as gather_normalize). From
 // GatheredBatch, filter group 0 also saves each cell's patch as one 16-byte word per channel
 // (PatchBatch, input_batch.cuh) for the weight gradient, where `patches` is given.

@@ -70,7 +70,7 @@ void adam_update(float* params, float* m, float* v, const float* grads, std::int
                  float beta2, float eps, std::int64_t step, float grad_scale, cudaStream_t stream,
                  const unsigned long long* skip_flag = nullptr);
 // The twin of cnn::apply_optimizer over a whole flat buffer of `total` floats, by settings.kind
-// (`state`: optimizer_state_per_param(kind) whole copies, adam: m then v): both CUDA backends'
+// (`state`: optimizer_state_per_param(kind) whole copies, adam: m then v): the device backend's
 // apply_update.
 void apply_optimizer(const OptimizerSettings& settings, float* params, float* state, const float* grads,
                      std::int64_t total, float grad_scale, cudaStream_t stream,

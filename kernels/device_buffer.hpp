@@ -92,7 +92,7 @@ class PinnedBuffer {
 
 // Whole-buffer copies between a host vector and a device buffer of the same length, finished on
 // return (the host vector may go away, and queued steps on `stream` have run): the host side of
-// parameters, optimizer state and checkpoints in both CUDA backends.
+// parameters, optimizer state and checkpoints in the device backend.
 template <class T>
 void copy_to_device(DeviceBuffer<T>& device, const std::vector<T>& host, cudaStream_t stream) {
   if (host.empty()) return;

@@ -14,14 +14,13 @@ void cuda::StreamCommunicator::barrier() {
 }
 
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path) {
-  auto* cuda_backend = dynamic_cast<cuda::DeviceBackend*>(&backend);
-  if (cuda_backend == nullptr)
+  const DeviceQueue* queue = backend.device_queue();
+  if (queue == nullptr)
     throw Error(ExitCode::kFailure, "internal error: a device communicator needs the cuda backend, not " + backend.name());
-  if (path == "mpi") return cuda::make_host_staged_communicator(world, *cuda_backend);
-  if (path == "peer")
-    return cuda::make_peer_communicator(world, cuda_backend->device(), cuda_backend->stream(), cuda_backend->param_count());
+  if (path == "mpi") return cuda::make_host_staged_communicator(world, queue->stream);
+  if (path == "peer") return cuda::make_peer_communicator(world, queue->device, queue->stream, queue->floats);
 #ifdef CNN_HAVE_NCCL
-  if (path == "nccl") return cuda::make_nccl_communicator(world, cuda_backend->device(), cuda_backend->stream());
+  if (path == "nccl") return cuda::make_nccl_communicator(world, queue->device, queue->stream);
 #endif
   throw UsageError("--allreduce " + path + ": not available in this build (available: " +
                    (device_nccl_available() ? "nccl, peer, mpi" : "peer, mpi") + ")");
@@ -33,9 +32,9 @@ std::string device_allreduce_path(const std::string& requested) {
 }
 
 std::string device_peer_unavailable(const MpiWorld& world, Backend& backend) {
-  auto* cuda_backend = dynamic_cast<cuda::DeviceBackend*>(&backend);
-  if (cuda_backend == nullptr) return "not the cuda backend";
-  return cuda::peer_allreduce_unavailable(world, cuda_backend->device());
+  const DeviceQueue* queue = backend.device_queue();
+  if (queue == nullptr) return "not the cuda backend";
+  return cuda::peer_allreduce_unavailable(world, queue->device);
 }
 
 bool device_nccl_available() {

@@ -1,7 +1,9 @@
-// Communicators for gradients in device memory. All queue their work on the backend's stream, so
-// the allreduce is ordered after the step that wrote the gradients and before the update that reads
-// them, with no extra synchronisation.
+// Communicators for gradients in device memory. All queue their work on the backend's stream
+// (Backend::device_queue()), so the allreduce is ordered after the step that wrote the gradients and
+// before the update that reads them, with no extra synchronisation.
 #pragma once
+
+#include <cuda_runtime.h>
 
 #include <cstddef>
 #include <memory>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "cnn/communicator.hpp"
-#include "device_backend.hpp"
 
 namespace cnn::cuda {
 
@@ -92,7 +93,8 @@ std::string peer_allreduce_unavailable(const MpiWorld& world, int device);
 std::unique_ptr<Communicator> make_peer_communicator(const MpiWorld& world, int device, cudaStream_t stream,
                                                      std::int64_t capacity, int shots = 0);
 
-// Copies device -> pinned host buffer, MPI_Allreduce in place, copies back. For builds without NCCL.
-std::unique_ptr<Communicator> make_host_staged_communicator(const MpiWorld& world, DeviceBackend& backend);
+// Copies device -> pinned host buffer, MPI_Allreduce in place, copies back, all on `stream`. For
+// builds without NCCL.
+std::unique_ptr<Communicator> make_host_staged_communicator(const MpiWorld& world, cudaStream_t stream);
 
 }  // namespace cnn::cuda

@@ -1,4 +1,4 @@
-// Both data splits in device memory, as uint8, for the two CUDA backends (fused seed, layer-by-layer):
+// Both data splits in device memory, as uint8, for the device backend (device_backend.hpp):
 // uploaded once in memory mode, re-bound at every window in stream mode (docs/DATA.md).
 #pragma once
 

@@ -16,7 +16,7 @@ constexpr std::int64_t kMaxMpiCount = INT_MAX;
 
 class HostStagedCommunicator final : public StreamCommunicator {
  public:
-  HostStagedCommunicator(const MpiWorld& world, DeviceBackend& backend) : StreamCommunicator(world, backend.stream()) {}
+  HostStagedCommunicator(const MpiWorld& world, cudaStream_t stream) : StreamCommunicator(world, stream) {}
 
   std::string name() const override { return "MPI_Allreduce via pinned host memory (device memory)"; }
 
@@ -63,8 +63,8 @@ class HostStagedCommunicator final : public StreamCommunicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_host_staged_communicator(const MpiWorld& world, DeviceBackend& backend) {
-  return std::make_unique<HostStagedCommunicator>(world, backend);
+std::unique_ptr<Communicator> make_host_staged_communicator(const MpiWorld& world, cudaStream_t stream) {
+  return std::make_unique<HostStagedCommunicator>(world, stream);
 }
 
 }  // namespace cnn::cuda

@@ -17,7 +17,7 @@
 namespace cnn::cuda {
 namespace {
 
-// ---- fused forward ---------------------------------------------------------------------------------
+// ---- forward ---------------------------------------------------------------------------------------
 
 // Samples per thread of the fused forward: each fc weight a thread loads serves this many samples
 // (with 1 the whole fc weight matrix would stream through L2 once per sample). Fewer for 3 input
@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(kForwardMaxThreads)
 
 // A warp per sample: logits = bias + the partial sums (fc_logits_from_partials), then lane 0 takes
 // the softmax cross-entropy. The logits themselves are never stored. Labels come from the data set
-// through `label_indices`, or straight from `labels` when that is null.
+// through `label_indices`, or straight from `labels` when that is null (unused since the unfused
+// forward was retired; the kernel is kept as it was measured).
 __global__ void fc_softmax_kernel(float* __restrict__ grad_logits /*[n,O]*/, float* __restrict__ sample_loss /*[n]*/,
                                   int* __restrict__ sample_correct /*[n]*/,
                                   const float* __restrict__ fc_partial /*[parts, n, O]*/,
@@ -219,41 +220,27 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
                           cudaStream_t stream) {
   const std::int64_t n = plan.n;
   const TensorShape p = m.pooled();
-  if (plan.fused_forward) {
-    const std::size_t smem = static_cast<std::size_t>(plan.filters_per_group) * forward_filter_stride<C>() * sizeof(float);
-    const dim3 grid(static_cast<unsigned>(ceil_div(n, forward_samples<C>() * forward_sample_rows<C>())),
-                    static_cast<unsigned>(plan.filter_groups));
-    const dim3 block(static_cast<unsigned>(plan.forward_threads), static_cast<unsigned>(forward_sample_rows<C>()));
-    launch_dependent(seed_forward_kernel<C>, grid, block, smem, stream, t.pooled, t.argmax, t.fc_partial, t.patches,
-                     GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight, t.conv_bias, t.fc_weight, n,
-                     m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height, p.width);
-    CNN_CHECK_LAUNCH();
-  } else {
-    conv_relu_pool_forward(t.pooled, t.argmax, t.input, t.conv_weight, t.conv_bias, n, m, stream);
-    launch_dependent(fc_forward_partial_kernel, plan.fc.blocks, kFcForwardThreads, 0, stream, t.fc_partial, t.pooled,
-                     t.fc_weight, n, m.fc_inputs(), plan.fc.chunk, plan.fc.chunks);
-    CNN_CHECK_LAUNCH();
-  }
+  const std::size_t smem = static_cast<std::size_t>(plan.filters_per_group) * forward_filter_stride<C>() * sizeof(float);
+  const dim3 grid(static_cast<unsigned>(ceil_div(n, forward_samples<C>() * forward_sample_rows<C>())),
+                  static_cast<unsigned>(plan.filter_groups));
+  const dim3 block(static_cast<unsigned>(plan.forward_threads), static_cast<unsigned>(forward_sample_rows<C>()));
+  launch_dependent(seed_forward_kernel<C>, grid, block, smem, stream, t.pooled, t.argmax, t.fc_partial, t.patches,
+                   GatheredBatch{t.images, t.indices, m.input.size()}, t.conv_weight, t.conv_bias, t.fc_weight, n,
+                   m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height, p.width);
+  CNN_CHECK_LAUNCH();
   launch_dependent(fc_softmax_kernel, grid_for(n * 32, 128), 128, 0, stream, t.grad_logits, t.sample_loss,
-                   t.sample_correct, t.fc_partial, t.fc_bias, plan.fused_forward ? t.all_labels : t.labels,
-                   plan.fused_forward ? t.indices : nullptr, n, plan.logit_parts);
+                   t.sample_correct, t.fc_partial, t.fc_bias, t.all_labels, t.indices, n, plan.logit_parts);
   CNN_CHECK_LAUNCH();
 }
 
-// One sweep over the plan's grid: the fused-forward tensors (windows from the saved patches) or the
-// unfused ones (windows from the gathered floats).
+// One sweep over the plan's grid, the windows from the patches the forward saved.
 template <int C, SweepRows kSums>
 void launch_sweep(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream) {
   const dim3 grid(plan.sweep.column_blocks, static_cast<unsigned>(plan.sweep.splits));
   const TensorShape p = m.pooled();
-  if (plan.fused_forward)
-    launch_dependent(conv_backward_sweep_kernel<C, kSums, PatchBatch<C>>, grid, kBlockThreads, 0, stream,
-                     t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax,
-                     PatchBatch<C>{t.patches, p.height * p.width}, sweep_shape(m, plan));
-  else
-    launch_dependent(conv_backward_sweep_kernel<C, kSums, FloatBatch>, grid, kBlockThreads, 0, stream, t.sweep_partial,
-                     nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax, FloatBatch{t.input, m.input.size()},
-                     sweep_shape(m, plan));
+  launch_dependent(conv_backward_sweep_kernel<C, kSums, PatchBatch<C>>, grid, kBlockThreads, 0, stream,
+                   t.sweep_partial, nullptr, t.grad_logits, t.fc_weight, t.pooled, t.argmax,
+                   PatchBatch<C>{t.patches, p.height * p.width}, sweep_shape(m, plan));
   CNN_CHECK_LAUNCH();
 }
 
@@ -334,45 +321,27 @@ void plan_forward(SeedStepPlan& plan, const SeedModel& m, int multiprocessors) {
   plan.logit_parts = plan.filter_groups;
 }
 
-template <int C>
-int step_sweep_blocks_per_multiprocessor(bool fused_forward) {
-  return fused_forward ? sweep_blocks_per_multiprocessor<C, SweepRows::kConvAndFc, PatchBatch<C>>()
-                       : sweep_blocks_per_multiprocessor<C, SweepRows::kConvAndFc, FloatBatch>();
-}
-
 }  // namespace
 
-SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forward) {
+SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n) {
   check_seed_shape(m);
   const int multiprocessors = multiprocessor_count();
   SeedStepPlan plan;
   plan.n = n;
-  plan.fused_forward = fused_forward;
-  if (fused_forward) {
-    if (m.input.channels == 1)
-      plan_forward<1>(plan, m, multiprocessors);
-    else
-      plan_forward<3>(plan, m, multiprocessors);
-  } else {
-    plan.fc = plan_fc_forward(n, m.fc_inputs(), multiprocessors);
-    plan.logit_parts = plan.fc.chunks;
-  }
-  // The sweep after the fused forward reads the windows from the patches that forward saves.
-  const int resident = m.input.channels == 1 ? step_sweep_blocks_per_multiprocessor<1>(fused_forward)
-                                             : step_sweep_blocks_per_multiprocessor<3>(fused_forward);
+  if (m.input.channels == 1)
+    plan_forward<1>(plan, m, multiprocessors);
+  else
+    plan_forward<3>(plan, m, multiprocessors);
+  // The sweep reads the windows from the patches the forward saves.
+  const int resident = m.input.channels == 1
+                           ? sweep_blocks_per_multiprocessor<1, SweepRows::kConvAndFc, PatchBatch<1>>()
+                           : sweep_blocks_per_multiprocessor<3, SweepRows::kConvAndFc, PatchBatch<3>>();
   plan.sweep = plan_sweep(n, m.fc_inputs(), multiprocessors, resident);
-  if (fused_forward)
-    plan.patch_words = n * m.input.channels * static_cast<std::int64_t>(m.pooled().height) * m.pooled().width;
+  plan.patch_words = n * m.input.channels * static_cast<std::int64_t>(m.pooled().height) * m.pooled().width;
   plan.sweep_rows = m.input.channels * kTaps1 + 1 + kSeedClasses;
   plan.fc_partial_floats = plan.logit_parts * n * kSeedClasses;
   plan.sweep_partial_floats = plan.sweep.splits * plan.sweep_rows * m.fc_inputs();
   return plan;
-}
-
-void seed_data_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream) {
-  if (plan.fused_forward) return;
-  gather_normalize(t.input, t.images, t.indices, plan.n, m.input.size(), stream);
-  gather_labels(t.labels, t.all_labels, t.indices, plan.n, stream);
 }
 
 void seed_forward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream) {

@@ -1,5 +1,4 @@
-// One training step of the seed CNN on the device, fused where it saves memory traffic or launches.
-// Fused forward (the default):
+// One training step of the seed CNN on the device, fused where it saves memory traffic or launches:
 //   seed_forward: conv + ReLU + pool straight from the uint8 data set (through the batch's indices),
 //     writing pooled and argmax, and the fc layer's partial logits over this block's filters
 //   -> fc_softmax: logits = bias + partial sums, softmax cross-entropy -> dL/dlogits
@@ -9,9 +8,10 @@
 //   -> finalize: adds every partial sum in a fixed order, writes the gradients and the batch's stats.
 //   (fc-first, for the overlapped step: the sweep and the finalize each run in two parts, the fc
 //   layer's first, so its allreduce can start while the conv layer's part runs.)
-// Unfused forward (CNN_CUDA_FUSED_FORWARD=0, for A/B): gather_normalize + gather_labels +
-// conv_relu_pool_forward (the twins) + fc partial sums, then the same last three kernels.
-// Either equals the twins' composition up to float rounding; tests compare it with `seq`.
+// It equals the twins' composition up to float rounding; tests compare it with `seq`. The cuda
+// backend runs it as the conv_relu_pool_fc_softmax op (op_conv_relu_pool_fc_softmax.cu). (An unfused
+// forward for A/B, the twins then the same last three kernels, was retired after its comparison:
+// docs/PERFORMANCE.md.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,8 +20,7 @@
 #include <functional>
 
 #include "cnn/model.hpp"
-#include "conv_backward.cuh"
-#include "fc_kernels.cuh"
+#include "sweep_plan.hpp"
 
 namespace cnn::cuda {
 
@@ -38,8 +37,6 @@ struct SeedStepTensors {
   const std::uint8_t* images = nullptr;   // [N,C,H,W], the resident training set
   const std::uint8_t* all_labels = nullptr;  // [N]
   const std::int32_t* indices = nullptr;  // [n], this batch's samples
-  float* input = nullptr;                 // [n,C,H,W], gathered floats (unfused forward only)
-  std::uint8_t* labels = nullptr;         // [n], gathered labels (unfused forward only)
   float* pooled = nullptr;                // [n, F*P]
   std::uint8_t* argmax = nullptr;         // [n, F*P]
   float* fc_partial = nullptr;            // [plan.logit_parts, n, O]
@@ -56,29 +53,24 @@ struct SeedStepTensors {
 // every sum, and with it every bit of the result, repeats.
 struct SeedStepPlan {
   std::int64_t n = 0;
-  bool fused_forward = true;
-  // Fused forward: blocks of kForwardSamples samples x `filters_per_group` filters.
+  // The forward: blocks of forward_samples samples x `filters_per_group` filters.
   int filters_per_group = 0;
   std::int64_t filter_groups = 0;
   int forward_threads = 0;
-  // Unfused forward: the fc layer's K-chunks.
-  FcForwardPlan fc;
-  std::int64_t logit_parts = 0;  // partial sums per logit: filter groups or K-chunks
+  std::int64_t logit_parts = 0;  // partial sums per logit: the filter groups
   SweepPlan sweep;
   int sweep_rows = 0;
   std::int64_t fc_partial_floats = 0;
   std::int64_t sweep_partial_floats = 0;
-  std::int64_t patch_words = 0;  // 16-byte words of saved input patches (fused forward only)
+  std::int64_t patch_words = 0;  // 16-byte words of saved input patches
 };
 
-SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n, bool fused_forward);
+SeedStepPlan plan_seed_step(const SeedModel& m, std::int64_t n);
 
-// Queue the step's stages on `stream` (n = plan.n >= 1), in this order; the backend captures all
-// three, once per batch size, into one CUDA graph, and marks the phase boundaries between them.
-// data: the unfused forward's gathers (nothing for the fused forward, which reads the data set directly).
-void seed_data_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
-// forward: pooled, argmax, the saved input patches (fused), the logits' partial sums, dL/dlogits and
-// the per-sample losses.
+// Queue the step's stages on `stream` (n = plan.n >= 1), in this order; the backend captures both,
+// once per batch size, into one CUDA graph, and marks the phase boundary between them.
+// forward: pooled, argmax, the saved input patches, the logits' partial sums, dL/dlogits and the
+// per-sample losses.
 void seed_forward_stage(const SeedStepTensors& t, const SeedModel& m, const SeedStepPlan& plan, cudaStream_t stream);
 // backward: every gradient (overwritten) and the batch's loss and correct count (added). With
 // `fc_ready`, fc-first: the fc layer's gradients (weight and bias) are computed in passes of their own,

@@ -89,4 +89,33 @@ void destroy_step_graph(StepGraph& step) noexcept {
   step = StepGraph{};
 }
 
+void StepGraphCache::set_generation(std::uint64_t generation) noexcept {
+  if (generation == generation_) return;
+  clear();
+  generation_ = generation;
+}
+
+void StepGraphCache::run(std::int64_t n, std::int32_t* batch_indices, const std::int32_t* indices, bool eager,
+                         cudaStream_t stream, StepTimer& timer, const Enqueue& enqueue) {
+  const auto found = graphs_.find(n);
+  if (!enabled_ || eager || found == graphs_.end()) {
+    timer.open();
+    enqueue(indices, true);
+    if (!enabled_ || found != graphs_.end()) return;
+    // Captured right after the eager step; the index copy's source is set again at every replay.
+    StepGraph step;
+    capture_step_graph(step, stream, [&] { enqueue(indices, false); }, batch_indices, hint_);
+    graphs_.emplace(n, step);
+    return;
+  }
+  timer.open();
+  launch_step_graph(found->second, batch_indices, indices, n, stream);
+  timer.close_graph_step();
+}
+
+void StepGraphCache::clear() noexcept {
+  for (auto& [n, step] : graphs_) destroy_step_graph(step);
+  graphs_.clear();
+}
+
 }  // namespace cnn::cuda

@@ -1,5 +1,5 @@
 // How the column sweeps (conv_backward.cuh, and the fc weight gradient's in fc.cu) split the
-// samples of a batch: host code only, so planners that never launch a sweep (the layer backend)
+// samples of a batch: host code only, so planners that never launch a sweep (the ops' plans)
 // need not include the kernels.
 #pragma once
 

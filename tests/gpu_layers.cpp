@@ -1,11 +1,15 @@
 // The general network on the GPU against the CPU reference:
 //   1. every CUDA layer op (kernels/layer_ops.hpp) and adam_update against its CPU twin, on fresh
 //      random data, multi-channel, with stride, padding, odd sizes and overlapping pool windows;
-//   2. the layer backend against `seq` (the CPU layer backend): the cifar preset's loss and every
-//      gradient, a strided/padded network, and three Adam steps;
-//   3. the layer backend against the fused seed backend on the seed model (CNN_CUDA_LAYERS=1), and
-//      its own fused first conv + ReLU + pool against the same layers one by one;
+//   2. the cuda backend on layer networks against `seq`: the cifar preset's loss and every gradient,
+//      a strided/padded network, and three Adam steps;
+//   3. its fused ops against the layer ops they replace, on the GPU and against `seq`: the seed
+//      model's conv_relu_pool_fc_softmax against conv_relu_pool + fc and against every layer on its
+//      own, and the cifar preset's first conv_relu_pool against conv, relu and maxpool (the op lists
+//      come from plan_ops for other targets, through make_cuda_backend(options, network, ops));
 //   4. determinism: two identical runs (graphs), and graphs against eager steps, give identical bits;
+//      the overlapped step (per-layer ready points, a stream-ordered listener) gives the plain step's
+//      bits and reports its ranges in order;
 //   5. (disabled unless named: --run_test=measure_cifar_epoch_time) the cifar preset's ms per epoch.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_layers
@@ -27,8 +31,10 @@
 
 #include "cnn/backend.hpp"
 #include "cnn/cuda_backend.hpp"
+#include "cnn/gradient_ready.hpp"
 #include "cnn/layer_ops.hpp"
 #include "cnn/network.hpp"
+#include "cnn/op_plan.hpp"
 #include "cnn/ops.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/sampler.hpp"
@@ -346,19 +352,35 @@ std::vector<float> initial_params(const cnn::Network& net, std::uint64_t seed) {
   return params;
 }
 
-// kind: "seq", "cuda" (whatever make_cuda_backend picks), "cuda-layers" (the layer backend even for
-// the seed model); graphs off with CNN_CUDA_GRAPHS=0.
+// kind: "seq" or "cuda"; for cuda, `ops` (another plan of the network) or, when empty, the ops
+// make_cuda_backend picks (plan_ops for FusionTarget::kCuda). graphs: BackendOptions::cuda_graphs.
 std::unique_ptr<cnn::Backend> make(const std::string& kind, const cnn::Network& net, cnn::OptimizerKind optimizer,
-                                   bool graphs = true) {
+                                   bool graphs = true, const std::vector<cnn::Op>& ops = {}) {
   cnn::BackendOptions options;
   options.kind = kind == "seq" ? cnn::BackendKind::kSeq : cnn::BackendKind::kCuda;
   options.optimizer = optimizer;
   options.cuda_graphs = graphs;
-  if (kind == "cuda-layers") setenv("CNN_CUDA_LAYERS", "1", 1);
-  auto backend = kind == "seq" ? cnn::make_backend(options, net) : cnn::make_cuda_backend(options, net);
-  unsetenv("CNN_CUDA_LAYERS");
-  return backend;
+  if (kind == "seq") return cnn::make_backend(options, net);
+  return ops.empty() ? cnn::make_cuda_backend(options, net) : cnn::make_cuda_backend(options, net, ops);
 }
+
+// The ops of `net` on the GPU with no fused op at all: every layer on its own, no ReLU folded
+// (the reference plan, which `seq` runs).
+std::vector<cnn::Op> unfused_ops(const cnn::Network& net) {
+  return cnn::plan_ops(net, cnn::FusionTarget::kReference);
+}
+
+// The seed network on the GPU without its whole-model op: the fused conv_relu_pool, reading the data
+// set itself as the first op of a cuda plan does, then fc and the loss on their own.
+std::vector<cnn::Op> seed_layer_ops(const cnn::Network& net) {
+  std::vector<cnn::Op> ops = cnn::plan_ops(net, cnn::FusionTarget::kCpu);
+  BOOST_REQUIRE_EQUAL(cnn::describe_ops(ops), "conv_relu_pool fc softmax_cross_entropy");
+  ops.front().reads_data = true;
+  return ops;
+}
+
+// "ops A B C," as the backend's description lists them.
+std::string ops_text(const std::vector<cnn::Op>& ops) { return "ops " + cnn::describe_ops(ops) + ","; }
 
 struct Run {
   std::vector<float> grads;  // of the last step
@@ -370,8 +392,8 @@ struct Run {
 // `steps` steps of `batch` (the last one 13 samples smaller: a second batch size, a second graph),
 // updating with `optimizer` between them; the gradients of the last step are kept.
 Run train(const std::string& kind, const cnn::Network& net, const RandomData& data, cnn::OptimizerKind optimizer,
-          int steps, std::int64_t batch, bool graphs = true) {
-  auto backend = make(kind, net, optimizer, graphs);
+          int steps, std::int64_t batch, bool graphs = true, const std::vector<cnn::Op>& ops = {}) {
+  auto backend = make(kind, net, optimizer, graphs, ops);
   backend->bind_data(data.train, data.test);
   backend->upload_params(initial_params(net, 5));
   backend->begin_epoch(cnn::Sampler(7, data.train.count()).permutation(0));
@@ -433,7 +455,9 @@ BOOST_AUTO_TEST_CASE(cifar_preset_matches_seq) {
       const Run gpu = train("cuda", net, data, optimizer, steps, 77);
       std::printf("cifar preset, %s, %d step(s): %s vs seq\n", cnn::optimizer_name(optimizer), steps,
                   gpu.description.c_str());
-      BOOST_TEST(gpu.description.find("layer by layer") != std::string::npos);
+      BOOST_TEST(gpu.description.find("ops conv_relu_pool conv+relu maxpool conv+relu fc+relu fc softmax_cross_entropy,") !=
+                     std::string::npos,
+                 gpu.description);
       check_against(gpu, seq, net, kStepTolerance);
       if (optimizer == cnn::OptimizerKind::kAdam) CHECK_REL(gpu.state, seq.state, kStepTolerance, "adam state");
     }
@@ -452,11 +476,11 @@ BOOST_AUTO_TEST_CASE(strided_padded_network_matches_seq) {
   check_against(gpu, seq, net, kStepTolerance);
 }
 
-// The first conv3x3 + ReLU + maxpool2 of the cifar preset runs as the seed's fused op
-// (CNN_CUDA_FUSE_CONV_POOL, on by default), reading the uint8 data set and saving input patches
-// since it is the first op: against the same pair layer by layer and against seq, on CIFAR's 3x32x32
-// and on Fashion-MNIST's 1x28x28 (an odd 13x13 pool output after conv2). Behind a max-pool, the
-// fused op reads the float activations instead.
+// The first conv3x3 + ReLU + maxpool2 of the cifar preset runs as the fused op conv_relu_pool,
+// reading the uint8 data set and saving input patches since it is the first op: against the same
+// layers one by one on the GPU (conv, relu, maxpool, nothing folded) and against seq, on CIFAR's
+// 3x32x32 and on Fashion-MNIST's 1x28x28 (an odd 13x13 pool output after conv2). Behind a max-pool,
+// the fused op reads the float activations instead.
 BOOST_AUTO_TEST_CASE(fused_first_conv_pool_matches_layer_by_layer) {
   struct Case {
     const char* spec;
@@ -466,23 +490,26 @@ BOOST_AUTO_TEST_CASE(fused_first_conv_pool_matches_layer_by_layer) {
                         Case{"maxpool2 conv3x3:8 relu maxpool2 flatten fc:10", {3, 30, 30}}}) {
     const cnn::Network net = cnn::build_network(c.spec, 32, c.input, 10);
     const RandomData data = random_data(net.input, 300, 80, 55);
+    const std::vector<cnn::Op> fused_ops = cnn::plan_ops(net, cnn::FusionTarget::kCuda);
     const Run fused = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 64);
-    setenv("CNN_CUDA_FUSE_CONV_POOL", "0", 1);
-    const Run layers = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 64);
-    unsetenv("CNN_CUDA_FUSE_CONV_POOL");
+    const Run layers = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 64, true, unfused_ops(net));
     const Run seq = train("seq", net, data, cnn::OptimizerKind::kAdam, 3, 64);
     BOOST_TEST_CONTEXT(c.spec << " on " << c.input.channels << "x" << c.input.height << "x" << c.input.width) {
       std::printf("%s on %dx%dx%d: %s vs %s\n", c.spec, c.input.channels, c.input.height, c.input.width,
                   fused.description.c_str(), layers.description.c_str());
-      BOOST_TEST(fused.description.find("conv+relu+pool fused") != std::string::npos);
-      BOOST_TEST(layers.description.find("fused") == std::string::npos);
+      BOOST_TEST(fused_ops.at(fused_ops.front().kind == cnn::OpKind::kMaxPool ? 1 : 0).name() == "conv_relu_pool");
+      BOOST_TEST(fused.description.find(ops_text(fused_ops)) != std::string::npos, fused.description);
+      BOOST_TEST(layers.description.find(ops_text(unfused_ops(net))) != std::string::npos, layers.description);
+      BOOST_TEST(layers.description.find("conv_relu_pool") == std::string::npos);
       check_against(fused, layers, net, kStepTolerance);
       check_against(fused, seq, net, kStepTolerance);
     }
   }
 }
 
-BOOST_AUTO_TEST_CASE(layer_backend_matches_fused_seed_backend) {
+// The seed model's whole-model op (conv_relu_pool_fc_softmax) against the layer ops it replaces:
+// the fused conv_relu_pool reading the data set, then fc and the loss; and every layer on its own.
+BOOST_AUTO_TEST_CASE(layer_ops_match_fused_seed_op) {
   for (int channels : {1, 3}) {
     cnn::SeedModel m;
     m.input = {channels, 28, 28};
@@ -492,13 +519,20 @@ BOOST_AUTO_TEST_CASE(layer_backend_matches_fused_seed_backend) {
     const cnn::Network net = cnn::seed_network(m);
     const RandomData data = random_data(net.input, 400, 100, 53);
     const Run fused = train("cuda", net, data, cnn::OptimizerKind::kMomentum, 3, 100);
-    const Run layers = train("cuda-layers", net, data, cnn::OptimizerKind::kMomentum, 3, 100);
+    const Run layers = train("cuda", net, data, cnn::OptimizerKind::kMomentum, 3, 100, true, seed_layer_ops(net));
+    const Run unfused = train("cuda", net, data, cnn::OptimizerKind::kMomentum, 3, 100, true, unfused_ops(net));
+    const Run seq = train("seq", net, data, cnn::OptimizerKind::kMomentum, 3, 100);
     BOOST_TEST_CONTEXT("seed, " << channels << " channel(s)") {
-      std::printf("seed model, %d channel(s): %s vs %s\n", channels, layers.description.c_str(),
-                  fused.description.c_str());
-      BOOST_TEST(layers.description.find("layer by layer") != std::string::npos);
-      BOOST_TEST(fused.description.find("layer by layer") == std::string::npos);
+      std::printf("seed model, %d channel(s): %s and %s vs %s\n", channels, layers.description.c_str(),
+                  unfused.description.c_str(), fused.description.c_str());
+      BOOST_TEST(fused.description.find("ops conv_relu_pool_fc_softmax,") != std::string::npos, fused.description);
+      BOOST_TEST(layers.description.find("ops conv_relu_pool fc softmax_cross_entropy,") != std::string::npos,
+                 layers.description);
+      BOOST_TEST(unfused.description.find("ops conv relu maxpool fc softmax_cross_entropy,") != std::string::npos,
+                 unfused.description);
       check_against(layers, fused, net, kStepTolerance);
+      check_against(unfused, fused, net, kStepTolerance);
+      check_against(fused, seq, net, kStepTolerance);
     }
   }
 }
@@ -516,6 +550,105 @@ BOOST_AUTO_TEST_CASE(identical_runs_give_identical_bits) {
   BOOST_TEST(std::memcmp(&a.stats.loss_sum, &b.stats.loss_sum, sizeof(double)) == 0);
   BOOST_TEST(std::memcmp(&a.stats.loss_sum, &eager.stats.loss_sum, sizeof(double)) == 0);
   BOOST_TEST(!bitwise_equal(a.params, initial_params(net, 5)), "the parameters did not move");
+}
+
+// A one-rank listener that is stream-ordered, as NCCL is (so the overlapped step is captured with its
+// calls), reducing early or not, and doing nothing else: it writes down what it is told.
+class RecordingListener final : public cnn::GradientReadyListener {
+ public:
+  explicit RecordingListener(bool early) : early_(early) {}
+  void gradients_ready(std::int64_t offset, std::int64_t count) override {
+    calls += "R" + std::to_string(offset) + "+" + std::to_string(count) + " ";
+  }
+  void all_gradients_ready() override { calls += "E "; }
+  bool reduces_early() const override { return early_; }
+  bool stream_ordered() const override { return true; }
+  std::string calls;
+
+ private:
+  bool early_;
+};
+
+std::vector<float> download_grads(cnn::Backend& gpu, std::int64_t total) {
+  std::vector<float> got(static_cast<std::size_t>(total));
+  gpu.synchronize();
+  CNN_CHECK_CUDA(cudaMemcpy(got.data(), gpu.grads(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return got;
+}
+
+// Every layer with parameters is a ready point of the overlapped step, in the order the backward
+// finishes them (the last layer's first), together covering the gradient buffer. Reporting them (the
+// main stream then waits for each weight gradient of the side stream) changes no bit of the step:
+// eager, captured and replayed, for a listener that reduces early and one that does not. A listener
+// that reduces early hears of every range but the last (all_gradients_ready covers it), in order.
+BOOST_AUTO_TEST_CASE(overlapped_step_gives_the_plain_bits) {
+  struct Case {
+    const char* spec;
+    cnn::TensorShape input;
+    bool seed_layers;  // the seed model with seed_layer_ops instead of its whole-model op
+  };
+  for (const Case& c : {Case{"cifar", {3, 32, 32}, false},
+                        Case{"conv3x3:8/s2/p1 relu conv4x4:6/p2 maxpool3/s2 relu conv1x1:5 relu flatten fc:16 relu "
+                             "fc:10",
+                             {3, 17, 15}, false},
+                        Case{"seed", {1, 28, 28}, true}}) {
+    const cnn::Network net = cnn::build_network(c.spec, 16, c.input, 10);
+    const std::vector<cnn::Op> ops = c.seed_layers ? seed_layer_ops(net) : std::vector<cnn::Op>{};
+    const std::int64_t total = net.layout.total();
+    const RandomData data = random_data(net.input, 600, 50, 57);
+    const auto permutation = cnn::Sampler(8, data.train.count()).permutation(0);
+    // The layers with parameters, last first, and the calls an early listener expects.
+    std::vector<const cnn::Layer*> param_layers;
+    for (const cnn::Layer& layer : net.layers)
+      if (layer.has_params()) param_layers.insert(param_layers.begin(), &layer);
+    std::string expected;
+    std::int64_t end = total;
+    for (std::size_t i = 0; i < param_layers.size(); ++i) {
+      const std::int64_t offset = param_layers[i]->weight_offset;
+      if (i + 1 < param_layers.size()) expected += "R" + std::to_string(offset) + "+" + std::to_string(end - offset) + " ";
+      end = offset;
+    }
+    expected += "E ";
+    for (bool graphs : {true, false})
+      for (bool early : {true, false})
+        BOOST_TEST_CONTEXT(c.spec << (c.seed_layers ? " (layer ops)" : "") << ", graphs " << graphs << ", listener "
+                                  << (early ? "reduces early" : "reduces at the end")) {
+          auto gpu = make("cuda", net, cnn::OptimizerKind::kSgd, graphs, ops);
+          gpu->bind_data(data.train, data.test);
+          gpu->upload_params(initial_params(net, 5));
+          gpu->begin_epoch(permutation);
+          for (std::int64_t count : {std::int64_t{64}, std::int64_t{200}, std::int64_t{17}}) {
+            BOOST_TEST_CONTEXT("count=" << count) {
+              gpu->compute_gradients(7, count);
+              const std::vector<float> plain = download_grads(*gpu, total);
+              const cnn::BatchStats plain_stats = gpu->take_train_stats();
+              RecordingListener listener(early);
+              for (int step = 0; step < 3; ++step) {  // eager, then (graphs) captured and replayed
+                listener.calls.clear();
+                gpu->compute_gradients_overlapped(7, count, listener);
+                BOOST_TEST(bitwise_equal(download_grads(*gpu, total), plain), "step " << step);
+                const cnn::BatchStats stats = gpu->take_train_stats();
+                BOOST_TEST(std::memcmp(&stats.loss_sum, &plain_stats.loss_sum, sizeof(double)) == 0);
+                BOOST_TEST(stats.correct == plain_stats.correct);
+                // A replayed graph calls nothing, so only the calls of a queued step are checked.
+                if (!graphs) BOOST_TEST(listener.calls == (early ? expected : std::string("E ")), listener.calls);
+              }
+            }
+          }
+          const std::vector<cnn::GradientReadyPoint> points = gpu->gradient_ready_points();
+          BOOST_REQUIRE_EQUAL(points.size(), param_layers.size());
+          std::int64_t covered_from = total;
+          for (std::size_t i = 0; i < points.size(); ++i) {
+            BOOST_TEST(points[i].offset == param_layers[i]->weight_offset);
+            BOOST_TEST(points[i].offset + points[i].count == covered_from);
+            covered_from = points[i].offset;
+          }
+          BOOST_TEST(covered_from == 0);
+          // Measured by the eager steps that reported the points; the last point has no compute after it.
+          if (early) BOOST_TEST(points.front().seconds_after > 0.0);
+          BOOST_TEST(points.back().seconds_after == 0.0);
+        }
+  }
 }
 
 // ---- 5. measurement ---------------------------------------------------------------------------------

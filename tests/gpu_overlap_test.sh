@@ -5,6 +5,8 @@
 # starts before the conv part of the backward finishes, 0 = one bucket) and both with the step
 # captured as a CUDA graph (communication inside) and eagerly (CNN_CUDA_GRAPHS=0). The logs hold the
 # overlap: allreduce.csv says overlap=1 with the buckets used, and scaling.log names the choice.
+# The same for the cifar preset, whose ready points are its five layers with parameters: a bucket at
+# each (CNN_OVERLAP_CUTS=15) and one bucket (0).
 # Usage: gpu_overlap_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
 source "$2/tests/gpu_two_ranks_lib.sh" "$1" "$2"
 
@@ -36,6 +38,28 @@ grep -q "path=nccl" "$work/on-graphs1-cuts1/scaling.log" 2>/dev/null && grep -q 
 grep -h "scaling advisor\|overlap:\|predicted" "$work/on-graphs1-cuts1.log" | sed 's/^/     /'
 awk -F, 'NR == 2 { printf "     allreduce.csv: mean_s %s busbw %s exposed_s %s overlap_fraction %s\n", $5, $7, $10, $11 }' \
   "$work/on-graphs1-cuts1/allreduce.csv"
+
+# The cifar preset (conv_relu_pool conv+relu maxpool conv+relu fc+relu fc softmax_cross_entropy).
+small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --model cifar --batch 100 --epochs 1
+       --optimizer adam --lr 0.001 --allreduce nccl --quiet)
+if run cifar-off CNN_OVERLAP_CUTS=0 -- --overlap off; then
+  for graphs in 1 0; do
+    for cuts in 15 0; do
+      name="cifar-on-graphs$graphs-cuts$cuts"
+      run "$name" CNN_CUDA_GRAPHS=$graphs CNN_OVERLAP_CUTS=$cuts -- --overlap on || continue
+      buckets=$(awk -F, 'NR == 2 { print $8 ":" $9 }' "$work/$name/allreduce.csv")
+      expected="1:$((cuts == 15 ? 5 : 1))"
+      [[ $buckets == "$expected" ]] && pass "$name: allreduce.csv overlap:buckets $buckets" ||
+        fail "$name: allreduce.csv overlap:buckets $buckets, expected $expected"
+      if out=$("$python" "$compare" exact "$(latest "$work/$name")" "$(latest "$work/cifar-off")" 2>&1); then
+        pass "$name vs --overlap off after 20 steps: $out"
+      else
+        fail "$name differs from --overlap off: $out"
+      fi
+    done
+  done
+  unset CNN_CUDA_GRAPHS CNN_OVERLAP_CUTS
+fi
 
 if ((failures > 0)); then echo "gpu_overlap_test: $failures failure(s)"; exit 1; fi
 echo "gpu_overlap_test: passed"

@@ -3,7 +3,6 @@
 #   1. learning: Fashion-MNIST >= 82% after 1 epoch, MNIST >= 95.5% after 2 (d=32, batch 100, SGD 0.1)
 #   2. determinism: two identical GPU runs give bitwise identical final checkpoints, and a run stopped
 #      mid-epoch and resumed ends bitwise equal to an uninterrupted one
-#   2c. dependent launch (CNN_CUDA_PDL) on and off give bitwise identical checkpoints, seed and cifar
 #   3. with 2+ GPUs: 2 ranks (NCCL) against 1 GPU, same global batch, 20 steps: rel err <= 1e-5
 #   4. compute-sanitizer memcheck, racecheck and initcheck clean on a short training run, for the seed
 #      model and the cifar preset (when installed)
@@ -11,7 +10,7 @@
 #      parameters in one step; the next step's gradients are non-finite: exit 4 with one line naming
 #      step 2, and no checkpoint written; the same under compute-sanitizer memcheck
 #   6. the deferred check (read a step late; the device skips the flagged update itself), with the
-#      test hook CNN_TEST_NAN_AT, for the fused seed step and the layer path (CNN_CUDA_LAYERS=1):
+#      test hook CNN_TEST_NAN_AT, for the seed model's fused op and for a network of layer ops:
 #      a NaN in step 7 stops with exit 4 naming step 7, the newest checkpoint is step 6's, and a
 #      resume from it ends bitwise equal to an uninterrupted run; a NaN in step 8, a checkpoint step,
 #      stops before that checkpoint; skip drops the step and counts it; and 2 ranks sharing the GPU
@@ -95,25 +94,6 @@ else
   fail "GPU resume differs from the uninterrupted run: $out"
 fi
 
-# 2c. Programmatic dependent launch (kernels/dependent_launch.cuh) lets each kernel be scheduled
-#     before the one before it ends; every such kernel waits for it first, so the results must not
-#     depend on it: 20 steps with it on and off (CNN_CUDA_PDL=0), bitwise, for the fused seed step and
-#     for the layer backend (the cifar preset: two streams, split-K finalizes, Adam).
-for model in seed cifar; do
-  pdl=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 32 --batch 100 --epochs 1
-       --model "$model" --optimizer adam --lr 0.001 --quiet)
-  if "$binary" "${pdl[@]}" --out "$work/pdl-on-$model" >/dev/null 2>&1 &&
-     CNN_CUDA_PDL=0 "$binary" "${pdl[@]}" --out "$work/pdl-off-$model" >/dev/null 2>&1; then
-    if out=$("$python" "$compare" exact "$(latest "$work/pdl-on-$model")" "$(latest "$work/pdl-off-$model")" 2>&1); then
-      pass "--model $model, dependent launch on vs off: $out"
-    else
-      fail "--model $model, dependent launch on vs off differ: $out"
-    fi
-  else
-    fail "--model $model runs with dependent launch on / off failed"
-  fi
-done
-
 # 3. Two GPU ranks (NCCL, named: --allreduce auto may pick peer memory, which gpu_peer_allreduce_test
 #    holds against NCCL) against one GPU, same global batch of 100, 20 steps.
 if [[ $gpus -ge 2 ]]; then
@@ -133,8 +113,8 @@ else
 fi
 
 # 4. compute-sanitizer on a short run (3 steps, no graphs so each kernel is checked as launched, and
-#    with), for the fused seed step and for the layer backend (the cifar preset: its fused first
-#    conv + pool, the implicit GEMMs, two streams).
+#    with), for the seed model's fused op and for the cifar preset's ops (its fused first conv + pool,
+#    the implicit GEMMs, two streams).
 if command -v compute-sanitizer >/dev/null; then
   tiny=(--device gpu --data "$fashion" --train-samples 300 --test-samples 100 --filters 32 --batch 100 --epochs 1 --quiet)
   for model in seed cifar; do
@@ -178,17 +158,19 @@ if command -v compute-sanitizer >/dev/null; then
   fi
 fi
 
-# 6. The deferred check, with the test hook.
+# 6. The deferred check, with the test hook: for the seed model (its one fused op) and for a network of
+#    layer ops (conv_relu_pool conv+relu fc softmax_cross_entropy; one fc layer, so the hook's NaN, the
+#    last gradient, is again in fc.bias).
 hooked=("${small[@]}" --checkpoint-every-steps 2)
 for path in fused layers; do
-  envs=()
-  [[ $path == layers ]] && envs=(CNN_CUDA_LAYERS=1)
+  model=()
+  [[ $path == layers ]] && model=(--model "conv3x3:16 relu maxpool2 conv3x3:16 relu fc:10")
   ref="$work/det1"
   if [[ $path == layers ]]; then
     ref="$work/ref-layers"
-    env "${envs[@]}" "$binary" "${small[@]}" --out "$ref" >/dev/null || fail "$path: reference run failed"
+    "$binary" "${small[@]}" "${model[@]}" --out "$ref" >/dev/null || fail "$path: reference run failed"
   fi
-  env "${envs[@]}" CNN_TEST_NAN_AT=0:7 "$binary" "${hooked[@]}" --out "$work/nan7-$path" >/dev/null 2>"$work/nan7-$path.err"
+  CNN_TEST_NAN_AT=0:7 "$binary" "${hooked[@]}" "${model[@]}" --out "$work/nan7-$path" >/dev/null 2>"$work/nan7-$path.err"
   rc=$?
   if [[ $rc -eq 4 && $(wc -l <"$work/nan7-$path.err") -eq 1 ]] &&
      grep -q "non-finite gradient in global step 7 (1-based), layer fc.bias, rank(s) 0;" "$work/nan7-$path.err" &&
@@ -198,13 +180,13 @@ for path in fused layers; do
   else
     fail "$path: NaN in step 7: exit $rc, latest $(cat "$work/nan7-$path/checkpoints/latest"): $(head -2 "$work/nan7-$path.err")"
   fi
-  if env "${envs[@]}" "$binary" "${hooked[@]}" --out "$work/nan7-$path" --resume auto >/dev/null 2>&1 &&
+  if "$binary" "${hooked[@]}" "${model[@]}" --out "$work/nan7-$path" --resume auto >/dev/null 2>&1 &&
      out=$("$python" "$compare" exact "$(latest "$ref")" "$(latest "$work/nan7-$path")" 2>&1); then
     pass "$path: resumed from step 6 equals an uninterrupted run: $out"
   else
     fail "$path: resume after the stop: ${out:-the run failed}"
   fi
-  env "${envs[@]}" CNN_TEST_NAN_AT=0:8 "$binary" "${hooked[@]}" --out "$work/nan8-$path" >/dev/null 2>"$work/nan8-$path.err"
+  CNN_TEST_NAN_AT=0:8 "$binary" "${hooked[@]}" "${model[@]}" --out "$work/nan8-$path" >/dev/null 2>"$work/nan8-$path.err"
   rc=$?
   if [[ $rc -eq 4 ]] && grep -q "global step 8 (1-based)" "$work/nan8-$path.err" &&
      [[ $(cat "$work/nan8-$path/checkpoints/latest") == ckpt-e0000-s00000006.h5 ]]; then
@@ -212,7 +194,7 @@ for path in fused layers; do
   else
     fail "$path: NaN in step 8: exit $rc, latest $(cat "$work/nan8-$path/checkpoints/latest"): $(head -2 "$work/nan8-$path.err")"
   fi
-  env "${envs[@]}" CNN_TEST_NAN_AT=0:5 "$binary" "${small[@]}" --on-nonfinite skip --out "$work/skip-$path" \
+  CNN_TEST_NAN_AT=0:5 "$binary" "${small[@]}" "${model[@]}" --on-nonfinite skip --out "$work/skip-$path" \
     >"$work/skip-$path.out" 2>"$work/skip-$path.err"
   rc=$?
   if [[ $rc -eq 0 ]] && grep -q "^warning: non-finite gradient in global step 5 (1-based)" "$work/skip-$path.err" &&

@@ -14,6 +14,10 @@
 #include "cnn/optimizer.hpp"
 #include "cnn/phase_times.hpp"
 
+// The CUDA runtime's stream type is a pointer to this (cudaStream_t); declared here so that host code
+// can pass a device backend's stream on without including a CUDA header.
+struct CUstream_st;
+
 namespace cnn {
 
 enum class MemorySpace { kHost, kDevice };
@@ -32,6 +36,15 @@ struct BatchStats {
   }
 };
 
+// Where a device backend runs: its GPU, and the stream every one of its operations is ordered on, so
+// that a collective queued there needs no other synchronisation with the steps before and after it
+// (the device communicators, kernels/device_communicator.cu).
+struct DeviceQueue {
+  int device = 0;
+  CUstream_st* stream = nullptr;  // a cudaStream_t
+  std::int64_t floats = 0;        // of params() and grads(): what a communicator must be able to reduce
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -40,6 +53,8 @@ class Backend {
   // What the backend runs on, for the start-up line ("2 threads", "NVIDIA H100 80GB HBM3 (GPU 0)").
   virtual std::string device_description() const = 0;
   virtual MemorySpace memory_space() const = 0;
+  // The GPU and stream of a device backend (memory_space() kDevice); nullptr for a host backend.
+  virtual const DeviceQueue* device_queue() const { return nullptr; }
 
   // Keeps (or uploads) both splits as uint8. The backend may keep references. Called again in stream
   // mode (docs/DATA.md) for each window of samples, after the steps that used the previous one.

@@ -4,10 +4,12 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cnn/backend.hpp"
 #include "cnn/communicator.hpp"
 #include "cnn/network.hpp"
+#include "cnn/op_plan.hpp"
 
 namespace cnn {
 
@@ -15,15 +17,20 @@ namespace cnn {
 // Never throws.
 int cuda_device_count();
 
-// The `cuda` backend on GPU options.local_rank % cuda_device_count(): the fused seed step when
-// network.as_seed(), the layer-by-layer backend otherwise. Throws Error with a HINT when no device is
-// usable, and UsageError for a network the kernels do not support.
+// The `cuda` backend on GPU options.local_rank % cuda_device_count(), running the ops
+// plan_ops(network, FusionTarget::kCuda) picks (the seed model: its one fused op). Throws Error with a
+// HINT when no device is usable, and UsageError for a network the kernels do not support.
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network);
+// The same backend running `ops`, another plan of the same network (plan_ops for another target, say):
+// for tests that hold a fused op against the layer ops it replaces. UsageError for an op the CUDA
+// kernels do not have or a fused op where its kernels do not fit.
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network,
+                                           const std::vector<Op>& ops);
 
-// Allreduce of device buffers for a backend made by make_cuda_backend, by path: "nccl" (NCCL on the
-// backend's stream; UsageError in a build without NCCL), "peer" (one kernel through the other GPUs'
-// memory, summing in rank order; UsageError where device_peer_unavailable says why) or "mpi"
-// (MPI_Allreduce through pinned host memory). Collective.
+// Allreduce of device buffers for a backend made by make_cuda_backend, on the GPU and stream of its
+// device_queue(), by path: "nccl" (NCCL on the backend's stream; UsageError in a build without NCCL),
+// "peer" (one kernel through the other GPUs' memory, summing in rank order; UsageError where
+// device_peer_unavailable says why) or "mpi" (MPI_Allreduce through pinned host memory). Collective.
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path);
 // The path device ranks start with for --allreduce `requested` (auto, nccl, peer or mpi): the one
 // asked for (MPI through host memory also serves two ranks on one GPU, which NCCL refuses),
