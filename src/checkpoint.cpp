@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "checkpoint_schema.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/network.hpp"
+#include "cnn/test_hooks.hpp"
 #include "fsync_util.hpp"
 #include "hdf5_util.hpp"
 #include "regular_file.hpp"
@@ -234,20 +236,22 @@ void write_file(const std::string& tmp, const ckpt::Bytes& image) {
   if (::close(fd) != 0) fail_errno(tmp, "close failed", errno);
 }
 
-// Test hook (tests/resume_test.sh): CNN_TEST_KILL_DURING_WRITE=N makes the N-th checkpoint write of
-// this process die by SIGKILL after the .tmp is complete but before the rename, as a node failure
-// would. The previous checkpoint must survive and the next start must remove the stale .tmp.
+// TestHooks::kill_at_checkpoint_write (CNN_TEST_KILL_DURING_WRITE), installed once by main; 0: off.
+std::atomic<long> g_kill_at_write{0};
+
+// Test hook (tests/signal_test.sh): the N-th checkpoint write of this process dies by SIGKILL after
+// the .tmp is complete but before the rename, as a node failure would. The previous checkpoint must
+// survive and the next start must remove the stale .tmp.
 void test_hook_kill_before_rename() {
-  static int writes = 0;
-  const char* text = std::getenv("CNN_TEST_KILL_DURING_WRITE");
-  if (text == nullptr) return;
-  ++writes;
-  char* end = nullptr;
-  const long n = std::strtol(text, &end, 10);
-  if (end != text && *end == '\0' && n == writes) std::raise(SIGKILL);
+  static long writes = 0;
+  const long n = g_kill_at_write.load(std::memory_order_relaxed);
+  if (n <= 0) return;
+  if (++writes == n) std::raise(SIGKILL);
 }
 
 }  // namespace
+
+void set_test_kill_at_checkpoint_write(long nth_write) { g_kill_at_write.store(nth_write); }
 
 void write_checkpoint(const std::string& path, const CheckpointState& state, const ParamLayout& layout) {
   const h5::QuietErrors quiet;

@@ -8,18 +8,18 @@
 
 namespace cnn {
 
-Checkpointer::Checkpointer(const MpiWorld& world, const TrainConfig& config, CheckpointConfig saved_config,
+Checkpointer::Checkpointer(const MpiWorld& world, const CheckpointerOptions& options, CheckpointConfig saved_config,
                            const ParamLayout& layout, std::string run_id)
     : world_(world),
-      dir_(config.out_dir),
+      dir_(options.run_dir),
       saved_config_(std::move(saved_config)),
       run_id_(std::move(run_id)),
       layout_(layout),
-      every_epochs_(config.checkpoint_every),
-      every_steps_(config.checkpoint_every_steps),
-      epochs_(config.epochs),
-      keep_(config.keep),
-      verbose_(!config.quiet) {}
+      every_epochs_(options.every_epochs),
+      every_steps_(options.every_steps),
+      epochs_(options.epochs),
+      keep_(options.keep),
+      verbose_(options.verbose) {}
 
 bool Checkpointer::due_after_step(std::int64_t global_step) const {
   return every_steps_ > 0 && global_step % every_steps_ == 0;

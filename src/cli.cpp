@@ -13,7 +13,6 @@
 #include <sstream>
 #include <type_traits>
 
-#include "cnn/divergence.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/utc_time.hpp"
 
@@ -76,7 +75,41 @@ bool unit_interval_float(double value) {  // [0, 1) as a float
   return std::isfinite(value) && value >= 0 && f < 1.0f;
 }
 
-void validate(const TrainConfig& c) {
+// The text of the options that take a value from a fixed list, as given; validate() turns each into
+// its enum in the order the checks below have always run, so the first error reported stays the same.
+struct ChoiceTexts {
+  std::string dataset = dataset_name(DatasetKind::kFashion);
+  std::string data_mode = data_mode_name(DataMode::kAuto);
+  std::string optimizer = optimizer_name(OptimizerKind::kSgd);
+  std::string device = device_name(DeviceChoice::kAuto);
+  std::string backend;  // empty: chosen from --device
+  std::string overlap = overlap_name(OverlapChoice::kAuto);
+  std::string allreduce = allreduce_name(AllreducePath::kAuto);
+  std::string on_nonfinite = nonfinite_policy_name(NonFinitePolicy::kStop);
+};
+
+// `text` as one of `choices` (named by `name`); otherwise "OPTION: unknown NOUN 'TEXT' (available: ...)".
+template <typename Enum, std::size_t N>
+Enum parse_choice(const std::string& text, const Enum (&choices)[N], const char* (*name)(Enum), const char* option,
+                  const char* noun) {
+  std::string available;
+  for (const Enum choice : choices) {
+    if (text == name(choice)) return choice;
+    available += (available.empty() ? "" : ", ") + std::string(name(choice));
+  }
+  throw UsageError(std::string(option) + ": unknown " + noun + " '" + text + "' (available: " + available + ")");
+}
+
+constexpr OptimizerKind kOptimizers[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam};
+constexpr DatasetKind kDatasets[] = {DatasetKind::kMnist, DatasetKind::kFashion, DatasetKind::kCifar10,
+                                     DatasetKind::kHdf5};
+constexpr DataMode kDataModes[] = {DataMode::kAuto, DataMode::kMemory, DataMode::kStream};
+constexpr DeviceChoice kDevices[] = {DeviceChoice::kCpu, DeviceChoice::kGpu, DeviceChoice::kAuto};
+constexpr OverlapChoice kOverlaps[] = {OverlapChoice::kOn, OverlapChoice::kOff, OverlapChoice::kAuto};
+constexpr AllreducePath kAllreducePaths[] = {AllreducePath::kNccl, AllreducePath::kPeer, AllreducePath::kMpi,
+                                             AllreducePath::kAuto};
+
+void validate(TrainConfig& c, const ChoiceTexts& t) {
   require(c.filters >= 1, "--filters must be at least 1 (got " + str(c.filters) + ")");
   require(c.filters <= 4096, "--filters must be at most 4096 (got " + str(c.filters) + ")");
   require(c.batch >= 1, "--batch must be at least 1 (got " + str(c.batch) + ")");
@@ -84,36 +117,29 @@ void validate(const TrainConfig& c) {
   require(positive_float(c.lr), "--lr must be a positive number that a float can hold (1.2e-38..3.4e38; got " +
                                    str(c.lr) + ")");
   require(unit_interval_float(c.momentum), "--momentum must be in [0, 1) as a float (got " + str(c.momentum) + ")");
-  require(c.optimizer == "sgd" || c.optimizer == "momentum" || c.optimizer == "adam",
-          "--optimizer: unknown optimizer '" + c.optimizer + "' (available: sgd, momentum, adam)");
+  c.optimizer = parse_choice(t.optimizer, kOptimizers, optimizer_name, "--optimizer", "optimizer");
   require(unit_interval_float(c.beta1), "--beta1 must be in [0, 1) as a float (got " + str(c.beta1) + ")");
   require(unit_interval_float(c.beta2), "--beta2 must be in [0, 1) as a float (got " + str(c.beta2) + ")");
   require(positive_float(c.eps), "--eps must be a positive number that a float can hold (1.2e-38..3.4e38; got " +
                                      str(c.eps) + ")");
-  require(c.dataset == "mnist" || c.dataset == "fashion" || c.dataset == "cifar10" || c.dataset == "hdf5",
-          "--dataset: unknown data set '" + c.dataset + "' (available: mnist, fashion, cifar10, hdf5)");
-  require(c.data_mode == "auto" || c.data_mode == "memory" || c.data_mode == "stream",
-          "--data-mode: unknown mode '" + c.data_mode + "' (available: auto, memory, stream)");
-  require(c.data_mode != "stream" || c.dataset == "hdf5",
+  c.dataset = parse_choice(t.dataset, kDatasets, dataset_name, "--dataset", "data set");
+  c.data_mode = parse_choice(t.data_mode, kDataModes, data_mode_name, "--data-mode", "mode");
+  require(c.data_mode != DataMode::kStream || c.dataset == DatasetKind::kHdf5,
           "--data-mode stream needs --dataset hdf5 (convert other formats with cnn_convert)");
   require(c.stream_window_mb >= 1, "--stream-window-mb must be at least 1 (got " + str(c.stream_window_mb) + ")");
   require(c.stream_window_mb <= kMaxStreamWindowMb, "--stream-window-mb must be at most " + str(kMaxStreamWindowMb) +
                                                         " (1 TiB; got " + str(c.stream_window_mb) + ")");
   require(!c.h5_images.empty() && c.h5_images[0] == '/', "--h5-images must be an absolute dataset path like /images");
   require(!c.h5_labels.empty() && c.h5_labels[0] == '/', "--h5-labels must be an absolute dataset path like /labels");
-  require(c.device == "cpu" || c.device == "gpu" || c.device == "auto",
-          "--device: unknown device '" + c.device + "' (available: cpu, gpu, auto)");
-  require(c.backend.empty() || c.backend == "seq" || c.backend == "threads" || c.backend == "cuda",
-          "--backend: unknown backend '" + c.backend + "' (available: seq, threads, cuda)");
-  if (!c.backend.empty() && c.device != "auto") {
-    const bool gpu_backend = c.backend == "cuda";
-    require(gpu_backend == (c.device == "gpu"),
-            "--backend " + c.backend + " does not run on --device " + c.device);
+  c.device = parse_choice(t.device, kDevices, device_name, "--device", "device");
+  if (!t.backend.empty()) c.backend = parse_backend_kind(t.backend);
+  if (c.backend && c.device != DeviceChoice::kAuto) {
+    const bool gpu_backend = *c.backend == BackendKind::kCuda;
+    require(gpu_backend == (c.device == DeviceChoice::kGpu),
+            "--backend " + t.backend + " does not run on --device " + t.device);
   }
-  require(c.overlap == "on" || c.overlap == "off" || c.overlap == "auto",
-          "--overlap: unknown value '" + c.overlap + "' (available: on, off, auto)");
-  require(c.allreduce == "nccl" || c.allreduce == "peer" || c.allreduce == "mpi" || c.allreduce == "auto",
-          "--allreduce: unknown path '" + c.allreduce + "' (available: nccl, peer, mpi, auto)");
+  c.overlap = parse_choice(t.overlap, kOverlaps, overlap_name, "--overlap", "value");
+  c.allreduce = parse_choice(t.allreduce, kAllreducePaths, allreduce_name, "--allreduce", "path");
   require(c.threads >= 0, "--threads must be at least 1, or 0 for automatic (got " + str(c.threads) + ")");
   require(c.train_samples >= 0, "--train-samples must be 0 (all) or positive (got " + str(c.train_samples) + ")");
   require(c.test_samples >= 0, "--test-samples must be 0 (all) or positive (got " + str(c.test_samples) + ")");
@@ -125,7 +151,7 @@ void validate(const TrainConfig& c) {
   parse_trace_window(c.trace_steps);  // throws UsageError for a bad A:B
   require(std::isfinite(c.stall_timeout) && c.stall_timeout >= 0,
           "--stall-timeout must be 0 (off) or a positive number of seconds (got " + str(c.stall_timeout) + ")");
-  parse_nonfinite_policy(c.on_nonfinite);  // throws UsageError naming --on-nonfinite
+  c.on_nonfinite = parse_nonfinite_policy(t.on_nonfinite);  // throws UsageError naming --on-nonfinite
   if (c.command == Command::kEval) require(!c.checkpoint.empty(), "eval needs --checkpoint PATH");
   if (c.command == Command::kTrain) require(c.checkpoint.empty(), "--checkpoint belongs to `eval`; to continue a run use --resume PATH");
 }
@@ -165,6 +191,7 @@ int positive_env(const char* name) {
 CliResult parse_command_line(int argc, char** argv) {
   CliResult result;
   TrainConfig& c = result.config;
+  ChoiceTexts choices;
   CLI::App app{"cnn_mpi: data-parallel CNN training over MPI ranks, on CPU cores or GPUs", "cnn_mpi"};
   // A repeated option takes its last value, so scripts can append overrides to a common command line.
   app.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -175,11 +202,11 @@ CliResult parse_command_line(int argc, char** argv) {
   CLI::App* eval = app.add_subcommand("eval", "evaluate a checkpoint on the test set");
 
   app.add_option("--data", c.data_dir, "directory holding the data set files")->group("Data");
-  app.add_option("--dataset", c.dataset,
+  app.add_option("--dataset", choices.dataset,
                  "data set format and name: mnist | fashion (IDX), cifar10 (CIFAR-10 binary), hdf5 (DIR/train.h5 "
                  "and DIR/test.h5)")
       ->group("Data");
-  app.add_option("--data-mode", c.data_mode,
+  app.add_option("--data-mode", choices.data_mode,
                  "auto | memory | stream: hold the data whole, or read each rank's samples from HDF5 window by window "
                  "(auto: stream when the images exceed 1 GiB)")
       ->group("Data");
@@ -202,25 +229,25 @@ CliResult parse_command_line(int argc, char** argv) {
   add_integer(app, "--batch", c.batch, "GLOBAL batch size, split over all ranks")->group("Training");
   add_integer(app, "--epochs", c.epochs, "epochs to train")->group("Training");
   app.add_option("--lr", c.lr, "learning rate")->group("Training");
-  app.add_option("--optimizer", c.optimizer, "sgd | momentum | adam")->group("Training");
+  app.add_option("--optimizer", choices.optimizer, "sgd | momentum | adam")->group("Training");
   app.add_option("--momentum", c.momentum, "momentum coefficient for --optimizer momentum")->group("Training");
   app.add_option("--beta1", c.beta1, "adam: decay of the gradient average")->group("Training");
   app.add_option("--beta2", c.beta2, "adam: decay of the squared-gradient average")->group("Training");
   app.add_option("--eps", c.eps, "adam: added to the denominator")->group("Training");
   add_integer(app, "--seed", c.seed, "seed of the initialisation and of the sample order")->group("Training");
 
-  app.add_option("--device", c.device, "cpu | gpu | auto (gpu when one is usable)")->group("Execution");
-  app.add_option("--backend", c.backend, "seq | threads | cuda (default: threads on cpu, cuda on gpu)")
+  app.add_option("--device", choices.device, "cpu | gpu | auto (gpu when one is usable)")->group("Execution");
+  app.add_option("--backend", choices.backend, "seq | threads | cuda (default: threads on cpu, cuda on gpu)")
       ->group("Execution");
   add_integer(app, "--threads", c.threads,
                  "threads per rank for the threads backend (0: $SLURM_CPUS_PER_TASK, $OMP_NUM_THREADS, or the "
                  "cores this rank may use)")
       ->group("Execution");
 
-  app.add_option("--overlap", c.overlap,
+  app.add_option("--overlap", choices.overlap,
                  "on | off | auto: run the gradient allreduce under the backward (auto: measured at start-up)")
       ->group("Execution");
-  app.add_option("--allreduce", c.allreduce,
+  app.add_option("--allreduce", choices.allreduce,
                  "nccl | peer | mpi | auto: the gradient allreduce of GPU ranks (auto: the fastest, timed at start-up)")
       ->group("Execution");
 
@@ -248,7 +275,7 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--stall-timeout", c.stall_timeout,
                  "seconds a rank may make no progress before the job is aborted, naming the rank and phase (0: off)")
       ->group("Reliability");
-  app.add_option("--on-nonfinite", c.on_nonfinite,
+  app.add_option("--on-nonfinite", choices.on_nonfinite,
                  "non-finite gradients: stop (exit 4, the last checkpoint stays the newest) | skip (drop the step)")
       ->group("Reliability");
 
@@ -270,7 +297,7 @@ CliResult parse_command_line(int argc, char** argv) {
     throw UsageError(e.what());
   }
   if (eval->parsed()) c.command = Command::kEval;
-  validate(c);
+  validate(c, choices);
   return result;
 }
 
@@ -279,11 +306,12 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
   if (c.batch < world_size)
     throw UsageError("--batch " + str(c.batch) + " is smaller than the number of ranks (" + str(world_size) +
                      "): every rank needs at least one sample per global batch");
-  if (c.device == "auto") c.device = (c.backend == "cuda" || (c.backend.empty() && gpus > 0)) ? "gpu" : "cpu";
-  if (c.device == "gpu" && gpus <= 0)
+  if (c.device == DeviceChoice::kAuto)
+    c.device = (c.backend == BackendKind::kCuda || (!c.backend && gpus > 0)) ? DeviceChoice::kGpu : DeviceChoice::kCpu;
+  if (c.device == DeviceChoice::kGpu && gpus <= 0)
     throw UsageError("--device gpu: no usable CUDA device" +
                      std::string(gpus < 0 ? " (this build has no CUDA support)" : " (check CUDA_VISIBLE_DEVICES)"));
-  if (c.backend.empty()) c.backend = c.device == "gpu" ? "cuda" : "threads";
+  if (!c.backend) c.backend = c.device == DeviceChoice::kGpu ? BackendKind::kCuda : BackendKind::kThreads;
   const int cores = usable_cores();
   // More threads than cores only time-slice them (--threads 10000 ran 100x slower): an explicit value
   // above the cores is a mistake to report, a scheduler's variable above them is capped.
@@ -299,7 +327,7 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
       c.threads = cores < online ? cores : std::max(1, online / std::max(1, local_size));
     }
   }
-  if (c.backend == "seq") c.threads = 1;
+  if (c.backend == BackendKind::kSeq) c.threads = 1;
   if (c.command == Command::kTrain && c.resume == kResumeAuto && c.out_dir.empty())
     throw UsageError("--resume auto looks in the run directory: give it with --out RUN_DIR");
   if (c.out_dir.empty() && !c.resume.empty()) c.out_dir = run_dir_of_checkpoint(c.resume);
@@ -309,8 +337,8 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
 std::string describe(const TrainConfig& c) {
   std::ostringstream text;
   text << "settings:\n"
-       << "  data: " << c.data_dir << " (" << c.dataset << ")\n";
-  if (c.dataset == "hdf5") text << "  hdf5_datasets: " << c.h5_images << ", " << c.h5_labels << "\n";
+       << "  data: " << c.data_dir << " (" << dataset_name(c.dataset) << ")\n";
+  if (c.dataset == DatasetKind::kHdf5) text << "  hdf5_datasets: " << c.h5_images << ", " << c.h5_labels << "\n";
   text
        << "  train_samples: " << (c.train_samples ? str(c.train_samples) : std::string("all")) << "\n"
        << "  test_samples: " << (c.test_samples ? str(c.test_samples) : std::string("all")) << "\n"
@@ -319,25 +347,26 @@ std::string describe(const TrainConfig& c) {
        << "  global_batch: " << c.batch << "\n"
        << "  epochs: " << c.epochs << "\n"
        << "  lr: " << c.lr << "\n"
-       << "  optimizer: " << c.optimizer;
-  if (c.optimizer == "momentum") text << " (momentum " << c.momentum << ")";
-  if (c.optimizer == "adam") text << " (beta1 " << c.beta1 << ", beta2 " << c.beta2 << ", eps " << c.eps << ")";
+       << "  optimizer: " << optimizer_name(c.optimizer);
+  if (c.optimizer == OptimizerKind::kMomentum) text << " (momentum " << c.momentum << ")";
+  if (c.optimizer == OptimizerKind::kAdam) text << " (beta1 " << c.beta1 << ", beta2 " << c.beta2 << ", eps " << c.eps << ")";
   text << "\n"
        << "  seed: " << c.seed << "\n"
-       << "  device: " << c.device << "\n"
-       << "  backend: " << c.backend << "\n"
+       << "  device: " << device_name(c.device) << "\n"
+       << "  backend: " << (c.backend ? backend_kind_name(*c.backend) : "") << "\n"
        << "  threads_per_rank: " << c.threads << "\n"
        << "  ranks: " << c.world_size << "\n"
-       << "  overlap: " << c.overlap << ", allreduce: " << c.allreduce << "\n"
+       << "  overlap: " << overlap_name(c.overlap) << ", allreduce: " << allreduce_name(c.allreduce) << "\n"
        << "  out: " << c.out_dir << "\n"
        << "  checkpoint_every: " << (c.checkpoint_every ? str(c.checkpoint_every) + " epoch(s)" : std::string("final only"));
   if (c.checkpoint_every_steps) text << ", and every " << c.checkpoint_every_steps << " steps";
   text << " (keep " << c.keep << ")\n"
        << "  resume: " << (c.resume.empty() ? std::string("no") : c.resume) << "\n"
        << "  stall_timeout: " << (c.stall_timeout > 0 ? str(c.stall_timeout) + " s" : std::string("off")) << "\n"
-       << "  on_nonfinite: " << c.on_nonfinite << "\n"
+       << "  on_nonfinite: " << nonfinite_policy_name(c.on_nonfinite) << "\n"
        << "  trace: " << (c.trace.empty() ? std::string("no") : c.trace + " (steps " + c.trace_steps + ")")
-       << "\n";
+       << "\n"
+       << describe(c.knobs);
   // A requeued SLURM job keeps its id and counts restarts: both tell which start wrote what.
   if (const char* job = std::getenv("SLURM_JOB_ID")) text << "  slurm_job: " << job << "\n";
   if (const char* restarts = std::getenv("SLURM_RESTART_COUNT")) text << "  slurm_restart_count: " << restarts << "\n";

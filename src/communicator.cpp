@@ -149,11 +149,11 @@ void MpiCommunicator::broadcast(float* data, std::int64_t count, int root) {
   world_.broadcast(data, count * static_cast<std::int64_t>(sizeof(float)), root);
 }
 
-std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend, const std::string& allreduce) {
+std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend, AllreducePath allreduce) {
   if (world.size() == 1) return std::make_unique<SingleRankCommunicator>(backend.memory_space());
   if (backend.memory_space() == MemorySpace::kHost) return std::make_unique<MpiCommunicator>(world);
 #ifdef CNN_HAVE_CUDA
-  return make_device_communicator(world, backend, device_allreduce_path(allreduce));
+  return make_device_communicator(world, backend, device_allreduce_path(allreduce_name(allreduce)));
 #else
   (void)allreduce;
   throw Error(ExitCode::kFailure, "a device-memory backend in a build without CUDA");

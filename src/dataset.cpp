@@ -6,7 +6,9 @@
 
 #include <array>
 #include <cstddef>
+#include <optional>
 
+#include "cnn/choices.hpp"
 #include "cnn/cifar_reader.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/hdf5_images.hpp"
@@ -31,13 +33,6 @@ std::uint64_t fnv1a(std::uint64_t hash, const std::vector<std::uint8_t>& bytes) 
     hash *= kFnvPrime;
   }
   return hash;
-}
-
-bool is_idx_dataset(const std::string& name) {
-  for (const char* known : kIdxDatasets) {
-    if (name == known) return true;
-  }
-  return false;
 }
 
 std::string valid_names() {
@@ -95,11 +90,11 @@ std::uint64_t DataSplits::digest() const {
 }
 
 DataSplits load_dataset(const std::string& dataset, const std::string& dir, const H5ImagePaths& paths) {
-  const bool known = is_idx_dataset(dataset) || dataset == "cifar10" || dataset == "hdf5";
-  if (!known) throw UsageError("unknown dataset '" + dataset + "'; valid names: " + valid_names());
+  const std::optional<DatasetKind> kind = dataset_named(dataset);
+  if (!kind) throw UsageError("unknown dataset '" + dataset + "'; valid names: " + valid_names());
   require_directory(dir);
-  if (dataset == "cifar10") return load_cifar10(dir);
-  if (dataset == "hdf5") {
+  if (*kind == DatasetKind::kCifar10) return load_cifar10(dir);
+  if (*kind == DatasetKind::kHdf5) {
     DataSplits splits;
     H5ImageFile train(dir + "/train.h5", paths);
     H5ImageFile test(dir + "/test.h5", paths);

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <vector>
@@ -13,47 +12,19 @@
 
 namespace cnn {
 
-namespace {
-
-struct NanHook {
-  long rank = -1;
-  std::int64_t step = 0;  // 0: no hook
-};
-
-// CNN_TEST_NAN_AT=RANK:STEP (test hook).
-NanHook nan_hook_from_environment() {
-  const char* text = std::getenv("CNN_TEST_NAN_AT");
-  if (text == nullptr) return {};
-  char* end = nullptr;
-  const long hook_rank = std::strtol(text, &end, 10);
-  if (end == text || *end != ':') return {};
-  const long long step = std::strtoll(end + 1, nullptr, 10);
-  if (step <= 0) return {};
-  return {hook_rank, step};
-}
-
-}  // namespace
-
-NonFinitePolicy parse_nonfinite_policy(const std::string& text) {
-  if (text == "stop") return NonFinitePolicy::kStop;
-  if (text == "skip") return NonFinitePolicy::kSkip;
-  throw UsageError("--on-nonfinite: unknown policy '" + text + "' (available: stop, skip)");
-}
-
 std::string param_name_at(const ParamLayout& layout, std::int64_t index) {
   for (const ParamView& view : layout.views())
     if (index >= view.offset && index < view.offset + view.size) return view.name();
   return "?";
 }
 
-DivergenceGuard::DivergenceGuard(NonFinitePolicy policy, const ParamLayout& layout, const MpiWorld* world, int rank)
+DivergenceGuard::DivergenceGuard(NonFinitePolicy policy, const ParamLayout& layout, const MpiWorld* world, int rank,
+                                 const std::optional<TestHooks::NanAt>& nan_at)
     : policy_(policy), layout_(layout), world_(world), rank_(rank) {
-  // CNN_DEFERRED_NONFINITE=0: the check waits in its own step on every backend, for A/B timings.
-  const char* deferred = std::getenv("CNN_DEFERRED_NONFINITE");
-  deferred_allowed_ = deferred == nullptr || std::string(deferred) != "0";
-  const NanHook hook = nan_hook_from_environment();
-  nan_hook_step_ = hook.step;
-  nan_hook_injects_here_ = hook.step != 0 && hook.rank == rank;
+  if (nan_at) {
+    nan_hook_step_ = nan_at->step;
+    nan_hook_injects_here_ = nan_at->rank == rank;
+  }
 }
 
 void DivergenceGuard::begin_step(Backend& backend, std::int64_t steps_done) {
@@ -62,10 +33,18 @@ void DivergenceGuard::begin_step(Backend& backend, std::int64_t steps_done) {
   if (policy_ == NonFinitePolicy::kSkip) banked_ += backend.take_train_stats();
 }
 
-void DivergenceGuard::after_compute(Backend& backend) const { inject_test_nan(backend, step_); }
+void DivergenceGuard::after_exchange(Backend& backend) const {
+  // Every rank writes the NaN into its reduced buffer: the sum over ranks carries a NaN of any one
+  // rank to all of them (NaN + x = NaN), so this is the buffer the exchange of the hook rank's NaN
+  // gives, on either path (overlapped or not) and without touching the exchange itself.
+  if (nan_hook_step_ != 0 && step_ == nan_hook_step_) poison_for_test(backend);
+}
 
 void DivergenceGuard::inject_test_nan(Backend& backend, std::int64_t step) const {
-  if (!nan_hook_injects_here_ || step != nan_hook_step_) return;
+  if (nan_hook_injects_here_ && step == nan_hook_step_) poison_for_test(backend);
+}
+
+void DivergenceGuard::poison_for_test(Backend& backend) const {
   // The last element of the layout (the last layer's bias); any element would do, this one names a layer.
   backend.set_grad_for_test(layout_.total() - 1, std::numeric_limits<float>::quiet_NaN());
 }
@@ -75,7 +54,7 @@ bool DivergenceGuard::update_allowed(Backend& backend, Range mine, bool reduced_
   // Stop on a device backend: the verdict is read a step late, so the GPU never idles for it. The
   // device skips a flagged step's update by itself, so the parameters stay those before that step
   // until settle() reports it (in the next step, before a checkpoint or a re-bind, at the epoch's end).
-  if (policy_ == NonFinitePolicy::kStop && deferred_allowed_) {
+  if (policy_ == NonFinitePolicy::kStop) {
     settle(backend);
     if (backend.enqueue_nonfinite_check()) {
       pending_ = PendingCheck{true, step_, mine, reduced_over_ranks};

@@ -39,18 +39,18 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
 
   DataSplits data;
   agree_or_stop(world, [&] {
-    data = load_dataset(config.dataset, config.data_dir, H5ImagePaths{config.h5_images, config.h5_labels});
+    data = load_dataset(dataset_name(config.dataset), config.data_dir, H5ImagePaths{config.h5_images, config.h5_labels});
     if (config.test_samples > 0 && config.test_samples < data.test.count()) data.test.truncate(config.test_samples);
     const TensorShape& s = data.test.shape;
     if (s.channels != saved.input.channels || s.height != saved.input.height || s.width != saved.input.width ||
         data.test.classes != saved.classes)
       throw InputError(config.checkpoint + ": the model takes " + shape_text(saved.input) + " images in " +
-                       std::to_string(saved.classes) + " classes, but --dataset " + config.dataset + " has " +
+                       std::to_string(saved.classes) + " classes, but --dataset " + dataset_name(config.dataset) + " has " +
                        shape_text(s) + " in " + std::to_string(data.test.classes));
   });
 
   BackendOptions options;
-  options.kind = parse_backend_kind(config.backend);
+  options.kind = config.backend.value_or(BackendKind::kThreads);  // resolve_config has set it
   options.threads = config.threads;
   options.local_rank = world.local_rank();
   std::unique_ptr<Backend> backend;
@@ -69,7 +69,7 @@ int evaluate_checkpoint_command(const TrainConfig& config, const MpiWorld& world
     std::printf("test_loss %.6f  test_acc %.2f%%  (%lld images of %s, %d rank(s))\n",
                 test.loss_sum / static_cast<double>(test.count),
                 100.0 * static_cast<double>(test.correct) / static_cast<double>(test.count),
-                static_cast<long long>(test.count), config.dataset.c_str(), world.size());
+                static_cast<long long>(test.count), dataset_name(config.dataset), world.size());
     std::fflush(stdout);
   }
   return static_cast<int>(ExitCode::kOk);

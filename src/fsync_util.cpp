@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <type_traits>
 
 #include "cnn/errors.hpp"
+#include "cnn/test_hooks.hpp"
 
 namespace cnn::fsutil {
 namespace {
@@ -68,11 +70,15 @@ void fsync_directory(const std::string& dir) {
   fsync_opened(dir, O_RDONLY | O_DIRECTORY, "cannot open directory to fsync");
 }
 
+namespace {
+// TestHooks::write_pause_ms, installed once by main (test_hooks.hpp); 0 everywhere else.
+std::atomic<long> g_test_write_pause_ms{0};
+}  // namespace
+
+void set_test_write_pause_ms(long milliseconds) { g_test_write_pause_ms.store(milliseconds); }
+
 void test_write_pause() {
-  static const long pause_ms = [] {
-    const char* text = std::getenv("CNN_TEST_WRITE_PAUSE_MS");
-    return text == nullptr ? 0L : std::max(0L, std::strtol(text, nullptr, 10));
-  }();
+  const long pause_ms = g_test_write_pause_ms.load(std::memory_order_relaxed);
   if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
 }
 

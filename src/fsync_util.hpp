@@ -34,7 +34,8 @@ void write_new_file(const std::string& path, const std::string& text);
 // temporary is removed and `path` is untouched.
 void write_text_durably(const std::string& path, const std::string& text);
 
-// Test hook CNN_TEST_WRITE_PAUSE_MS=N: sleeps N ms at each stage of a durable write (inside the HDF5
+// Test hook CNN_TEST_WRITE_PAUSE_MS=N (TestHooks::write_pause_ms, installed by main through
+// set_test_write_pause_ms in test_hooks.hpp): sleeps N ms at each stage of a durable write (inside the HDF5
 // file's writing, before and after each rename, before pruning), so that a test's SIGKILL at a random
 // time lands inside the write window (tests/safe_write_test.sh). Unset: returns at once.
 void test_write_pause();

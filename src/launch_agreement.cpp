@@ -77,10 +77,10 @@ LaunchSettings settings_that_must_agree(const TrainConfig& c) {
   LaunchSettings s = {
       {"the build", std::string(CNN_VERSION) + " (source " + CNN_SOURCE_ID + ")"},
       {"the command", c.command == Command::kEval ? "eval" : "train"},
-      {"--dataset", c.dataset},
+      {"--dataset", dataset_name(c.dataset)},
       {"--train-samples", text(c.train_samples)},
       {"--test-samples", text(c.test_samples)},
-      {"--data-mode", c.data_mode},
+      {"--data-mode", data_mode_name(c.data_mode)},
       {"--stream-window-mb", text(c.stream_window_mb)},
       {"--h5-images", c.h5_images},
       {"--h5-labels", c.h5_labels},
@@ -89,25 +89,25 @@ LaunchSettings settings_that_must_agree(const TrainConfig& c) {
       {"--batch", text(c.batch)},
       {"--epochs", text(c.epochs)},
       {"--lr", exact(c.lr)},
-      {"--optimizer", c.optimizer},
+      {"--optimizer", optimizer_name(c.optimizer)},
   };
-  if (c.optimizer == "momentum") s.emplace_back("--momentum", exact(c.momentum));
-  if (c.optimizer == "adam") {
+  if (c.optimizer == OptimizerKind::kMomentum) s.emplace_back("--momentum", exact(c.momentum));
+  if (c.optimizer == OptimizerKind::kAdam) {
     s.emplace_back("--beta1", exact(c.beta1));
     s.emplace_back("--beta2", exact(c.beta2));
     s.emplace_back("--eps", exact(c.eps));
   }
   const LaunchSettings rest = {
       {"--seed", text(c.seed)},
-      {"--device", c.device},
-      {"--backend", c.backend},
-      {"--overlap", c.overlap},
-      {"--allreduce", c.allreduce},
+      {"--device", device_name(c.device)},
+      {"--backend", c.backend ? backend_kind_name(*c.backend) : ""},
+      {"--overlap", overlap_name(c.overlap)},
+      {"--allreduce", allreduce_name(c.allreduce)},
       {"--checkpoint-every", text(c.checkpoint_every)},
       {"--checkpoint-every-steps", text(c.checkpoint_every_steps)},
       {"--resume", resume_mode(c.resume)},
       {"--trace", c.trace.empty() ? "off" : "on, steps " + c.trace_steps},
-      {"--on-nonfinite", c.on_nonfinite},
+      {"--on-nonfinite", nonfinite_policy_name(c.on_nonfinite)},
   };
   s.insert(s.end(), rest.begin(), rest.end());
   return s;

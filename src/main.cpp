@@ -11,7 +11,9 @@
 #include "cnn/evaluate_command.hpp"
 #include "cnn/launch_agreement.hpp"
 #include "cnn/phase_times.hpp"
+#include "cnn/run_options.hpp"
 #include "cnn/signals.hpp"
+#include "cnn/test_hooks.hpp"
 #include "cnn/trainer.hpp"
 
 #ifdef CNN_HAVE_CUDA
@@ -33,21 +35,26 @@ int usable_gpus() {
 // the data set on a second thread while MPI starts up (both take ~0.4 s; see "startup:" line).
 struct EarlyStart {
   cnn::CliResult cli;
+  cnn::TestHooks hooks;                // read once, here, from the environment (test_hooks.hpp)
   std::string usage_error;             // set when argv is bad; reported once MPI tells who is rank 0
   std::future<std::unique_ptr<cnn::TrainingData>> data;   // valid for `train`
 };
 
 EarlyStart start_before_mpi(int argc, char** argv) {
   EarlyStart early;
+  early.hooks = cnn::read_test_hooks_from_environment();
+  cnn::install_write_test_hooks(early.hooks);
   try {
     early.cli = cnn::parse_command_line(argc, argv);
   } catch (const cnn::UsageError& e) {
     early.usage_error = e.what();
     return early;
   }
+  early.cli.config.knobs = cnn::read_knobs_from_environment();  // the live knobs, read once (knobs.hpp)
   if (!early.cli.exit_now && early.cli.config.command == cnn::Command::kTrain) {
     // Errors travel through the future and surface inside train()'s agree_or_stop.
-    early.data = std::async(std::launch::async, [config = early.cli.config] { return cnn::load_training_data(config); });
+    early.data = std::async(std::launch::async,
+                            [options = cnn::data_options(early.cli.config)] { return cnn::load_training_data(options); });
   }
   return early;
 }
@@ -74,7 +81,7 @@ int run(EarlyStart& early, const cnn::MpiWorld& world, double process_start) {
   // Rank 0 chose the default run directory name from its clock; all ranks use rank 0's.
   config.out_dir = world.broadcast_string(config.out_dir);
   if (config.command == cnn::Command::kEval) return cnn::evaluate_checkpoint_command(config, world);
-  cnn::train(config, world, process_start, std::move(early.data));
+  cnn::train(config, world, early.hooks, process_start, std::move(early.data));
   return static_cast<int>(cnn::ExitCode::kOk);
 }
 

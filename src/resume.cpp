@@ -6,6 +6,8 @@
 #include <type_traits>
 
 #include "cnn/collective_errors.hpp"
+#include "cnn/config.hpp"  // kResumeAuto
+#include "cnn/optimizer.hpp"
 #include "cnn/errors.hpp"
 
 namespace cnn {
@@ -58,7 +60,7 @@ CheckpointState load_candidate(const std::string& path, const CheckpointConfig& 
 }
 
 // The rank-0 half of resolve_resume: which file, read and checked. Prints notes and warnings.
-ResumePoint find_on_root(const TrainConfig& config, const CheckpointConfig& now, const ParamLayout& layout) {
+ResumePoint find_on_root(const ResumeOptions& config, const CheckpointConfig& now, const ParamLayout& layout) {
   ResumePoint point;
   std::vector<std::string> notes;
   if (config.resume != kResumeAuto) {
@@ -118,33 +120,6 @@ std::uint64_t training_data_digest(const Dataset& train) {
   return fnv1a(fnv1a(kFnvOffsetBasis, train.labels), train.images);
 }
 
-CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, const Dataset& train) {
-  return checkpoint_config_for(config, network, train.count(), training_data_digest(train));
-}
-
-CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, std::int64_t train_samples,
-                                       std::uint64_t data_digest) {
-  CheckpointConfig c;
-  c.model = config.model;
-  c.spec = network.spec;
-  c.filters = config.filters;
-  c.input = network.input;
-  c.classes = network.classes;
-  c.global_batch = config.batch;
-  c.lr = config.lr;
-  c.optimizer = config.optimizer;
-  c.momentum = config.momentum;
-  c.beta1 = config.beta1;
-  c.beta2 = config.beta2;
-  c.eps = config.eps;
-  c.seed = config.seed;
-  c.dataset = config.dataset;
-  c.dataset_digest = data_digest;
-  c.train_samples = train_samples;
-  c.epochs = config.epochs;
-  return c;
-}
-
 ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig& now) {
   ResumeVerdict v;
   auto refuse = [&](const std::string& what, const std::string& was, const std::string& is, const char* why) {
@@ -170,9 +145,9 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
     refuse("training data digest", text(saved.dataset_digest), text(now.dataset_digest), kExact);
 
   if (saved.lr != now.lr) v.notes.push_back("resume: lr " + text(saved.lr) + " -> " + text(now.lr));
-  if (saved.optimizer == "momentum" && saved.momentum != now.momentum)
+  if (saved.optimizer == optimizer_name(OptimizerKind::kMomentum) && saved.momentum != now.momentum)
     v.notes.push_back("resume: momentum " + text(saved.momentum) + " -> " + text(now.momentum));
-  if (saved.optimizer == "adam") {
+  if (saved.optimizer == optimizer_name(OptimizerKind::kAdam)) {
     if (saved.beta1 != now.beta1) v.notes.push_back("resume: beta1 " + text(saved.beta1) + " -> " + text(now.beta1));
     if (saved.beta2 != now.beta2) v.notes.push_back("resume: beta2 " + text(saved.beta2) + " -> " + text(now.beta2));
     if (saved.eps != now.eps) v.notes.push_back("resume: eps " + text(saved.eps) + " -> " + text(now.eps));
@@ -182,7 +157,7 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
   return v;
 }
 
-ResumePoint resolve_resume(const TrainConfig& config, const MpiWorld& world, const CheckpointConfig& now,
+ResumePoint resolve_resume(const ResumeOptions& config, const MpiWorld& world, const CheckpointConfig& now,
                            const ParamLayout& layout) {
   ResumePoint point;
   if (config.resume.empty()) return point;

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <thread>
@@ -46,15 +45,6 @@ extern "C" void on_stop_signal(int signo) {
   g_stop_signal = signo;
 }
 
-// Parses a positive integer; 0 when unset or malformed (a test hook, never user input).
-std::int64_t positive_env(const char* name) {
-  const char* text = std::getenv(name);
-  if (text == nullptr) return 0;
-  char* end = nullptr;
-  const long long value = std::strtoll(text, &end, 10);
-  return (end != text && *end == '\0' && value > 0) ? value : 0;
-}
-
 }  // namespace
 
 void install_stop_handlers() {
@@ -86,10 +76,9 @@ int agree_on_stop(const MpiWorld& world) {
   return world.allreduce_max(static_cast<int>(local_stop_signal()));
 }
 
-StopAfterStepsHook::StopAfterStepsHook(int rank) {
-  const std::int64_t hook_rank = positive_env("CNN_TEST_STOP_RANK");
-  if (rank == hook_rank) stop_after_ = positive_env("CNN_TEST_STOP_AFTER_STEPS");
-  step_delay_ms_ = positive_env("CNN_TEST_STEP_DELAY_MS");
+StopAfterStepsHook::StopAfterStepsHook(const TestHooks& hooks, int rank) {
+  if (rank == hooks.stop_rank) stop_after_ = hooks.stop_after_steps;
+  step_delay_ms_ = hooks.step_delay_ms;
 }
 
 void StopAfterStepsHook::after_step(std::int64_t steps_run) const {

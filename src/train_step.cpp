@@ -9,16 +9,13 @@ bool train_step(Backend& backend, Communicator& comm, const OptimizerSettings& o
                 Range global_batch, PhaseTimes& times, OverlapReducer* overlap, DivergenceGuard* guard) {
   const Range mine = rank_slice(global_batch, comm.rank(), comm.size());
   heartbeat(WatchPhase::kForwardBackward);
-  // The NaN test hook writes into one rank's gradient after its backward, so that step reduces after
-  // on every rank.
-  const bool overlapped = overlap != nullptr && comm.size() > 1 && !(guard && guard->nan_hook_step_now());
+  const bool overlapped = overlap != nullptr && comm.size() > 1;
   if (overlapped) {
     // The allreduce runs inside, under the backward; what the host waited for it is the phase.
     backend.compute_gradients_overlapped(mine.begin, mine.count, *overlap);
     times.add(Phase::kAllreduce, overlap->take_host_wait_seconds());
   } else {
     backend.compute_gradients(mine.begin, mine.count);
-    if (guard) guard->after_compute(backend);
   }
   if (comm.size() > 1 && !overlapped) {
     backend.synchronize();  // so the allreduce phase measures communication, not queued compute
@@ -28,12 +25,18 @@ bool train_step(Backend& backend, Communicator& comm, const OptimizerSettings& o
     backend.synchronize();
     times.add(Phase::kAllreduce, wall_seconds() - start);
   }
+  if (guard) guard->after_exchange(backend);  // the NaN test hook's fault, if this is its step
   // Non-finite values survive the sum, so every rank reaches the same verdict (src/divergence.cpp).
   if (guard && !guard->update_allowed(backend, mine, comm.size() > 1)) return false;
   heartbeat(WatchPhase::kUpdate);
   // The buffer holds the sum over the whole global batch; the update divides by its size.
   backend.apply_update(optimizer, 1.0f / static_cast<float>(global_batch.count));
   return true;
+}
+
+void apply_binding(Backend& backend, const DataBinding& binding) {
+  if (binding.train != nullptr) backend.bind_data(*binding.train, *binding.test);
+  if (binding.order != nullptr) backend.begin_epoch(*binding.order);
 }
 
 BatchStats evaluate_test_set(Backend& backend, const MpiWorld& world, std::int64_t count, std::int64_t held_from) {

@@ -1,79 +1,22 @@
 #include "cnn/trainer.hpp"
 
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <iostream>
-#include <sstream>
 
-#include "cnn/backend.hpp"
-#include "cnn/checkpointer.hpp"
-#include "cnn/collective_errors.hpp"
-#include "cnn/dataset.hpp"
 #include "cnn/divergence.hpp"
-#include "cnn/launch_agreement.hpp"
-#include "cnn/network.hpp"
-#include "cnn/progress.hpp"
-#include "cnn/resume.hpp"
-#include "cnn/run_directory.hpp"
-#include "cnn/run_log.hpp"
-#include "cnn/scaling_advisor.hpp"
+#include "cnn/heartbeat_observer.hpp"
+#include "cnn/progress_observer.hpp"
+#include "cnn/run_log_observer.hpp"
+#include "cnn/run_setup.hpp"
 #include "cnn/sampler.hpp"
 #include "cnn/signals.hpp"
-#include "cnn/timing_stats.hpp"
-#include "cnn/trace.hpp"
+#include "cnn/timing_observer.hpp"
+#include "cnn/trace_observer.hpp"
 #include "cnn/train_step.hpp"
-#include "cnn/utc_time.hpp"
-#include "cnn/watchdog.hpp"
+#include "cnn/training_observer.hpp"
 
 namespace cnn {
 
 namespace {
-
-// Each phase's seconds this epoch, reduced over ranks: min, mean, max and the slowest rank.
-std::vector<PhaseSpread> reduce_phases(const MpiWorld& world, const PhaseTimes& mine) {
-  std::vector<PhaseSpread> spreads;
-  for (int p = 0; p < kPhaseCount; ++p) {
-    const RankSpread r = reduce_over_ranks(world, mine.seconds[static_cast<std::size_t>(p)]);
-    if (world.rank() != 0) continue;
-    PhaseSpread s;
-    s.phase = static_cast<Phase>(p);
-    s.min = r.min;
-    s.mean = r.mean;
-    s.max = r.max;
-    s.max_rank = r.max_rank;
-    spreads.push_back(s);
-  }
-  return spreads;
-}
-
-std::string percent(double fraction) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.2f%%", 100.0 * fraction);
-  return text;
-}
-
-// What the run directory's owner needs to know about this start (run_directory.hpp; rank 0).
-ResumeRequest resume_request(const TrainConfig& config, const ResumePoint& resume) {
-  ResumeRequest request;
-  if (!config.resume.empty())
-    request.mode = config.resume == kResumeAuto ? ResumeRequest::Mode::kAuto : ResumeRequest::Mode::kPath;
-  request.resumed = resume.resumed;
-  request.checkpoint_run_id = resume.state.run_id;
-  request.checkpoint_in_out = resume.from_out_dir;
-  return request;
-}
-
-// runs.log: one line per start, so a requeued SLURM job's history is readable in one place.
-std::string start_line(int ranks, const ResumePoint& resume, const std::string& run_id) {
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const char* restart = std::getenv("SLURM_RESTART_COUNT");
-  std::ostringstream line;
-  line << utc_time() << ", slurm_job=" << (job ? job : "-") << ", restart=" << (restart ? restart : "0")
-       << ", ranks=" << ranks << ", resumed_from=" << (resume.resumed ? resume.path : std::string("fresh"))
-       << ", run_id=" << run_id;
-  return line.str();
-}
 
 // The epoch's train stats so far, summed over ranks (collective).
 BatchStats sum_over_ranks(const MpiWorld& world, const BatchStats& mine) {
@@ -84,288 +27,186 @@ BatchStats sum_over_ranks(const MpiWorld& world, const BatchStats& mine) {
   return BatchStats{sums[0], counts[0], counts[1]};
 }
 
-}  // namespace
-
-TrainSummary train(const TrainConfig& config, const MpiWorld& world, double process_start,
-                   std::future<std::unique_ptr<TrainingData>> early_data) {
+// In the order they hear of each event (training_observer.hpp): the timing after the trace's wait for
+// a traced step's device work, the rows after the timing fills them, the step hooks after the step is
+// timed, the trace's gather after that, and the progress line last.
+ObserverList make_observers(const TrainConfig& config, const MpiWorld& world, const TestHooks& hooks,
+                            TrainingRun& run, PhaseTimes& times, double process_start, double run_start) {
   const bool root = world.rank() == 0;
-  const double run_start = wall_seconds();
+  const std::int64_t steps = batches_per_epoch(run.data->train_count(), config.batch);
+  ObserverList observers;
+  observers.add(std::make_unique<StartupLine>(root, process_start));
+  observers.add(std::make_unique<HeartbeatObserver>(config.stall_timeout, world.rank(), world.host(), hooks.stall));
+  TraceRecording* trace = nullptr;
+  if (!config.trace.empty())
+    trace = &observers.add(std::make_unique<TraceRecording>(world, *run.backend, times, config.trace_steps));
+  const TimingObserver& timing = observers.add(
+      std::make_unique<TimingObserver>(world, *run.backend, *run.comm, times, run.data->train_count(), run_start));
+  observers.add(std::make_unique<RunLogObserver>(*run.log, timing, world.rank(), world.size(),
+                                                 run.network.layout.total() * static_cast<std::int64_t>(sizeof(float)),
+                                                 run.overlap.get()));
+  observers.add(std::make_unique<StopAfterStepsHook>(hooks, world.rank()));
+  if (trace) observers.add(std::make_unique<TraceWriting>(world, trace->recorder(), config.trace));
+  observers.add(std::make_unique<ProgressObserver>(root, config.quiet, steps, config.epochs, config.batch));
+  return observers;
+}
 
-  // Every rank reads the data itself; all must succeed before anyone goes on.
-  std::unique_ptr<TrainingData> data;
-  agree_or_stop(world, [&] { data = early_data.valid() ? early_data.get() : load_training_data(config); });
-  agree_on_settings(world, data_identity(*data));  // node-local copies must hold the same data
+// The loop over epochs and steps. Every rank runs the same steps and reaches every collective (the
+// allreduce, the stop agreement, the checkpoints, the observers' reductions) in the same order.
+class TrainingLoop {
+ public:
+  TrainingLoop(const TrainConfig& config, const MpiWorld& world, const TestHooks& hooks, TrainingRun& run,
+               double process_start, double run_start)
+      : config_(config), world_(world), run_(run), backend_(*run.backend), data_(*run.data),
+        sampler_(config.seed, data_.train_count()), steps_(batches_per_epoch(data_.train_count(), config.batch)),
+        from_(run.resume.state.progress), progress_(from_),
+        last_metrics_(run.resume.state.metrics),
+        divergence_(config.on_nonfinite, run.network.layout, &world, world.rank(), hooks.nan_at),
+        observers_(make_observers(config, world, hooks, run, times_, process_start, run_start)) {
+    // The resumed partial epoch's train stats, summed over ranks at its save, are rank 0's to carry on.
+    if (world.rank() == 0) epoch_stats_ = BatchStats{from_.epoch_loss_sum, from_.epoch_correct, from_.epoch_samples};
+    progress_.epoch_loss_sum = 0.0;
+    progress_.epoch_correct = 0;
+    progress_.epoch_samples = 0;
+  }
 
-  const Network network = build_network(config.model, config.filters, data->shape(), data->classes());
-  const ParamLayout& layout = network.layout;
-  OptimizerSettings optimizer;
-  optimizer.kind = parse_optimizer(config.optimizer);
-  optimizer.lr = static_cast<float>(config.lr);
-  optimizer.momentum = static_cast<float>(config.momentum);
-  optimizer.beta1 = static_cast<float>(config.beta1);
-  optimizer.beta2 = static_cast<float>(config.beta2);
-  optimizer.eps = static_cast<float>(config.eps);
-
-  // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
-  agree_or_stop(world, [&] {
-    if (root) check_trace_target(config.trace, config.out_dir);
-  });
-  const CheckpointConfig saved_config = checkpoint_config_for(config, network, data->train_count(), data->train_digest());
-  const ResumePoint resume = resolve_resume(config, world, saved_config, layout);
-  const CheckpointProgress& from = resume.state.progress;
-  TrainSummary summary;
-  if (resume.resumed && from.epoch >= config.epochs) {
-    // SLURM requeue scripts run the same command again; a finished run must be a quiet success.
-    if (root) std::printf("run already complete (epoch %lld of %d)\n", static_cast<long long>(from.epoch), config.epochs);
-    summary.already_complete = true;
+  TrainSummary run() {
+    TrainSummary summary;
+    for (std::int64_t epoch = from_.epoch; epoch < config_.epochs; ++epoch) {
+      const EpochMetrics metrics = run_epoch(epoch);
+      summary.final_test_accuracy = metrics.test_accuracy;
+      summary.final_test_loss = metrics.test_loss;
+      summary.final_train_loss = metrics.train_loss;
+    }
+    observers_.run_end();
+    if (const std::string report = data_.read_report(); !report.empty()) {
+      std::printf("%s\n", report.c_str());
+      std::fflush(stdout);
+    }
+    if (world_.rank() == 0 && divergence_.policy() == NonFinitePolicy::kSkip)
+      std::printf("skipped_steps: %lld (non-finite gradients, --on-nonfinite skip)\n",
+                  static_cast<long long>(divergence_.skipped_total()));
+    summary.params = backend_.download_params();
     return summary;
   }
 
-  // Rank 0 owns the run directory from here to the end of train(): nothing is written before the claim.
-  // Unwritable run or checkpoint directories are found now, not at the first save hours later.
-  RunDirectory run_dir(config.out_dir);
-  const RunLog log(config.out_dir);
-  std::string run_id;
-  agree_or_stop(world, [&] {
-    if (!root) return;
-    run_id = run_dir.claim(resume_request(config, resume));
-    if (config.resume.empty()) log.prepare();
-    else log.prepare_resume(from.epoch);
-    CheckpointDir(config.out_dir).prepare();
-    log.append_start(start_line(world.size(), resume, run_id));
-  });
-  const Checkpointer checkpointer(world, config, saved_config, layout, run_id);
-
-  BackendOptions backend_options;
-  backend_options.kind = parse_backend_kind(config.backend);
-  // Until the knobs are gathered in one struct: CNN_CUDA_GRAPHS=0 queues each step eagerly, for A/B.
-  if (const char* graphs = std::getenv("CNN_CUDA_GRAPHS")) backend_options.cuda_graphs = std::string(graphs) != "0";
-  backend_options.threads = config.threads;
-  backend_options.local_rank = world.local_rank();
-  backend_options.optimizer = optimizer.kind;
-  // comm is declared first so that it is destroyed last: ncclCommDestroy waits until every CUDA graph
-  // that captured a collective of the communicator (the overlapped step's) has been destroyed.
-  std::unique_ptr<Communicator> comm;
-  std::unique_ptr<Backend> backend;
-  agree_or_stop(world, [&] {
-    backend = make_backend(backend_options, network);
-    data->bind(*backend, world.rank(), world.size(), config.batch);
-    comm = make_communicator(world, *backend, config.allreduce);
-  });
-
-  if (resume.resumed) {
-    // resolve_resume gave every rank rank 0's reading, so all continue identical.
-    backend->upload_params(resume.state.params);
-    if (!resume.state.optimizer_state.empty()) backend->upload_optimizer_state(resume.state.optimizer_state);
-  } else {
-    // Rank 0 draws the initial parameters and every rank takes them, so all start identical.
-    std::vector<float> params(static_cast<std::size_t>(layout.total()));
-    if (root) initialize_params(params.data(), layout, config.seed);
-    world.broadcast(params.data(), layout.total() * static_cast<std::int64_t>(sizeof(float)));
-    backend->upload_params(params);
-  }
-
-  // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all.
-  bool first_epoch_bound = false;  // the advisor bound the first epoch's order already
-  GradientExchange exchange = choose_gradient_exchange(
-      config, world, *backend, std::move(comm),
-      [&] {  // the timed step takes the run's first batch, bound as the loop binds it (no second read)
-        data->begin_epoch(*backend, Sampler(config.seed, data->train_count()).permutation(from.epoch),
-                          from.step_in_epoch);
-        first_epoch_bound = true;
-        return data->step_batch(*backend, from.step_in_epoch,
-                                global_batch_range(from.step_in_epoch, data->train_count(), config.batch));
-      },
-      layout.total(), config.out_dir);
-  comm = std::move(exchange.comm);
-  OverlapReducer* const overlap = exchange.overlap.get();
-
-  if (root) {
-    std::cout << "cnn_mpi " << CNN_VERSION << "\n" << describe(config) << "  model_detail: " << network.describe() << "\n"
-              << "  train_images: " << data->train_count() << ", test_images: " << data->test_count() << "\n"
-              << "  data_mode: " << data->mode() << "\n"
-              << "  gradient allreduce: " << comm->name() << "\n" << exchange.report;
-    std::cout.flush();
-  }
-  world.barrier();
-  std::printf("rank %d/%d on %s: %s backend, %s\n", world.rank(), world.size(), world.host().c_str(),
-              backend->name().c_str(), backend->device_description().c_str());
-  std::fflush(stdout);
-  world.barrier();
-
-  const Sampler sampler(config.seed, data->train_count());
-  const std::int64_t steps = batches_per_epoch(data->train_count(), config.batch);
-  const StopAfterStepsHook stop_hook(world.rank());
-  CheckpointProgress progress = from;
-  // The resumed partial-epoch stats live in epoch_stats below; `progress` carries none to later saves.
-  progress.epoch_loss_sum = 0.0;
-  progress.epoch_correct = 0;
-  progress.epoch_samples = 0;
-  CheckpointMetrics last_metrics = resume.state.metrics;
-  // The unfinished epoch's train stats: this rank's own since the last save, plus (on rank 0 only)
-  // what the resumed checkpoint had summed over all ranks before the stop.
-  BatchStats epoch_stats;
-  if (root) epoch_stats = BatchStats{from.epoch_loss_sum, from.epoch_correct, from.epoch_samples};
-  std::int64_t steps_run = 0;  // by this process, for the start-up line and the test hook
-  PhaseTimes times;
-  // The wall time of this epoch's steps (timing.csv's "step" row) and how many ran here (allreduce.csv).
-  double step_seconds = 0.0;
-  std::int64_t epoch_steps = 0;
-  const std::int64_t gradient_bytes = layout.total() * static_cast<std::int64_t>(sizeof(float));
-  ProgressLine live(root ? progress_mode_for_stdout(config.quiet) : ProgressMode::kOff, stdout, steps, config.epochs,
-                    config.batch);
-  std::unique_ptr<TraceRecorder> trace;
-  if (!config.trace.empty()) {
-    world.barrier();  // every rank takes its time origin on leaving it, so the ranks' tracks line up
-    trace = std::make_unique<TraceRecorder>(parse_trace_window(config.trace_steps), wall_seconds());
-  }
-
-  // Mid-epoch saves carry the partial epoch's stats summed over ranks, so a resume logs the exact loss.
-  DivergenceGuard divergence(parse_nonfinite_policy(config.on_nonfinite), layout, &world, world.rank());
-  auto save_mid_epoch = [&] {
-    divergence.settle(*backend);  // a step the device left unapplied stops the run before its checkpoint
-    epoch_stats += divergence.take_train_stats(*backend);
-    const BatchStats total = sum_over_ranks(world, epoch_stats);
-    CheckpointProgress at = progress;
-    at.epoch_loss_sum = total.loss_sum;
-    at.epoch_correct = total.correct;
-    at.epoch_samples = total.count;
-    return checkpointer.save(*backend, at, last_metrics, times);
-  };
-
-  const Watchdog watchdog(config.stall_timeout, world.rank(), world.host());  // --stall-timeout, from here on
-  for (std::int64_t epoch = from.epoch; epoch < config.epochs; ++epoch) {
-    const std::int64_t first_step = epoch == from.epoch ? from.step_in_epoch : 0;
-    heartbeat(WatchPhase::kData);
-    // The order is a pure function of (seed, epoch): resumable mid-epoch.
-    if (!(epoch == from.epoch && first_epoch_bound)) data->begin_epoch(*backend, sampler.permutation(epoch), first_step);
-    world.barrier();
-    const double epoch_start = wall_seconds();
-    live.begin_epoch(epoch, first_step, epoch_start);
-    for (std::int64_t step = first_step; step < steps; ++step) {
-      // Stream mode re-binds the backend here when the step starts a new window of samples (after
-      // the last step's deferred check, which may recompute that step on the old window).
-      if (data->rebinds_before(step)) divergence.settle(*backend);
-      const Range batch = data->step_batch(*backend, step, global_batch_range(step, data->train_count(), config.batch));
-      if (steps_run == 0 && root) {
-        std::printf("startup: %.3f s to first step\n", wall_seconds() - process_start);
-        std::fflush(stdout);
-      }
-      // A traced step reads its own phases: take what came before it, and wait for its device work.
-      const bool traced = trace && trace->recording(progress.global_step);
-      if (traced) times += backend->take_phase_times();
-      const PhaseTimes before = times;
-      const double step_start = wall_seconds();
-      optimizer.step = progress.global_step + 1;  // one update per step, counted over the whole run
-      heartbeat_step(progress.global_step + 1);
-      divergence.begin_step(*backend, progress.global_step);
-      train_step(*backend, *comm, optimizer, layout.total(), batch, times, overlap, &divergence);
-      heartbeat(WatchPhase::kStepEnd);
-      if (traced) backend->synchronize();
-      const double step_wall = wall_seconds() - step_start;
-      step_seconds += step_wall;
-      ++epoch_steps;
-      if (traced) {
-        times += backend->take_phase_times();
-        PhaseTimes own = times;
-        for (std::size_t p = 0; p < own.seconds.size(); ++p) own.seconds[p] -= before.seconds[p];
-        trace->record_step(progress.global_step, step_start, step_wall, own);
-      }
-      ++steps_run;
-      progress.step_in_epoch = step + 1;
-      progress.global_step += 1;
-      progress.samples_seen += batch.count;
-      stop_hook.after_step(steps_run);
-      // Every rank reaches the window's end at the same step: the gather is collective.
-      if (trace && trace->window_done(progress.global_step)) trace->gather_and_write(world, config.trace);
-      live.update(step + 1, wall_seconds());
-      if (step + 1 == steps) break;  // the epoch's end below saves and stops, with the epoch's metrics
+ private:
+  EpochMetrics run_epoch(std::int64_t epoch) {
+    const std::int64_t first_step = epoch == from_.epoch ? from_.step_in_epoch : 0;
+    observers_.phase_begin(LoopPhase::kData);
+    // The order is a pure function of (seed, epoch): resumable mid-epoch. Set-up bound the first one.
+    if (epoch != from_.epoch) apply_binding(backend_, data_.begin_epoch(sampler_.permutation(epoch), 0));
+    observers_.epoch_start({epoch, first_step});
+    for (std::int64_t step = first_step; step < steps_; ++step) {
+      run_step(epoch, step);
+      if (step + 1 == steps_) break;  // the epoch's end below saves and stops, with the epoch's metrics
       // One int allreduce per step: a signal on any rank stops all at the same step (cost: CHECKPOINT.md).
-      if (const int signo = agree_on_stop(world)) {
-        stop_for_signal(world, signo, epoch + 1, step + 1, save_mid_epoch());
-      }
-      if (checkpointer.due_after_step(progress.global_step)) save_mid_epoch();
+      if (const int signo = agree_on_stop(world_)) stop_for_signal(world_, signo, epoch + 1, step + 1, save_mid_epoch());
+      if (run_.checkpointer->due_after_step(progress_.global_step)) save_mid_epoch();
     }
-    const double sync_start = wall_seconds();
-    divergence.settle(*backend);  // the epoch's last step, before its stats, evaluation and checkpoint
-    backend->synchronize();  // device work queued by the steps is step time too
-    heartbeat(WatchPhase::kStepEnd);
-    step_seconds += wall_seconds() - sync_start;
-    const double epoch_seconds = world.allreduce_max(wall_seconds() - epoch_start);
-    live.end_epoch();
-    const RankSpread step_spread = reduce_over_ranks(world, step_seconds);
-    const std::int64_t allreduce_count = epoch_steps;
-    step_seconds = 0.0;
-    epoch_steps = 0;
+    const EpochMetrics metrics = end_epoch(epoch);
+    const int signo = agree_on_stop(world_);  // also catches a signal that came during the evaluation
+    std::string path;
+    if (signo != 0 || run_.checkpointer->due_after_epoch(progress_.epoch, progress_.global_step))
+      path = run_.checkpointer->save(backend_, progress_, last_metrics_, times_);
+    // A signal after the last epoch changes nothing: the run is complete and says so with exit 0.
+    if (signo != 0 && progress_.epoch < config_.epochs) stop_for_signal(world_, signo, epoch + 1, steps_, path);
+    return metrics;
+  }
 
-    epoch_stats += divergence.take_train_stats(*backend);
-    const BatchStats train_stats = sum_over_ranks(world, epoch_stats);
-    epoch_stats = BatchStats{};
-    const double train_loss = train_stats.loss_sum / static_cast<double>(train_stats.count);
-    check_epoch_loss(world, epoch + 1, train_loss);  // every rank holds the same value
+  // data -> step (gradients, exchange, check, update).
+  void run_step(std::int64_t epoch, std::int64_t step) {
+    // Stream mode re-binds the backend when the step starts a new window of samples (after the last
+    // step's deferred check, which may recompute that step on the old window).
+    if (data_.rebinds_before(step)) divergence_.settle(backend_);
+    const StepData data = data_.step_batch(step, global_batch_range(step, data_.train_count(), config_.batch));
+    apply_binding(backend_, data.rebind);
+    StepEvent event{epoch, step, progress_.global_step, steps_run_};
+    observers_.step_begin(event);
+    run_.optimizer.step = progress_.global_step + 1;  // one update per step, counted over the whole run
+    divergence_.begin_step(backend_, progress_.global_step);
+    train_step(backend_, *run_.comm, run_.optimizer, run_.network.layout.total(), data.batch, times_,
+               run_.overlap.get(), &divergence_);
+    event.steps_run = ++steps_run_;
+    progress_.step_in_epoch = step + 1;
+    progress_.global_step += 1;
+    progress_.samples_seen += data.batch.count;
+    observers_.step_end(event);
+  }
 
-    const double eval_start = wall_seconds();
-    const BatchStats test = evaluate_test_set(*backend, world, data->test_count(), data->test_held_from());
-    // Shown in the trace after the epoch's last step when that step is in the window.
-    if (trace)
-      trace->record(progress.global_step - 1, static_cast<int>(Phase::kEval), eval_start, wall_seconds() - eval_start);
-    times += backend->take_phase_times();
+  // The device's queued steps, the epoch's train stats and evaluation, and its row.
+  EpochMetrics end_epoch(std::int64_t epoch) {
+    observers_.phase_begin(LoopPhase::kDrain);
+    divergence_.settle(backend_);  // the epoch's last step, before its stats, evaluation and checkpoint
+    backend_.synchronize();
+    observers_.phase_end(LoopPhase::kDrain);
+
+    epoch_stats_ += divergence_.take_train_stats(backend_);
+    const BatchStats train = sum_over_ranks(world_, epoch_stats_);
+    epoch_stats_ = BatchStats{};
+    const double train_loss = train.loss_sum / static_cast<double>(train.count);
+    check_epoch_loss(world_, epoch + 1, train_loss);  // every rank holds the same value
+
+    observers_.phase_begin(LoopPhase::kEval);
+    const BatchStats test = evaluate_test_set(backend_, world_, data_.test_count(), data_.test_held_from());
+    observers_.phase_end(LoopPhase::kEval);
 
     EpochMetrics metrics;
     metrics.epoch = epoch + 1;
     metrics.train_loss = train_loss;
     metrics.test_loss = test.loss_sum / static_cast<double>(test.count);
     metrics.test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.count);
-    metrics.epoch_seconds = epoch_seconds;
-    metrics.images_per_second = static_cast<double>(data->train_count()) / epoch_seconds;
-    metrics.wall_seconds = wall_seconds() - run_start;
-    metrics.skipped_steps = divergence.take_skipped();
-    const std::vector<PhaseSpread> phases = reduce_phases(world, times);
-    const AsyncAllreduceTimes overlap_times = mean_over_ranks(world, comm->take_async_times());
-    times = PhaseTimes{};  // the epoch-end checkpoint below is counted in the next epoch's row
-    // The row is written before the checkpoint: a resume from an older checkpoint drops later rows,
-    // while a row missing after its checkpoint could never be recovered.
-    if (root) {
-      heartbeat(WatchPhase::kLog);
-      log.append_epoch(metrics, phases, step_spread);
-      if (world.size() > 1) {
-        AllreduceStats stats = allreduce_stats(metrics.epoch, world.size(), gradient_bytes, allreduce_count,
-                                               phases[static_cast<std::size_t>(Phase::kAllreduce)].mean);
-        if (overlap) stats = with_overlap(stats, overlap_times, static_cast<int>(overlap->plan().buckets.size()));
-        log.append_allreduce(stats);
-      }
-      if (!config.quiet || epoch + 1 == config.epochs) {
-        std::printf("epoch %lld/%d  train_loss %.4f  test_loss %.4f  test_acc %s  images/s %.0f  epoch %.2fs\n",
-                    static_cast<long long>(epoch + 1), config.epochs, metrics.train_loss, metrics.test_loss,
-                    percent(metrics.test_accuracy).c_str(), metrics.images_per_second, epoch_seconds);
-        std::fflush(stdout);
-      }
-    }
-    last_metrics = CheckpointMetrics{metrics.train_loss, metrics.test_loss, metrics.test_accuracy};
-    progress.epoch = epoch + 1;
-    progress.step_in_epoch = 0;
-
-    const int signo = agree_on_stop(world);  // also catches a signal that came during the evaluation
-    std::string path;
-    if (signo != 0 || checkpointer.due_after_epoch(progress.epoch, progress.global_step))
-      path = checkpointer.save(*backend, progress, last_metrics, times);
-    // A signal after the last epoch changes nothing: the run is complete and says so with exit 0.
-    if (signo != 0 && progress.epoch < config.epochs) stop_for_signal(world, signo, epoch + 1, steps, path);
-
-    summary.final_test_accuracy = metrics.test_accuracy;
-    summary.final_test_loss = metrics.test_loss;
-    summary.final_train_loss = metrics.train_loss;
+    metrics.skipped_steps = divergence_.take_skipped();
+    observers_.epoch_end(metrics);  // timing, then the rows and the epoch's line
+    last_metrics_ = CheckpointMetrics{metrics.train_loss, metrics.test_loss, metrics.test_accuracy};
+    progress_.epoch = epoch + 1;
+    progress_.step_in_epoch = 0;
+    return metrics;
   }
-  if (trace) trace->gather_and_write(world, config.trace);  // a window past the run's end: what was recorded
-  if (const std::string report = data->read_report(); !report.empty()) {
-    std::printf("%s\n", report.c_str());
-    std::fflush(stdout);
+
+  // Mid-epoch saves carry the partial epoch's stats summed over ranks, so a resume logs the exact loss.
+  std::string save_mid_epoch() {
+    divergence_.settle(backend_);  // a step the device left unapplied stops the run before its checkpoint
+    epoch_stats_ += divergence_.take_train_stats(backend_);
+    const BatchStats total = sum_over_ranks(world_, epoch_stats_);
+    CheckpointProgress at = progress_;
+    at.epoch_loss_sum = total.loss_sum;
+    at.epoch_correct = total.correct;
+    at.epoch_samples = total.count;
+    return run_.checkpointer->save(backend_, at, last_metrics_, times_);
   }
-  if (root && divergence.policy() == NonFinitePolicy::kSkip)
-    std::printf("skipped_steps: %lld (non-finite gradients, --on-nonfinite skip)\n",
-                static_cast<long long>(divergence.skipped_total()));
-  summary.params = backend->download_params();
-  return summary;
+
+  const TrainConfig& config_;
+  const MpiWorld& world_;
+  TrainingRun& run_;
+  Backend& backend_;
+  TrainingData& data_;
+  const Sampler sampler_;
+  const std::int64_t steps_;                // per epoch
+  const CheckpointProgress from_;           // where the run (re)started
+  CheckpointProgress progress_;             // steps done; carries no partial-epoch stats to later saves
+  // The unfinished epoch's train stats: this rank's own since the last save, plus (on rank 0 only)
+  // what the resumed checkpoint had summed over all ranks before the stop.
+  BatchStats epoch_stats_;
+  CheckpointMetrics last_metrics_;
+  std::int64_t steps_run_ = 0;              // by this process
+  PhaseTimes times_;                        // phase seconds since the last epoch row
+  DivergenceGuard divergence_;
+  ObserverList observers_;                  // last: its watchdog watches the loop only
+};
+
+}  // namespace
+
+TrainSummary train(const TrainConfig& config, const MpiWorld& world, const TestHooks& hooks, double process_start,
+                   std::future<std::unique_ptr<TrainingData>> data) {
+  const double run_start = wall_seconds();  // metrics.csv's wall_seconds count from here
+  const std::unique_ptr<TrainingRun> run = set_up_run(config, world, std::move(data));
+  if (!run) {
+    TrainSummary summary;
+    summary.already_complete = true;
+    return summary;
+  }
+  return TrainingLoop(config, world, hooks, *run, process_start, run_start).run();
 }
 
 }  // namespace cnn

@@ -41,11 +41,11 @@ class InMemoryData final : public TrainingData {
   std::int64_t test_count() const override { return splits_.test.count(); }
   std::uint64_t train_digest() const override { return digest_; }
 
-  void bind(Backend& backend, int, int, std::int64_t) override { backend.bind_data(splits_.train, splits_.test); }
-  void begin_epoch(Backend& backend, const std::vector<std::int32_t>& permutation, std::int64_t) override {
-    backend.begin_epoch(permutation);
+  DataBinding attach(int, int, std::int64_t) override { return {&splits_.train, &splits_.test, nullptr}; }
+  DataBinding begin_epoch(const std::vector<std::int32_t>& permutation, std::int64_t) override {
+    return {nullptr, nullptr, &permutation};
   }
-  Range step_batch(Backend&, std::int64_t, Range global_batch) override { return global_batch; }
+  StepData step_batch(std::int64_t, Range global_batch) override { return {global_batch, {}}; }
   bool rebinds_before(std::int64_t) const override { return false; }
   std::int64_t test_held_from() const override { return 0; }
 
@@ -81,7 +81,7 @@ class StreamedData final : public TrainingData {
   std::int64_t test_count() const override { return test_count_; }
   std::uint64_t train_digest() const override { return digest_; }
 
-  void bind(Backend&, int rank, int world, std::int64_t global_batch) override {
+  DataBinding attach(int rank, int world, std::int64_t global_batch) override {
     rank_ = rank;
     world_ = world;
     batch_ = global_batch;
@@ -104,21 +104,24 @@ class StreamedData final : public TrainingData {
     }
     // The backend is bound at each epoch's first step_batch, to the first window: every epoch runs a
     // step before it is evaluated, so nothing reads the backend's data before then.
+    return {};
   }
 
-  void begin_epoch(Backend&, const std::vector<std::int32_t>& permutation, std::int64_t first_step) override {
+  DataBinding begin_epoch(const std::vector<std::int32_t>& permutation, std::int64_t first_step) override {
     wait_quietly();  // nothing may still read with the old order
     permutation_ = permutation;
     steps_ = batches_per_epoch(train_count_, batch_);
     current_ = -1;
     if (first_step < steps_) start_load(0, first_step);
+    return {};
   }
 
   bool rebinds_before(std::int64_t step) const override {
     return current_ < 0 || step >= windows_[static_cast<std::size_t>(current_)].plan.end_step;
   }
 
-  Range step_batch(Backend& backend, std::int64_t step, Range global_batch) override {
+  StepData step_batch(std::int64_t step, Range global_batch) override {
+    DataBinding rebind;
     if (rebinds_before(step)) {
       const int next = current_ < 0 ? 0 : 1 - current_;
       if (!pending_.valid())
@@ -128,14 +131,14 @@ class StreamedData final : public TrainingData {
       if (w.plan.first_step != step)
         throw Error(ExitCode::kFailure, "internal error: window starts at step " + std::to_string(w.plan.first_step) +
                                             ", training is at step " + std::to_string(step));
-      backend.bind_data(w.data, test_slice_);
-      backend.begin_epoch(w.plan.order);
+      rebind = {&w.data, &test_slice_, &w.plan.order};
       current_ = next;
       ++windows_bound_;
-      // The previous window's buffer is free now: the backend was re-bound away from it.
+      // The previous window's buffer is free once the trainer binds this one, before the next step:
+      // the read started here fills it while this window trains.
       if (w.plan.end_step < steps_) start_load(1 - next, w.plan.end_step);
     }
-    return windows_[static_cast<std::size_t>(current_)].plan.shifted_batch(step, global_batch, rank_, world_);
+    return {windows_[static_cast<std::size_t>(current_)].plan.shifted_batch(step, global_batch, rank_, world_), rebind};
   }
 
   std::int64_t test_held_from() const override { return test_from_; }
@@ -226,15 +229,14 @@ void require_same_shape(const H5ImageFile& train, const H5ImageFile& test) {
                      " has " + std::to_string(train.classes()));
 }
 
-std::unique_ptr<TrainingData> load_hdf5(const TrainConfig& config) {
-  const H5ImagePaths paths{config.h5_images, config.h5_labels};
-  auto train = std::make_unique<H5ImageFile>(config.data_dir + "/" + kTrainFile, paths);
-  auto test = std::make_unique<H5ImageFile>(config.data_dir + "/" + kTestFile, paths);
+std::unique_ptr<TrainingData> load_hdf5(const DataOptions& config) {
+  auto train = std::make_unique<H5ImageFile>(config.dir + "/" + kTrainFile, config.h5);
+  auto test = std::make_unique<H5ImageFile>(config.dir + "/" + kTestFile, config.h5);
   require_same_shape(*train, *test);
   const std::int64_t train_count = used(config.train_samples, train->count());
   const std::int64_t test_count = used(config.test_samples, test->count());
-  bool stream = config.data_mode == "stream";
-  if (config.data_mode == "auto")
+  bool stream = config.mode == DataMode::kStream;
+  if (config.mode == DataMode::kAuto)
     stream = (train_count + test_count) * train->shape().size() > kAutoMemoryBytes;
   if (stream)
     return std::make_unique<StreamedData>(std::move(train), std::move(test), train_count, test_count,
@@ -258,12 +260,12 @@ std::uint64_t labels_and_shape_digest(const TensorShape& shape, const std::uint8
   return hash;
 }
 
-std::unique_ptr<TrainingData> load_training_data(const TrainConfig& config) {
-  if (config.data_mode == "stream" && config.dataset != "hdf5")
-    throw UsageError("--data-mode stream reads HDF5 by hyperslab: it needs --dataset hdf5 (not " + config.dataset +
-                     "); convert the data with cnn_convert");
-  if (config.dataset == "hdf5") return load_hdf5(config);
-  DataSplits data = load_dataset(config.dataset, config.data_dir);
+std::unique_ptr<TrainingData> load_training_data(const DataOptions& config) {
+  if (config.mode == DataMode::kStream && config.dataset != DatasetKind::kHdf5)
+    throw UsageError("--data-mode stream reads HDF5 by hyperslab: it needs --dataset hdf5 (not " +
+                     std::string(dataset_name(config.dataset)) + "); convert the data with cnn_convert");
+  if (config.dataset == DatasetKind::kHdf5) return load_hdf5(config);
+  DataSplits data = load_dataset(dataset_name(config.dataset), config.dir);
   if (config.train_samples > 0 && config.train_samples < data.train.count()) data.train.truncate(config.train_samples);
   if (config.test_samples > 0 && config.test_samples < data.test.count()) data.test.truncate(config.test_samples);
   const std::uint64_t digest = training_data_digest(data.train);

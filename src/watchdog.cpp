@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "cnn/collective_errors.hpp"
@@ -24,11 +23,10 @@ std::atomic<std::uint64_t> g_beats{0};
 std::atomic<int> g_phase{static_cast<int>(WatchPhase::kIdle)};
 std::atomic<std::int64_t> g_step{0};
 
-// Test hook CNN_TEST_STALL=RANK:STEP:PHASE (e.g. 1:5:forward/backward): that rank stops making
-// progress when it enters PHASE at global step STEP, as a hung device, file system or peer would.
+// Test hook CNN_TEST_STALL (TestHooks::stall): this rank stops making progress when it enters the
+// phase at the global step, as a hung device, file system or peer would.
 struct StallHook {
   bool armed = false;
-  int rank = -1;
   std::int64_t step = -1;
   int phase = -1;
 };
@@ -39,20 +37,13 @@ constexpr const char* kPhaseNames[kWatchPhaseCount] = {
     "idle",      "data",      "forward/backward", "non-finite check", "allreduce",  "update", "step-end agreement",
     "eval",      "eval reduction", "log write",   "checkpoint write", "checkpoint wait"};
 
-StallHook parse_stall_hook(int rank) {
+StallHook stall_hook_for(const std::optional<TestHooks::StallAt>& stall, int rank) {
   StallHook hook;
-  const char* text = std::getenv("CNN_TEST_STALL");
-  if (text == nullptr) return hook;
-  const std::string value = text;
-  const std::size_t first = value.find(':');
-  const std::size_t second = first == std::string::npos ? first : value.find(':', first + 1);
-  if (second == std::string::npos) return hook;  // a test hook, never user input: malformed means off
-  const std::string phase = value.substr(second + 1);
+  if (!stall) return hook;
   for (int p = 0; p < kWatchPhaseCount; ++p)
-    if (phase == kPhaseNames[p]) hook.phase = p;
-  hook.rank = std::atoi(value.substr(0, first).c_str());
-  hook.step = std::atoll(value.substr(first + 1, second - first - 1).c_str());
-  hook.armed = hook.phase >= 0 && hook.rank == rank;
+    if (stall->phase == kPhaseNames[p]) hook.phase = p;
+  hook.step = stall->step;
+  hook.armed = hook.phase >= 0 && stall->rank == rank;  // an unknown phase name means off
   return hook;
 }
 
@@ -117,9 +108,10 @@ StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout
   return verdict;
 }
 
-Watchdog::Watchdog(double timeout_seconds, int rank, const std::string& host)
+Watchdog::Watchdog(double timeout_seconds, int rank, const std::string& host,
+                   const std::optional<TestHooks::StallAt>& stall)
     : timeout_(timeout_seconds), rank_(rank), host_(host) {
-  g_hook = parse_stall_hook(rank);
+  g_hook = stall_hook_for(stall, rank);
   g_hook_armed.store(g_hook.armed, std::memory_order_relaxed);
   heartbeat(WatchPhase::kIdle);
   if (timeout_ > 0) thread_ = std::thread([this] { run(); });

@@ -21,6 +21,7 @@
 #include "cnn/errors.hpp"
 #include "cnn/hdf5_images.hpp"
 #include "cnn/stream_plan.hpp"
+#include "cnn/train_step.hpp"
 #include "cnn/training_data.hpp"
 #include "data_hazards.hpp"
 #include "test_files.hpp"
@@ -81,11 +82,11 @@ cnn::H5ImagePaths default_paths() { return {}; }
 
 // ---- stream vs memory ---------------------------------------------------------------------------
 
-cnn::TrainConfig config_for(const std::string& dir, const std::string& mode) {
-  cnn::TrainConfig c;
-  c.dataset = "hdf5";
-  c.data_dir = dir;
-  c.data_mode = mode;
+cnn::DataOptions config_for(const std::string& dir, const std::string& mode) {
+  cnn::DataOptions c;
+  c.dataset = cnn::DatasetKind::kHdf5;
+  c.dir = dir;
+  c.mode = mode == "stream" ? cnn::DataMode::kStream : mode == "memory" ? cnn::DataMode::kMemory : cnn::DataMode::kAuto;
   c.stream_window_mb = 1;  // 0.5 MiB per window: several windows per epoch with 3x40x40 images
   return c;
 }
@@ -298,20 +299,24 @@ BOOST_AUTO_TEST_CASE(stream_feeds_bitwise_the_gradients_of_memory_and_reads_only
           BOOST_TEST(stream->train_digest() == memory->train_digest());
           auto a = seq_backend(model, params);
           auto b = seq_backend(model, params);
-          memory->bind(*a, rank, world, batch);
-          stream->bind(*b, rank, world, batch);
+          cnn::apply_binding(*a, memory->attach(rank, world, batch));
+          cnn::apply_binding(*b, stream->attach(rank, world, batch));
           BOOST_TEST(stream->mode().rfind("stream (windows of ", 0) == 0);
           const std::int64_t steps = cnn::batches_per_epoch(train.count(), batch);
           std::int64_t own = 0;
           for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
             const std::vector<std::int32_t> perm = cnn::Sampler(1, train.count()).permutation(epoch);
             const std::int64_t start = epoch == 0 ? first_step : 0;
-            memory->begin_epoch(*a, perm, start);
-            stream->begin_epoch(*b, perm, start);
+            cnn::apply_binding(*a, memory->begin_epoch(perm, start));
+            cnn::apply_binding(*b, stream->begin_epoch(perm, start));
             for (std::int64_t step = start; step < steps; ++step) {
               const cnn::Range global = cnn::global_batch_range(step, train.count(), batch);
-              const cnn::Range ma = cnn::rank_slice(memory->step_batch(*a, step, global), rank, world);
-              const cnn::Range mb = cnn::rank_slice(stream->step_batch(*b, step, global), rank, world);
+              const cnn::StepData da = memory->step_batch(step, global);
+              const cnn::StepData db = stream->step_batch(step, global);
+              cnn::apply_binding(*a, da.rebind);
+              cnn::apply_binding(*b, db.rebind);
+              const cnn::Range ma = cnn::rank_slice(da.batch, rank, world);
+              const cnn::Range mb = cnn::rank_slice(db.batch, rank, world);
               a->compute_gradients(ma.begin, ma.count);
               b->compute_gradients(mb.begin, mb.count);
               own += ma.count;
@@ -352,8 +357,8 @@ BOOST_AUTO_TEST_CASE(data_mode_choices) {
   cnn::write_h5_images(dir.file("train.h5"), data, default_paths(), {});
   cnn::write_h5_images(dir.file("test.h5"), data, default_paths(), {});
   BOOST_TEST(cnn::load_training_data(config_for(dir.path, "auto"))->mode() == "memory");  // 320 bytes < 1 GiB
-  cnn::TrainConfig idx = config_for(dir.path, "stream");
-  idx.dataset = "fashion";
+  cnn::DataOptions idx = config_for(dir.path, "stream");
+  idx.dataset = cnn::DatasetKind::kFashion;
   BOOST_CHECK_THROW(cnn::load_training_data(idx), cnn::UsageError);
   // Test images of another shape than the training images.
   TempDir other;

@@ -9,15 +9,24 @@
 #include "cnn/backend.hpp"
 #include "cnn/checkpoint.hpp"
 #include "cnn/communicator.hpp"
-#include "cnn/config.hpp"
 #include "cnn/phase_times.hpp"
 
 namespace cnn {
 
+// The checkpoint schedule and where checkpoints go (TrainConfig's Checkpoints group).
+struct CheckpointerOptions {
+  std::string run_dir;                 // --out: checkpoints go to RUN_DIR/checkpoints
+  int every_epochs = 1;                // --checkpoint-every (0: only the final one)
+  std::int64_t every_steps = 0;        // --checkpoint-every-steps (0: off)
+  int epochs = 1;                      // --epochs: the final checkpoint comes after the last one
+  int keep = 3;                        // --keep
+  bool verbose = true;                 // not --quiet: a line per checkpoint
+};
+
 class Checkpointer {
  public:
   // `run_id`: the run directory's id (RunDirectory::claim), stored in every checkpoint; rank 0's matters.
-  Checkpointer(const MpiWorld& world, const TrainConfig& config, CheckpointConfig saved_config,
+  Checkpointer(const MpiWorld& world, const CheckpointerOptions& options, CheckpointConfig saved_config,
                const ParamLayout& layout, std::string run_id);
 
   // After a step inside an epoch (not its last): --checkpoint-every-steps.

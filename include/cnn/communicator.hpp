@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cnn/backend.hpp"
+#include "cnn/choices.hpp"
 
 namespace cnn {
 
@@ -149,6 +150,6 @@ class SingleRankCommunicator : public Communicator {
 // built with it, MPI through host staging otherwise or when asked for). The choice is printed by the
 // trainer.
 std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend,
-                                                const std::string& allreduce = "auto");
+                                                AllreducePath allreduce = AllreducePath::kAuto);
 
 }  // namespace cnn

@@ -2,7 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+
+#include "cnn/backend.hpp"
+#include "cnn/choices.hpp"
+#include "cnn/knobs.hpp"
+#include "cnn/optimizer.hpp"
 
 namespace cnn {
 
@@ -19,10 +25,10 @@ struct TrainConfig {
 
   // Data
   std::string data_dir = kDefaultFashionDir;
-  std::string dataset = "fashion";      // mnist | fashion | cifar10 | hdf5
+  DatasetKind dataset = DatasetKind::kFashion;
   std::int64_t train_samples = 0;       // use only the first N training images (0: all)
   std::int64_t test_samples = 0;        // evaluate only the first N test images (0: all)
-  std::string data_mode = "auto";       // auto | memory | stream (hdf5 only; docs/DATA.md)
+  DataMode data_mode = DataMode::kAuto;  // stream: hdf5 only (docs/DATA.md)
   std::int64_t stream_window_mb = 64;   // stream mode: memory for the two windows of training images
   std::string h5_images = "/images";    // hdf5: dataset of uint8 images [N,C,H,W]
   std::string h5_labels = "/labels";    // hdf5: dataset of uint8 labels [N]
@@ -33,7 +39,7 @@ struct TrainConfig {
   std::int64_t batch = 100;             // global batch, summed over all ranks
   int epochs = 1;
   double lr = 0.1;
-  std::string optimizer = "sgd";        // sgd | momentum | adam
+  OptimizerKind optimizer = OptimizerKind::kSgd;
   double momentum = 0.9;
   double beta1 = 0.9;                   // adam
   double beta2 = 0.999;
@@ -41,11 +47,11 @@ struct TrainConfig {
   std::uint64_t seed = 1;
 
   // Execution
-  std::string device = "auto";          // cpu | gpu | auto
-  std::string backend;                  // seq | threads | cuda; empty: chosen from --device
+  DeviceChoice device = DeviceChoice::kAuto;  // resolve_config turns auto into cpu or gpu
+  std::optional<BackendKind> backend;   // none: chosen from --device by resolve_config, so always set after it
   int threads = 0;                      // threads per rank for `threads`; 0: all cores this rank may use
-  std::string overlap = "auto";         // on | off | auto: allreduce under the backward (scaling_advisor.hpp)
-  std::string allreduce = "auto";       // nccl | mpi | auto: the gradient path (GPU ranks; CPU ranks: mpi)
+  OverlapChoice overlap = OverlapChoice::kAuto;  // allreduce under the backward (scaling_advisor.hpp)
+  AllreducePath allreduce = AllreducePath::kAuto;  // the gradient path (GPU ranks; CPU ranks: mpi)
 
   // Output
   std::string out_dir;                  // empty: runs/<UTC timestamp> (or the run of --resume PATH)
@@ -61,13 +67,15 @@ struct TrainConfig {
 
   // Reliability (docs/RELIABILITY.md)
   double stall_timeout = 300;           // seconds without progress before the watchdog aborts; 0: off
-  std::string on_nonfinite = "stop";    // stop | skip: non-finite gradients stop the run or drop the step
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;  // non-finite gradients stop the run or drop the step
 
   // `eval`
   std::string checkpoint;               // the checkpoint to evaluate
 
   // Resolved at start-up, not options
   int world_size = 1;
+  // The environment's live tuning knobs (knobs.hpp), read once by main; printed when set.
+  Knobs knobs;
 };
 
 // One line per setting, "  name: value", for rank 0 to print once.

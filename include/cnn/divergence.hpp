@@ -17,37 +17,35 @@
 #include <cstdint>
 #include <string>
 
+#include <optional>
+
 #include "cnn/backend.hpp"
+#include "cnn/choices.hpp"  // NonFinitePolicy, parse_nonfinite_policy
 #include "cnn/communicator.hpp"
 #include "cnn/model.hpp"
 #include "cnn/sampler.hpp"
+#include "cnn/test_hooks.hpp"
 
 namespace cnn {
-
-enum class NonFinitePolicy { kStop, kSkip };
-
-// "stop" | "skip"; throws UsageError naming --on-nonfinite.
-NonFinitePolicy parse_nonfinite_policy(const std::string& text);
 
 // The view ("fc.weight") holding flat index `index`, or "?" outside the layout.
 std::string param_name_at(const ParamLayout& layout, std::int64_t index);
 
 class DivergenceGuard {
  public:
-  // world may be null (tests with a single rank and no MpiWorld).
-  DivergenceGuard(NonFinitePolicy policy, const ParamLayout& layout, const MpiWorld* world, int rank);
+  // world may be null (tests with a single rank and no MpiWorld). `nan_at`: the test hook
+  // CNN_TEST_NAN_AT (test_hooks.hpp), which puts a NaN into one rank's gradient in one global step.
+  DivergenceGuard(NonFinitePolicy policy, const ParamLayout& layout, const MpiWorld* world, int rank,
+                  const std::optional<TestHooks::NanAt>& nan_at = std::nullopt);
 
   // The trainer calls this before each step with the steps done so far. With skip, the backend's
   // train stats so far are banked, so a dropped step's loss can be left out of the epoch's.
   void begin_step(Backend& backend, std::int64_t steps_done);
 
-  // Called by train_step right after compute_gradients (test hook CNN_TEST_NAN_AT=RANK:STEP puts a
-  // NaN into this rank's gradient in global step STEP, 1-based).
-  void after_compute(Backend& backend) const;
-  // Whether the hook's step is this one, on whichever rank it injects. Every rank answers the same
-  // (they share the environment), so all take train_step's non-overlapped path together: one rank
-  // overlapping while another reduces after would pair mismatched collectives and hang.
-  bool nan_hook_step_now() const { return nan_hook_step_ != 0 && step_ == nan_hook_step_; }
+  // Called by train_step after the exchange, on both of its paths. In the NaN hook's step every rank
+  // puts the NaN into its reduced gradient, as the allreduce of the hook rank's NaN would have: the
+  // hook needs no path of its own, and the failure path's recompute still finds it on that rank only.
+  void after_exchange(Backend& backend) const;
 
   // Collective in effect (every rank reaches the same verdict). After the allreduce: true when the
   // update may be applied. Stop: throws AlreadyReported(kDiverged) on every rank after rank 0's one
@@ -78,7 +76,8 @@ class DivergenceGuard {
     Range mine;
     bool reduced_over_ranks = false;
   };
-  void inject_test_nan(Backend& backend, std::int64_t step) const;
+  void inject_test_nan(Backend& backend, std::int64_t step) const;  // on the hook's rank only
+  void poison_for_test(Backend& backend) const;
   bool on_nonfinite(Backend& backend, std::int64_t reduced_index, std::int64_t step, Range mine,
                     bool reduced_over_ranks);
 
@@ -87,10 +86,9 @@ class DivergenceGuard {
   const MpiWorld* world_;
   int rank_;
   std::int64_t step_ = 0;  // 1-based global step being run
-  std::int64_t nan_hook_step_ = 0;   // the hook's step (0: no hook), the same on every rank
+  std::int64_t nan_hook_step_ = 0;   // the hook's step (0: no hook), the same on every rank (agreed env)
   bool nan_hook_injects_here_ = false;  // whether this rank is the hook's rank
   PendingCheck pending_;  // an enqueued device check not yet read
-  bool deferred_allowed_ = true;  // CNN_DEFERRED_NONFINITE=0 turns the deferred check off
   BatchStats banked_;
   std::int64_t skipped_total_ = 0;
   std::int64_t skipped_since_take_ = 0;

@@ -14,16 +14,9 @@
 
 #include "cnn/checkpoint.hpp"
 #include "cnn/communicator.hpp"
-#include "cnn/config.hpp"
 #include "cnn/dataset.hpp"
 
 namespace cnn {
-
-// What this run would write into /config; compared with a checkpoint's.
-CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, const Dataset& train);
-// The same for training data identified by its sample count and digest (TrainingData::train_digest()).
-CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, std::int64_t train_samples,
-                                       std::uint64_t data_digest);
 
 // FNV-1a of the training split's labels then images: identifies the data a run trains on. The test
 // split is left out on purpose, so that --test-samples may change on resume.
@@ -51,7 +44,13 @@ struct ResumePoint {
 // (the message printed once) for a missing or invalid file given as PATH (exit 3 / 2) and for a
 // refused change of settings (exit 2). With `auto`, a corrupt newest file is skipped with one
 // warning line and the one before it is tried; none at all means a fresh start, said once.
-ResumePoint resolve_resume(const TrainConfig& config, const MpiWorld& world, const CheckpointConfig& now,
+// What resolve_resume reads of the options.
+struct ResumeOptions {
+  std::string resume;   // --resume: "" (fresh), kResumeAuto or a checkpoint path
+  std::string out_dir;  // --out: where `auto` looks
+};
+
+ResumePoint resolve_resume(const ResumeOptions& config, const MpiWorld& world, const CheckpointConfig& now,
                            const ParamLayout& layout);
 
 }  // namespace cnn

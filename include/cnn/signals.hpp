@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #include "cnn/communicator.hpp"
+#include "cnn/test_hooks.hpp"
+#include "cnn/training_observer.hpp"
 
 namespace cnn {
 
@@ -28,14 +30,16 @@ const char* signal_name(int signo);
 // rank calls it at the same step boundary. One MPI_Allreduce of one int (cost: docs/CHECKPOINT.md).
 int agree_on_stop(const MpiWorld& world);
 
-// Test hook: CNN_TEST_STOP_AFTER_STEPS=N raises SIGUSR1 in this process once it has run N steps
-// (on rank CNN_TEST_STOP_RANK, default 0), so tests can stop a run at a chosen step without racing
-// a real signal. Unset: never fires.
-class StopAfterStepsHook {
+// Test hooks at a step's end (test_hooks.hpp): CNN_TEST_STOP_AFTER_STEPS=N raises SIGUSR1 in this
+// process once it has run N steps (on rank CNN_TEST_STOP_RANK, default 0), so tests can stop a run at
+// a chosen step without racing a real signal; CNN_TEST_STEP_DELAY_MS sleeps. Unset: never fires.
+// Observes the loop after the step is timed (training_observer.hpp), so the delay is no step's time.
+class StopAfterStepsHook final : public TrainingObserver {
  public:
-  explicit StopAfterStepsHook(int rank);
+  StopAfterStepsHook(const TestHooks& hooks, int rank);
   // Call after each step with the steps this process has run.
   void after_step(std::int64_t steps_run) const;
+  void on_step_end(const StepEvent& e) override { after_step(e.steps_run); }
 
  private:
   std::int64_t stop_after_ = 0;     // 0: off

@@ -9,6 +9,7 @@
 #include "cnn/gradient_overlap.hpp"
 #include "cnn/phase_times.hpp"
 #include "cnn/sampler.hpp"
+#include "cnn/training_data.hpp"
 
 namespace cnn {
 
@@ -24,6 +25,9 @@ class DivergenceGuard;
 bool train_step(Backend& backend, Communicator& comm, const OptimizerSettings& optimizer, std::int64_t param_count,
                 Range global_batch, PhaseTimes& times, OverlapReducer* overlap = nullptr,
                 DivergenceGuard* guard = nullptr);
+
+// Gives the backend what the data says it must hold (training_data.hpp): the data first, then the order.
+void apply_binding(Backend& backend, const DataBinding& binding);
 
 // Loss and accuracy over the first `count` test samples, split over ranks and summed on all of them.
 // The backend holds the test samples from `held_from` on (a rank in stream mode holds only its slice).

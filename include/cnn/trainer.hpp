@@ -8,6 +8,7 @@
 
 #include "cnn/communicator.hpp"
 #include "cnn/config.hpp"
+#include "cnn/test_hooks.hpp"
 #include "cnn/training_data.hpp"
 
 namespace cnn {
@@ -20,11 +21,14 @@ struct TrainSummary {
   std::vector<float> params;      // final parameters (host copy)
 };
 
-// Runs `config` (already resolved) on this rank. `process_start` is wall_seconds() at the top of
-// main(), for the "startup: X s to first step" line. `data` is load_training_data() started early,
-// or an empty future to load here. Throws cnn::Error subclasses on failures, and
+// Runs `config` (already resolved) on this rank: set_up_run (run_setup.hpp), then for each epoch and
+// step data -> step (gradients, exchange, check, update), with checkpoints and the logs at their points;
+// timing, trace, progress, heartbeats and the run log observe the loop (training_observer.hpp).
+// `process_start` is wall_seconds() at the top of main(), for the "startup: X s to first step" line.
+// `hooks`: the tests' hooks, read once by main. `data` is load_training_data() started early, or an
+// empty future to load here. Throws cnn::Error subclasses on failures, and
 // AlreadyReported(kStoppedBySignal) after a stop signal's checkpoint.
-TrainSummary train(const TrainConfig& config, const MpiWorld& world, double process_start,
+TrainSummary train(const TrainConfig& config, const MpiWorld& world, const TestHooks& hooks, double process_start,
                    std::future<std::unique_ptr<TrainingData>> data = {});
 
 }  // namespace cnn

@@ -15,12 +15,27 @@
 #include <string>
 #include <vector>
 
-#include "cnn/backend.hpp"
-#include "cnn/config.hpp"
+#include "cnn/choices.hpp"
 #include "cnn/dataset.hpp"
 #include "cnn/sampler.hpp"
 
 namespace cnn {
+
+// What the backend must hold before the next step; the trainer applies it (bind_to_backend in
+// trainer.cpp). The pointers stay valid until the TrainingData call after the one that returned them.
+struct DataBinding {
+  const Dataset* train = nullptr;  // with test: Backend::bind_data(*train, *test) first
+  const Dataset* test = nullptr;
+  const std::vector<std::int32_t>* order = nullptr;  // then Backend::begin_epoch(*order)
+
+  bool empty() const { return train == nullptr && order == nullptr; }
+};
+
+// The batch of one step and what to bind first (stream mode, at a window's start).
+struct StepData {
+  Range batch;          // the global batch to hand to train_step()
+  DataBinding rebind;   // empty inside a window
+};
 
 class TrainingData {
  public:
@@ -34,14 +49,14 @@ class TrainingData {
   // Identifies the training data in checkpoints (docs/CHECKPOINT.md, dataset_digest).
   virtual std::uint64_t train_digest() const = 0;
 
-  // Once, after the backend is made: binds this rank's data (memory mode: all of it).
-  virtual void bind(Backend& backend, int rank, int world, std::int64_t global_batch) = 0;
+  // Once, before training: this rank's place in the world. Returns the data to bind (memory mode:
+  // all of it; stream mode: nothing yet, the first window comes with the first step).
+  virtual DataBinding attach(int rank, int world, std::int64_t global_batch) = 0;
   // At each epoch's start; training begins at `first_step` (later than 0 in a resumed epoch).
-  virtual void begin_epoch(Backend& backend, const std::vector<std::int32_t>& permutation,
-                           std::int64_t first_step) = 0;
-  // Before each step, in step order: returns the batch to hand to train_step() (stream mode: after
-  // re-binding the backend when `step` starts a new window).
-  virtual Range step_batch(Backend& backend, std::int64_t step, Range global_batch) = 0;
+  // Memory mode hands back `permutation` itself as the order to bind.
+  virtual DataBinding begin_epoch(const std::vector<std::int32_t>& permutation, std::int64_t first_step) = 0;
+  // Before each step, in step order (stream mode: with the next window to bind when `step` starts one).
+  virtual StepData step_batch(std::int64_t step, Range global_batch) = 0;
   // Whether step_batch(step) will re-bind the backend (stream mode, at a window's start). The same on
   // every rank: windows hold the same steps everywhere (src/stream_plan.cpp).
   virtual bool rebinds_before(std::int64_t step) const = 0;
@@ -59,8 +74,19 @@ std::uint64_t labels_and_shape_digest(const TensorShape& shape, const std::uint8
 // take at most kAutoMemoryBytes). Throws UsageError for stream with a format other than hdf5.
 inline constexpr std::int64_t kAutoMemoryBytes = std::int64_t{1} << 30;
 
+// The options of the data (TrainConfig's Data group).
+struct DataOptions {
+  std::string dir;                          // --data
+  DatasetKind dataset = DatasetKind::kFashion;
+  std::int64_t train_samples = 0;           // the first N training images (0: all)
+  std::int64_t test_samples = 0;            // the first N test images (0: all)
+  DataMode mode = DataMode::kAuto;
+  std::int64_t stream_window_mb = 64;       // stream mode: MiB for the two windows
+  H5ImagePaths h5;                          // hdf5: where images and labels are in the files
+};
+
 // The data of --dataset in --data, cut to --train-samples / --test-samples, in --data-mode. Needs no
-// MPI (the rank-specific part happens in bind()), so main() can run it on a thread during MPI_Init.
-std::unique_ptr<TrainingData> load_training_data(const TrainConfig& config);
+// MPI (the rank-specific part happens in attach()), so main() can run it on a thread during MPI_Init.
+std::unique_ptr<TrainingData> load_training_data(const DataOptions& options);
 
 }  // namespace cnn

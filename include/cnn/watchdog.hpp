@@ -20,8 +20,11 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+
+#include "cnn/test_hooks.hpp"
 
 namespace cnn {
 
@@ -84,10 +87,11 @@ StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout
                          int rank = 0);
 
 // The watchdog thread of one rank, from construction to destruction (RAII: the trainer owns one for
-// its loop). timeout_seconds <= 0: off (no thread).
+// its loop). timeout_seconds <= 0: off (no thread). `stall`: the test hook CNN_TEST_STALL (test_hooks.hpp).
 class Watchdog {
  public:
-  Watchdog(double timeout_seconds, int rank, const std::string& host);
+  Watchdog(double timeout_seconds, int rank, const std::string& host,
+           const std::optional<TestHooks::StallAt>& stall = std::nullopt);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;

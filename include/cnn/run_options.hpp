@@ -1,0 +1,34 @@
+// Each part of a run gets the options it uses, not the whole TrainConfig: these adapters are the one
+// place that knows which fields of the configuration each part reads.
+#pragma once
+
+#include <cstdint>
+
+#include "cnn/backend.hpp"
+#include "cnn/checkpoint.hpp"
+#include "cnn/checkpointer.hpp"
+#include "cnn/config.hpp"
+#include "cnn/network.hpp"
+#include "cnn/optimizer.hpp"
+#include "cnn/resume.hpp"
+#include "cnn/scaling_advisor.hpp"
+#include "cnn/training_data.hpp"
+
+namespace cnn {
+
+DataOptions data_options(const TrainConfig& config);
+ResumeOptions resume_options(const TrainConfig& config);
+CheckpointerOptions checkpointer_options(const TrainConfig& config);
+ExchangeOptions exchange_options(const TrainConfig& config);
+// `local_rank` picks the GPU.
+BackendOptions backend_options(const TrainConfig& config, int local_rank);
+// The update's settings, as the float values the backends use (the CLI checked them as floats).
+OptimizerSettings optimizer_settings(const TrainConfig& config);
+
+// What this run writes into a checkpoint's /config, and compares with a resumed one's: the option
+// texts as they were given (optimizer and data set by name), the network's spec, and the training
+// data identified by its sample count and digest (TrainingData::train_digest()).
+CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, std::int64_t train_samples,
+                                       std::uint64_t data_digest);
+
+}  // namespace cnn

@@ -1,0 +1,148 @@
+#include "cnn/run_setup.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "cnn/collective_errors.hpp"
+#include "cnn/launch_agreement.hpp"
+#include "cnn/run_options.hpp"
+#include "cnn/sampler.hpp"
+#include "cnn/scaling_advisor.hpp"
+#include "cnn/train_step.hpp"
+#include "cnn/utc_time.hpp"
+
+namespace cnn {
+namespace {
+
+// What the run directory's owner needs to know about this start (run_directory.hpp; rank 0).
+ResumeRequest resume_request(const TrainConfig& config, const ResumePoint& resume) {
+  ResumeRequest request;
+  if (!config.resume.empty())
+    request.mode = config.resume == kResumeAuto ? ResumeRequest::Mode::kAuto : ResumeRequest::Mode::kPath;
+  request.resumed = resume.resumed;
+  request.checkpoint_run_id = resume.state.run_id;
+  request.checkpoint_in_out = resume.from_out_dir;
+  return request;
+}
+
+// runs.log: one line per start, so a requeued SLURM job's history is readable in one place.
+std::string start_line(int ranks, const ResumePoint& resume, const std::string& run_id) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* restart = std::getenv("SLURM_RESTART_COUNT");
+  std::ostringstream line;
+  line << utc_time() << ", slurm_job=" << (job ? job : "-") << ", restart=" << (restart ? restart : "0")
+       << ", ranks=" << ranks << ", resumed_from=" << (resume.resumed ? resume.path : std::string("fresh"))
+       << ", run_id=" << run_id;
+  return line.str();
+}
+
+// Rank 0 owns the run directory from here to the end of the run: nothing is written before the
+// claim. Unwritable run or checkpoint directories are found now, not at the first save hours later.
+std::string claim_run_directory(const TrainConfig& config, const MpiWorld& world, TrainingRun& run) {
+  run.run_dir = std::make_unique<RunDirectory>(config.out_dir);
+  run.log = std::make_unique<RunLog>(config.out_dir);
+  std::string run_id;
+  agree_or_stop(world, [&] {
+    if (world.rank() != 0) return;
+    run_id = run.run_dir->claim(resume_request(config, run.resume));
+    if (config.resume.empty()) run.log->prepare();
+    else run.log->prepare_resume(run.resume.state.progress.epoch);
+    CheckpointDir(config.out_dir).prepare();
+    run.log->append_start(start_line(world.size(), run.resume, run_id));
+  });
+  return run_id;
+}
+
+// The resumed parameters (every rank has rank 0's reading), or rank 0's initial draw for all.
+void set_starting_parameters(const TrainConfig& config, const MpiWorld& world, TrainingRun& run) {
+  if (run.resume.resumed) {
+    run.backend->upload_params(run.resume.state.params);
+    if (!run.resume.state.optimizer_state.empty()) run.backend->upload_optimizer_state(run.resume.state.optimizer_state);
+    return;
+  }
+  const ParamLayout& layout = run.network.layout;
+  std::vector<float> params(static_cast<std::size_t>(layout.total()));
+  if (world.rank() == 0) initialize_params(params.data(), layout, config.seed);
+  world.broadcast(params.data(), layout.total() * static_cast<std::int64_t>(sizeof(float)));
+  run.backend->upload_params(params);
+}
+
+// Binds the first epoch to run, and its first step's data, which the scaling advisor times steps on
+// (no second read: the loop goes on from there).
+Range bind_first_step(const TrainConfig& config, TrainingRun& run) {
+  const CheckpointProgress& from = run.resume.state.progress;
+  TrainingData& data = *run.data;
+  apply_binding(*run.backend,
+                data.begin_epoch(Sampler(config.seed, data.train_count()).permutation(from.epoch), from.step_in_epoch));
+  const StepData first =
+      data.step_batch(from.step_in_epoch, global_batch_range(from.step_in_epoch, data.train_count(), config.batch));
+  apply_binding(*run.backend, first.rebind);
+  return first.batch;
+}
+
+void print_settings(const TrainConfig& config, const MpiWorld& world, const TrainingRun& run,
+                    const std::string& exchange_report) {
+  if (world.rank() == 0) {
+    std::cout << "cnn_mpi " << CNN_VERSION << "\n" << describe(config) << "  model_detail: " << run.network.describe()
+              << "\n"
+              << "  train_images: " << run.data->train_count() << ", test_images: " << run.data->test_count() << "\n"
+              << "  data_mode: " << run.data->mode() << "\n"
+              << "  gradient allreduce: " << run.comm->name() << "\n" << exchange_report;
+    std::cout.flush();
+  }
+  world.barrier();
+  std::printf("rank %d/%d on %s: %s backend, %s\n", world.rank(), world.size(), world.host().c_str(),
+              run.backend->name().c_str(), run.backend->device_description().c_str());
+  std::fflush(stdout);
+  world.barrier();
+}
+
+}  // namespace
+
+std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorld& world,
+                                        std::future<std::unique_ptr<TrainingData>> early_data) {
+  auto run = std::make_unique<TrainingRun>();
+  // Every rank reads the data itself; all must succeed before anyone goes on.
+  agree_or_stop(world, [&] { run->data = early_data.valid() ? early_data.get() : load_training_data(data_options(config)); });
+  agree_on_settings(world, data_identity(*run->data));  // node-local copies must hold the same data
+  run->network = build_network(config.model, config.filters, run->data->shape(), run->data->classes());
+  run->optimizer = optimizer_settings(config);
+
+  // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
+  agree_or_stop(world, [&] {
+    if (world.rank() == 0) check_trace_target(config.trace, config.out_dir);
+  });
+  const CheckpointConfig saved_config =
+      checkpoint_config_for(config, run->network, run->data->train_count(), run->data->train_digest());
+  run->resume = resolve_resume(resume_options(config), world, saved_config, run->network.layout);
+  const CheckpointProgress& from = run->resume.state.progress;
+  if (run->resume.resumed && from.epoch >= config.epochs) {
+    // SLURM requeue scripts run the same command again; a finished run must be a quiet success.
+    if (world.rank() == 0)
+      std::printf("run already complete (epoch %lld of %d)\n", static_cast<long long>(from.epoch), config.epochs);
+    return nullptr;
+  }
+
+  const std::string run_id = claim_run_directory(config, world, *run);
+  run->checkpointer =
+      std::make_unique<Checkpointer>(world, checkpointer_options(config), saved_config, run->network.layout, run_id);
+  agree_or_stop(world, [&] {
+    run->backend = make_backend(backend_options(config, world.local_rank()), run->network);
+    apply_binding(*run->backend, run->data->attach(world.rank(), world.size(), config.batch));
+    run->comm = make_communicator(world, *run->backend, config.allreduce);
+  });
+  set_starting_parameters(config, world, *run);
+
+  // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all.
+  const Range first_batch = bind_first_step(config, *run);
+  GradientExchange exchange = choose_gradient_exchange(exchange_options(config), world, *run->backend,
+                                                       std::move(run->comm), first_batch, run->network.layout.total());
+  run->comm = std::move(exchange.comm);
+  run->overlap = std::move(exchange.overlap);
+  print_settings(config, world, *run, exchange.report);
+  return run;
+}
+
+}  // namespace cnn
