@@ -13,22 +13,32 @@ void cuda::StreamCommunicator::barrier() {
   world_.barrier();
 }
 
-std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path) {
+std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, AllreducePath path,
+                                                       std::optional<int> peer_blocks) {
   const DeviceQueue* queue = backend.device_queue();
   if (queue == nullptr)
     throw Error(ExitCode::kFailure, "internal error: a device communicator needs the cuda backend, not " + backend.name());
-  if (path == "mpi") return cuda::make_host_staged_communicator(world, queue->stream);
-  if (path == "peer") return cuda::make_peer_communicator(world, queue->device, queue->stream, queue->floats);
+  switch (path) {
+    case AllreducePath::kMpi:
+      return cuda::make_host_staged_communicator(world, queue->stream);
+    case AllreducePath::kPeer:
+      return cuda::make_peer_communicator(world, queue->device, queue->stream, queue->floats, 0, peer_blocks.value_or(0));
+    case AllreducePath::kNccl:
 #ifdef CNN_HAVE_NCCL
-  if (path == "nccl") return cuda::make_nccl_communicator(world, queue->device, queue->stream);
+      return cuda::make_nccl_communicator(world, queue->device, queue->stream);
+#else
+      break;
 #endif
-  throw UsageError("--allreduce " + path + ": not available in this build (available: " +
+    case AllreducePath::kAuto:
+      break;
+  }
+  throw UsageError(std::string("--allreduce ") + allreduce_name(path) + ": not available in this build (available: " +
                    (device_nccl_available() ? "nccl, peer, mpi" : "peer, mpi") + ")");
 }
 
-std::string device_allreduce_path(const std::string& requested) {
-  if (requested == "mpi" || requested == "peer") return requested;
-  return device_nccl_available() ? "nccl" : "mpi";
+AllreducePath device_allreduce_path(AllreducePath requested) {
+  if (requested == AllreducePath::kMpi || requested == AllreducePath::kPeer) return requested;
+  return device_nccl_available() ? AllreducePath::kNccl : AllreducePath::kMpi;
 }
 
 std::string device_peer_unavailable(const MpiWorld& world, Backend& backend) {

@@ -89,9 +89,10 @@ std::string peer_allreduce_unavailable(const MpiWorld& world, int device);
 // order, so every rank gets the same bits, whatever the bucket plan. `capacity` floats at most per
 // allreduce. shots: 1 or 2 forces one-shot or two-shot; 0 times both at set-up and takes two-shot
 // from the size where it is faster. Collective; throws UsageError when peer_allreduce_unavailable
-// says why.
+// says why. blocks: the kernel's grid (the knob CNN_PEER_BLOCKS, for measurements; the same on every
+// rank), clamped to [1, kPeerMaxBlocks]; 0: the default.
 std::unique_ptr<Communicator> make_peer_communicator(const MpiWorld& world, int device, cudaStream_t stream,
-                                                     std::int64_t capacity, int shots = 0);
+                                                     std::int64_t capacity, int shots = 0, int blocks = 0);
 
 // Copies device -> pinned host buffer, MPI_Allreduce in place, copies back, all on `stream`. For
 // builds without NCCL.

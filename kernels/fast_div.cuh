@@ -1,5 +1,5 @@
 // Division by a divisor fixed per launch (FastDiv), and the index decoding built on it. Shared by
-// the implicit GEMM's loaders and the layer kernels (layer_ops.cu, maxpool.cu).
+// the implicit GEMM's loaders and the layer kernels (layer_ops_conv.cu, layer_ops_fc.cu, maxpool.cu).
 #pragma once
 
 #include <cstdint>

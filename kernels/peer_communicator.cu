@@ -50,12 +50,10 @@ namespace {
 
 class PeerCommunicator final : public SideStreamCommunicator {
  public:
-  PeerCommunicator(const MpiWorld& world, int device, cudaStream_t stream, std::int64_t capacity, int shots)
+  PeerCommunicator(const MpiWorld& world, int device, cudaStream_t stream, std::int64_t capacity, int shots, int blocks)
       : SideStreamCommunicator(world, stream), capacity_(capacity) {
     CNN_CHECK_CUDA(cudaSetDevice(device));
-    // CNN_PEER_BLOCKS: the grid, for measurements (kernels/bench); the same on every rank.
-    if (const char* blocks = std::getenv("CNN_PEER_BLOCKS"))
-      blocks_ = std::clamp(static_cast<int>(std::strtol(blocks, nullptr, 10)), 1, kPeerMaxBlocks);
+    if (blocks != 0) blocks_ = std::clamp(blocks, 1, kPeerMaxBlocks);
     view_.rank = world.rank();
     view_.ranks = world.size();
     view_.slot_floats = (std::max<std::int64_t>(capacity, 1) + 3) / 4 * 4;
@@ -174,10 +172,10 @@ class PeerCommunicator final : public SideStreamCommunicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_peer_communicator(const MpiWorld& world, int device, cudaStream_t stream,
-                                                     std::int64_t capacity, int shots) {
+                                                     std::int64_t capacity, int shots, int blocks) {
   const std::string why = peer_allreduce_unavailable(world, device);
   if (!why.empty()) throw UsageError("--allreduce peer: not available here: " + why);
-  return std::make_unique<PeerCommunicator>(world, device, stream, capacity, shots);
+  return std::make_unique<PeerCommunicator>(world, device, stream, capacity, shots, blocks);
 }
 
 }  // namespace cnn::cuda

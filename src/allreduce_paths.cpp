@@ -14,32 +14,33 @@ namespace {
 // The communicators to time, in the order they are reported. Collective (the device communicators
 // and the peer check are).
 std::vector<TimedPath> candidate_paths(const CalibrationHarness& harness, AllreducePath requested,
-                                       std::unique_ptr<Communicator> given) {
+                                       std::unique_ptr<Communicator> given, std::optional<int> peer_blocks) {
   std::vector<TimedPath> paths;
   if (harness.backend().memory_space() == MemorySpace::kHost) {
     paths.push_back({allreduce_name(AllreducePath::kMpi), std::move(given), 0.0});
     return paths;
   }
 #ifdef CNN_HAVE_CUDA
-  const std::string given_path = device_allreduce_path(allreduce_name(requested));  // the path of `given`
-  std::vector<std::string> names;
+  const AllreducePath given_path = device_allreduce_path(requested);  // the path of `given`
+  std::vector<AllreducePath> candidates;
   if (requested != AllreducePath::kAuto) {
-    names = {allreduce_name(requested)};
+    candidates = {requested};
   } else {
-    if (device_nccl_available()) names.push_back(allreduce_name(AllreducePath::kNccl));
+    if (device_nccl_available()) candidates.push_back(AllreducePath::kNccl);
     // Collective, like the communicators made below: every rank reaches it.
-    if (device_peer_unavailable(harness.world(), harness.backend()).empty())
-      names.push_back(allreduce_name(AllreducePath::kPeer));
-    names.push_back(allreduce_name(AllreducePath::kMpi));
+    if (device_peer_unavailable(harness.world(), harness.backend()).empty()) candidates.push_back(AllreducePath::kPeer);
+    candidates.push_back(AllreducePath::kMpi);
   }
-  for (const std::string& name : names)
-    paths.push_back({name,
-                     name == given_path && given ? std::move(given)
-                                                 : make_device_communicator(harness.world(), harness.backend(), name),
+  for (AllreducePath path : candidates)
+    paths.push_back({allreduce_name(path),
+                     path == given_path && given
+                         ? std::move(given)
+                         : make_device_communicator(harness.world(), harness.backend(), path, peer_blocks),
                      0.0});
   return paths;
 #else
   (void)requested;
+  (void)peer_blocks;
   throw Error(ExitCode::kFailure, "internal error: device memory in a build without CUDA");
 #endif
 }
@@ -47,9 +48,9 @@ std::vector<TimedPath> candidate_paths(const CalibrationHarness& harness, Allred
 }  // namespace
 
 TimedPaths time_allreduce_paths(const CalibrationHarness& harness, AllreducePath requested,
-                                std::unique_ptr<Communicator> given) {
+                                std::unique_ptr<Communicator> given, std::optional<int> peer_blocks) {
   TimedPaths timed;
-  timed.paths = candidate_paths(harness, requested, std::move(given));
+  timed.paths = candidate_paths(harness, requested, std::move(given), peer_blocks);
   for (TimedPath& p : timed.paths)
     p.seconds = harness.time([&] { p.comm->allreduce_sum(harness.grads(), harness.param_count()); });
   int chosen = 0;

@@ -26,12 +26,7 @@ BackendKind parse_backend_kind(const std::string& text) {
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Network& network) {
-  if (options.kind == BackendKind::kSeq || options.kind == BackendKind::kThreads) {
-    // The seed model keeps its fused conv-relu-pool path; any other network runs layer by layer.
-    if (const std::optional<SeedModel> seed = network.as_seed())
-      return make_cpu_backend(*seed, backend_kind_name(options.kind), options.threads, options.optimizer);
-    return make_cpu_layer_backend(network, backend_kind_name(options.kind), options.threads, options.optimizer);
-  }
+  if (options.kind == BackendKind::kSeq || options.kind == BackendKind::kThreads) return make_cpu_backend(network, options);
   if (options.kind == BackendKind::kCuda) {
 #ifdef CNN_HAVE_CUDA
     return make_cuda_backend(options, network);

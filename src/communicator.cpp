@@ -149,13 +149,15 @@ void MpiCommunicator::broadcast(float* data, std::int64_t count, int root) {
   world_.broadcast(data, count * static_cast<std::int64_t>(sizeof(float)), root);
 }
 
-std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend, AllreducePath allreduce) {
+std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend, AllreducePath allreduce,
+                                                std::optional<int> peer_blocks) {
   if (world.size() == 1) return std::make_unique<SingleRankCommunicator>(backend.memory_space());
   if (backend.memory_space() == MemorySpace::kHost) return std::make_unique<MpiCommunicator>(world);
 #ifdef CNN_HAVE_CUDA
-  return make_device_communicator(world, backend, device_allreduce_path(allreduce_name(allreduce)));
+  return make_device_communicator(world, backend, device_allreduce_path(allreduce), peer_blocks);
 #else
   (void)allreduce;
+  (void)peer_blocks;
   throw Error(ExitCode::kFailure, "a device-memory backend in a build without CUDA");
 #endif
 }

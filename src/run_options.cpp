@@ -32,6 +32,7 @@ ExchangeOptions exchange_options(const TrainConfig& config) {
   o.allreduce = config.allreduce;
   o.overlap = config.overlap;
   o.overlap_cuts = config.knobs.overlap_cuts;
+  o.peer_blocks = config.knobs.peer_blocks;
   o.run_dir = config.out_dir;
   return o;
 }

@@ -131,7 +131,7 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   agree_or_stop(world, [&] {
     run->backend = make_backend(backend_options(config, world.local_rank()), run->network);
     apply_binding(*run->backend, run->data->attach(world.rank(), world.size(), config.batch));
-    run->comm = make_communicator(world, *run->backend, config.allreduce);
+    run->comm = make_communicator(world, *run->backend, config.allreduce, config.knobs.peer_blocks);
   });
   set_starting_parameters(config, world, *run);
 

@@ -21,7 +21,7 @@ GradientExchange choose_gradient_exchange(const ExchangeOptions& options, const 
   const CalibrationHarness harness(world, backend, rank_slice(first_batch, world.rank(), world.size()), param_count);
 
   const double compute = harness.compute_seconds();
-  TimedPaths paths = time_allreduce_paths(harness, options.allreduce, std::move(comm));
+  TimedPaths paths = time_allreduce_paths(harness, options.allreduce, std::move(comm), options.peer_blocks);
   exchange.path = paths.name();
   exchange.comm = std::move(paths.comm);
   const AllreduceCost cost = measure_allreduce_cost(harness, *exchange.comm, paths.seconds());

@@ -145,3 +145,31 @@ BOOST_AUTO_TEST_CASE(overlapped_rows_of_allreduce_csv) {
   BOOST_TEST(none.mean_s == plain.mean_s);
   BOOST_TEST(none.overlap == 1);
 }
+
+BOOST_AUTO_TEST_CASE(five_layers_group_what_the_compute_after_them_can_hide) {
+  // One ready point per layer with parameters, as the CPU backend reports a cifar-like network, in
+  // backward order: fc2, fc1, conv3, conv2, conv1; `step` seconds of backward per layer.
+  const auto points = [](double step) {
+    return std::vector<cnn::GradientReadyPoint>{
+        {3100, 10, 4 * step}, {2100, 1000, 3 * step}, {1100, 1000, 2 * step}, {100, 1000, step}, {0, 100, 0.0}};
+  };
+  const cnn::AllreduceCost cost{10e-6, 1e-9};
+  // 1 ms per layer hides every bucket but the last; one bucket for the first four hides as much as
+  // four would and pays the latency once, so it wins the tie.
+  const cnn::BucketPlan plan = cnn::plan_buckets(points(1e-3), 3110, cost);
+  BOOST_TEST_REQUIRE(plan.buckets.size() == 2u);
+  BOOST_TEST(plan.buckets[0].offset == 100);
+  BOOST_TEST(plan.buckets[0].count == 3010);
+  BOOST_TEST(plan.buckets[0].last_point == 3);
+  BOOST_TEST(plan.buckets[1].offset == 0);
+  BOOST_TEST(plan.buckets[1].count == 100);
+  BOOST_TEST(plan.buckets[1].last_point == -1);
+  BOOST_TEST(plan.cuts == 8u);
+  BOOST_TEST(plan.predicted_exposed_s == 10.4e-6, boost::test_tools::tolerance(1e-6));
+  // Every layer its own bucket is a valid grouping too, predicted no better.
+  const cnn::BucketPlan every = cnn::plan_with_cuts(points(1e-3), 3110, cost, 15);
+  BOOST_TEST(every.buckets.size() == 5u);
+  BOOST_TEST(every.predicted_exposed_s == plan.predicted_exposed_s, boost::test_tools::tolerance(1e-6));
+  // 1 us per layer hides nothing: one bucket at the end.
+  BOOST_TEST(cnn::plan_buckets(points(1e-6), 3110, cost).buckets.size() == 1u);
+}

@@ -1,8 +1,8 @@
-// The layer ops of layer_ops.hpp and the layer-by-layer CPU backend:
+// The layer ops of layer_ops.hpp and the CPU backend that runs them:
 //   1. finite-difference gradients of every layer type (conv multi-channel with stride 2 and
 //      padding 1, relu, maxpool with stride != size, fc) and of a whole network through the backend
 //      (with flatten), and proof that the comparison fails on a gradient 5% off;
-//   2. seq vs threads for the cifar preset; the layer backend vs the fused seed backend;
+//   2. seq vs threads for the cifar preset; the seed layer by layer vs its fused ops;
 //   3. one Adam step against a hand computation.
 #define BOOST_TEST_MODULE layers
 #include <algorithm>
@@ -169,13 +169,15 @@ BOOST_AUTO_TEST_CASE(fc) {
 }
 
 // Every parameter of a network with every layer type (an explicit flatten among them), through the
-// layer backend: analytic gradients from compute_gradients, numeric ones from evaluate's loss.
+// `seq` backend: analytic gradients from compute_gradients, numeric ones from evaluate's loss.
 BOOST_AUTO_TEST_CASE(whole_network_through_the_backend) {
   const cnn::Dataset data = cnn::test::random_dataset(6, {2, 11, 10}, 13, 4);
   const cnn::Network net =
       cnn::build_network("conv3x3:4/s2/p1 relu conv3x3:5 relu maxpool2/s1 flatten fc:6 relu fc:4", 0, data.shape, 4);
   BOOST_REQUIRE(!net.as_seed());
-  auto backend = cnn::make_cpu_layer_backend(net, "seq", 1, cnn::OptimizerKind::kSgd);
+  cnn::BackendOptions seq;
+  seq.kind = cnn::BackendKind::kSeq;
+  auto backend = cnn::make_cpu_backend(net, seq);
   backend->bind_data(data, data);
   std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
   cnn::initialize_params(params.data(), net.layout, 17);
@@ -275,18 +277,26 @@ BOOST_AUTO_TEST_CASE(cifar_preset_threads_agree_with_seq) {
   BOOST_TEST((again == once));
 }
 
-BOOST_AUTO_TEST_CASE(layer_backend_matches_the_fused_seed_backend) {
+// The seed model layer by layer (`seq`, the reference plan) against its fused conv_relu_pool op (the
+// CPU plan of `threads`, here on one thread so only the ops differ).
+BOOST_AUTO_TEST_CASE(layer_by_layer_seed_matches_its_fused_ops) {
   const cnn::Dataset data = cnn::test::random_dataset(100, {1, 28, 28}, 29);
   const cnn::Network net = cnn::build_network("seed", 16, data.shape, 10);
-  const std::optional<cnn::SeedModel> seed = net.as_seed();
-  BOOST_REQUIRE(seed.has_value());
+  BOOST_REQUIRE(net.as_seed().has_value());
   std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
   cnn::initialize_params(params.data(), net.layout, 4);
   cnn::BatchStats fused_stats, layer_stats;
-  const std::vector<float> fused =
-      step_gradients(cnn::make_cpu_backend(*seed, "seq", 1, cnn::OptimizerKind::kSgd), data, params, 100, &fused_stats);
-  const std::vector<float> layered = step_gradients(
-      cnn::make_cpu_layer_backend(net, "seq", 1, cnn::OptimizerKind::kSgd), data, params, 100, &layer_stats);
+  cnn::BackendOptions options;
+  options.kind = cnn::BackendKind::kThreads;
+  options.threads = 1;
+  auto fused_backend = cnn::make_cpu_backend(net, options);
+  BOOST_TEST(fused_backend->device_description().find("ops conv_relu_pool fc softmax_cross_entropy") != std::string::npos);
+  const std::vector<float> fused = step_gradients(std::move(fused_backend), data, params, 100, &fused_stats);
+  options.kind = cnn::BackendKind::kSeq;
+  auto layer_backend = cnn::make_cpu_backend(net, options);
+  BOOST_TEST(layer_backend->device_description().find("ops conv relu maxpool fc softmax_cross_entropy") !=
+             std::string::npos);
+  const std::vector<float> layered = step_gradients(std::move(layer_backend), data, params, 100, &layer_stats);
   BOOST_TEST(layer_stats.correct == fused_stats.correct);
   BOOST_TEST(std::fabs(layer_stats.loss_sum - fused_stats.loss_sum) <= 1e-5 * fused_stats.loss_sum);
   check_close(net.layout, layered, fused, 1e-5);

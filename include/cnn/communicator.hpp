@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -149,7 +150,9 @@ class SingleRankCommunicator : public Communicator {
 // memory; for device memory the path device_allreduce_path(allreduce) names (--allreduce: NCCL when
 // built with it, MPI through host staging otherwise or when asked for). The choice is printed by the
 // trainer.
+// peer_blocks: the knob CNN_PEER_BLOCKS (knobs.hpp) for the peer path.
 std::unique_ptr<Communicator> make_communicator(const MpiWorld& world, Backend& backend,
-                                                AllreducePath allreduce = AllreducePath::kAuto);
+                                                AllreducePath allreduce = AllreducePath::kAuto,
+                                                std::optional<int> peer_blocks = std::nullopt);
 
 }  // namespace cnn

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cnn/backend.hpp"
+#include "cnn/choices.hpp"
 #include "cnn/communicator.hpp"
 #include "cnn/network.hpp"
 #include "cnn/op_plan.hpp"
@@ -28,14 +30,16 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const 
                                            const std::vector<Op>& ops);
 
 // Allreduce of device buffers for a backend made by make_cuda_backend, on the GPU and stream of its
-// device_queue(), by path: "nccl" (NCCL on the backend's stream; UsageError in a build without NCCL),
-// "peer" (one kernel through the other GPUs' memory, summing in rank order; UsageError where
-// device_peer_unavailable says why) or "mpi" (MPI_Allreduce through pinned host memory). Collective.
-std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, const std::string& path);
-// The path device ranks start with for --allreduce `requested` (auto, nccl, peer or mpi): the one
-// asked for (MPI through host memory also serves two ranks on one GPU, which NCCL refuses),
-// otherwise NCCL when the build has it; the scaling advisor may then switch.
-std::string device_allreduce_path(const std::string& requested);
+// device_queue(), by path: kNccl (NCCL on the backend's stream; UsageError in a build without NCCL),
+// kPeer (one kernel through the other GPUs' memory, summing in rank order; UsageError where
+// device_peer_unavailable says why) or kMpi (MPI_Allreduce through pinned host memory). Collective.
+// peer_blocks: the knob CNN_PEER_BLOCKS (knobs.hpp), the peer kernel's grid; unset: its own choice.
+std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, AllreducePath path,
+                                                       std::optional<int> peer_blocks = std::nullopt);
+// The path device ranks start with for --allreduce `requested`: the one asked for (MPI through host
+// memory also serves two ranks on one GPU, which NCCL refuses), otherwise (auto, or nccl in a build
+// without it) NCCL when the build has it, else MPI; the scaling advisor may then switch.
+AllreducePath device_allreduce_path(AllreducePath requested);
 // Why the "peer" path cannot serve this world (ranks on several nodes, two ranks on one GPU, GPUs
 // without peer access, too many ranks), or "" when it can. Collective: same answer on every rank.
 std::string device_peer_unavailable(const MpiWorld& world, Backend& backend);

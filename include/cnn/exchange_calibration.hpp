@@ -68,9 +68,10 @@ struct TimedPaths {
 };
 // The candidates of --allreduce `requested` (CPU ranks: mpi; GPU ranks: the one asked for, or with
 // auto every path the build and the machine offer), each timed; `given` is the communicator the run
-// made already (reused for its own path). Rank 0's fastest is chosen on every rank.
+// made already (reused for its own path). Rank 0's fastest is chosen on every rank. peer_blocks: the
+// knob CNN_PEER_BLOCKS, for a peer communicator made here.
 TimedPaths time_allreduce_paths(const CalibrationHarness& harness, AllreducePath requested,
-                                std::unique_ptr<Communicator> given);
+                                std::unique_ptr<Communicator> given, std::optional<int> peer_blocks);
 
 // 3. The chosen path's cost over sizes: allreduces of 1/64 and 1/8 of the buffer, plus the whole
 // buffer's `full_seconds`, fitted to latency + bytes / bandwidth.

@@ -34,6 +34,7 @@ struct ExchangeOptions {
   AllreducePath allreduce = AllreducePath::kAuto;  // --allreduce
   OverlapChoice overlap = OverlapChoice::kAuto;    // --overlap
   std::optional<std::uint32_t> overlap_cuts;       // the knob CNN_OVERLAP_CUTS (knobs.hpp)
+  std::optional<int> peer_blocks;                  // the knob CNN_PEER_BLOCKS (knobs.hpp)
   std::string run_dir;                             // --out: scaling.log goes there
 };
 
