@@ -33,9 +33,9 @@
 #include "cnn/ops.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/sampler.hpp"
-#include "kernels/cuda_ops.hpp"
-#include "kernels/device_buffer.hpp"
-#include "kernels/nonfinite.cuh"
+#include "kernels/ops/cuda_ops.hpp"
+#include "kernels/cuda/device_buffer.hpp"
+#include "kernels/ops/nonfinite.cuh"
 
 namespace {
 
@@ -340,7 +340,7 @@ BOOST_AUTO_TEST_CASE(optimizer_kernels_match_cpu_twins) {
   CHECK_CLOSE_REL(to_host(d_v), v_cpu, "momentum_update velocity");
 }
 
-// The divergence check (kernels/nonfinite.cu): the first non-finite index wherever it lies, and the
+// The divergence check (kernels/ops/nonfinite.cu): the first non-finite index wherever it lies, and the
 // deferred check's device word leaving every optimizer's update undone, bit for bit.
 BOOST_AUTO_TEST_CASE(nonfinite_check_finds_the_first_and_gates_the_update) {
   cudaStream_t stream = nullptr;  // the legacy stream: to_host() synchronises the device

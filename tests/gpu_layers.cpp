@@ -1,5 +1,5 @@
 // The general network on the GPU against the CPU reference:
-//   1. every CUDA layer op (kernels/layer_ops.hpp) and adam_update against its CPU twin, on fresh
+//   1. every CUDA layer op (kernels/ops/layer_ops.hpp) and adam_update against its CPU twin, on fresh
 //      random data, multi-channel, with stride, padding, odd sizes and overlapping pool windows;
 //   2. the cuda backend on layer networks against `seq`: the cifar preset's loss and every gradient,
 //      a strided/padded network, and three Adam steps;
@@ -38,9 +38,9 @@
 #include "cnn/ops.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/sampler.hpp"
-#include "kernels/cuda_ops.hpp"
-#include "kernels/device_buffer.hpp"
-#include "kernels/layer_ops.hpp"
+#include "kernels/ops/cuda_ops.hpp"
+#include "kernels/cuda/device_buffer.hpp"
+#include "kernels/ops/layer_ops.hpp"
 
 namespace {
 

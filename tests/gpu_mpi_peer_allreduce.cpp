@@ -1,4 +1,4 @@
-// The peer allreduce (kernels/peer_allreduce.cuh) under mpiexec, one rank per GPU, run by
+// The peer allreduce (kernels/dist/peer_allreduce.cuh) under mpiexec, one rank per GPU, run by
 // gpu_peer_allreduce_test.sh with 2 ranks (and 4 where there are 4 GPUs). Every result must equal,
 // BITWISE, the fp32 sum of every rank's input in rank order 0, 1, ..., n-1, which each rank
 // recomputes on the host from the same seeds. Inputs span six decades, so another order would
@@ -23,9 +23,9 @@
 #include "boost_test.hpp"
 #include "cnn/communicator.hpp"
 #include "cnn/cuda_backend.hpp"
-#include "kernels/cuda_check.hpp"
-#include "kernels/device_buffer.hpp"
-#include "kernels/device_communicators.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/device_buffer.hpp"
+#include "kernels/dist/device_communicators.hpp"
 
 namespace {
 

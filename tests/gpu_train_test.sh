@@ -6,7 +6,7 @@
 #   3. with 2+ GPUs: 2 ranks (NCCL) against 1 GPU, same global batch, 20 steps: rel err <= 1e-5
 #   4. compute-sanitizer memcheck, racecheck and initcheck clean on a short training run, for the seed
 #      model and the cifar preset (when installed)
-#   5. divergence on the GPU (the non-finite kernel, kernels/nonfinite.cu): --lr 1e38 overflows the
+#   5. divergence on the GPU (the non-finite kernel, kernels/ops/nonfinite.cu): --lr 1e38 overflows the
 #      parameters in one step; the next step's gradients are non-finite: exit 4 with one line naming
 #      step 2, and no checkpoint written; the same under compute-sanitizer memcheck
 #   6. the deferred check (read a step late; the device skips the flagged update itself), with the

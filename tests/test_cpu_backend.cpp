@@ -1,4 +1,4 @@
-// The CPU backend on every kind of network (src/cpu_backend.cpp, src/cpu_op_runner.cpp):
+// The CPU backend on every kind of network (src/cpu/cpu_backend.cpp, src/cpu/cpu_op_runner.cpp):
 //   1. the overlapped step gives the plain step's bits, reports one ready point per layer with
 //      parameters from the last layer down, each range already final when reported, and lets MPI
 //      progress only once something may be reducing;

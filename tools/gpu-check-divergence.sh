@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the deferred divergence check (kernels/nonfinite.cu, src/divergence.cpp):
+# One device call for the deferred divergence check (kernels/ops/nonfinite.cu, src/train/divergence.cpp):
 # builds cnn_mpi and the GPU unit tests, runs them and tests/gpu_train_test.sh (which includes the
 # compute-sanitizer runs and the divergence cases), then times the trainer with the deferred check.
 # The waiting check and its switch CNN_DEFERRED_NONFINITE=0 are retired (issue 23); the A/B they gave

@@ -38,7 +38,7 @@ struct BatchStats {
 
 // Where a device backend runs: its GPU, and the stream every one of its operations is ordered on, so
 // that a collective queued there needs no other synchronisation with the steps before and after it
-// (the device communicators, kernels/device_communicator.cu).
+// (the device communicators, kernels/dist/device_communicator.cu).
 struct DeviceQueue {
   int device = 0;
   CUstream_st* stream = nullptr;  // a cudaStream_t
@@ -90,16 +90,16 @@ class Backend {
   // reports none (the default). Read after a step, so seconds_after can be measured ones.
   virtual std::vector<GradientReadyPoint> gradient_ready_points() { return {}; }
   // Index of the first NaN or infinity in grads(), or -1 when all are finite: the divergence check
-  // (src/divergence.cpp). A device backend reads back one integer.
+  // (src/train/divergence.cpp). A device backend reads back one integer.
   virtual std::int64_t first_nonfinite_grad() = 0;
   // The same check without a wait, for backends where the wait costs (a device sync per step):
   // enqueues the check of grads() and makes the next apply_update leave parameters and optimizer
   // state untouched when it finds a non-finite value. Returns false when the backend has no such
-  // check (the CPU backends, whose check is a cheap scan); src/divergence.cpp then waits as before.
+  // check (the CPU backends, whose check is a cheap scan); src/train/divergence.cpp then waits as before.
   virtual bool enqueue_nonfinite_check() { return false; }
   // What the last enqueued check found (index, or -1); waits for that check only.
   virtual std::int64_t enqueued_nonfinite_result() { return -1; }
-  // Test hook CNN_TEST_NAN_AT (src/divergence.cpp): overwrites one gradient, in grads()'s memory.
+  // Test hook CNN_TEST_NAN_AT (src/train/divergence.cpp): overwrites one gradient, in grads()'s memory.
   virtual void set_grad_for_test(std::int64_t index, float value) { grads()[index] = value; }
 
   // params -= optimizer step using grads() * grad_scale.

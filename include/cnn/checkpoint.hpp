@@ -111,7 +111,7 @@ class CheckpointReader {
   CheckpointState read(const ParamLayout& layout) const;
 
  private:
-  struct Opened;  // libhdf5's handle on the verified bytes (src/checkpoint_read.cpp)
+  struct Opened;  // libhdf5's handle on the verified bytes (src/io/checkpoint_read.cpp)
   std::unique_ptr<Opened> opened_;
   CheckpointConfig config_;
 };

@@ -1,5 +1,5 @@
 // The options whose value comes from a fixed list, as enums. The command line parses each once
-// (src/cli.cpp); everything after it compares enums. Each enum has one name function, the text the
+// (src/app/cli.cpp); everything after it compares enums. Each enum has one name function, the text the
 // option takes: the settings block, the ranks' launch agreement and the checkpoint's /config print it,
 // so those texts stay what they were when the options were strings.
 // (The optimizer and the backend have theirs in optimizer.hpp and backend.hpp.)

@@ -1,6 +1,6 @@
 // The layer operations of a general network (--model SPEC) on the CPU, over a batch of n samples in
-// NCHW layout. Each has a CUDA twin in kernels/layer_ops_conv.cu, layer_ops_fc.cu, relu.cu and maxpool.cu, declared
-// in kernels/layer_ops.hpp with the same name and argument order (namespace cnn::cuda, device
+// NCHW layout. Each has a CUDA twin in kernels/ops/conv.cu, layer_ops_fc.cu, relu.cu and maxpool.cu, declared
+// in kernels/ops/layer_ops.hpp with the same name and argument order (namespace cnn::cuda, device
 // pointers, plus a trailing cudaStream_t).
 //
 // Same conventions as include/cnn/ops.hpp: backward functions ACCUMULATE (+=) into parameter

@@ -1,5 +1,5 @@
 // The divergence check's scan: where the first NaN or infinity in a float buffer is. The CPU twin is
-// here; the CUDA twin (kernels/nonfinite.cu, cnn::cuda::first_nonfinite) has the same name and
+// here; the CUDA twin (kernels/ops/nonfinite.cu, cnn::cuda::first_nonfinite) has the same name and
 // argument order plus the stream, and reads back one integer.
 #pragma once
 

@@ -66,7 +66,7 @@ std::string describe_ops(const std::vector<Op>& ops);
 std::vector<const Layer*> param_layers(const Network& network, const Op& op);
 
 // The CUDA kernels of the fused conv + relu + pool ops are compiled for these shapes
-// (kernels/seed_shape.hpp): a 3x3 kernel, 1 or 3 input channels, 10 classes.
+// (kernels/ops/seed_shape.hpp): a 3x3 kernel, 1 or 3 input channels, 10 classes.
 bool cuda_conv_relu_pool_supported(const SeedModel& shape);
 
 }  // namespace cnn

@@ -1,6 +1,6 @@
 // Optimizer updates over the flat parameter buffer. The gradient buffer holds the SUM over the global
 // batch; grad_scale = 1/global_batch turns it into the mean inside the same pass.
-// CUDA twins in kernels/optimizer.cu (namespace cnn::cuda), same names and argument order.
+// CUDA twins in kernels/ops/optimizer.cu (namespace cnn::cuda), same names and argument order.
 #pragma once
 
 #include <cstdint>

@@ -58,7 +58,7 @@ class TrainingData {
   // Before each step, in step order (stream mode: with the next window to bind when `step` starts one).
   virtual StepData step_batch(std::int64_t step, Range global_batch) = 0;
   // Whether step_batch(step) will re-bind the backend (stream mode, at a window's start). The same on
-  // every rank: windows hold the same steps everywhere (src/stream_plan.cpp).
+  // every rank: windows hold the same steps everywhere (src/dist/stream_plan.cpp).
   virtual bool rebinds_before(std::int64_t step) const = 0;
   // The first test sample the backend holds (stream mode: the start of this rank's slice).
   virtual std::int64_t test_held_from() const = 0;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# One device call that compares the implicit GEMM's tile depth (kernels/implicit_gemm.cuh) on the cifar
+# One device call that compares the implicit GEMM's tile depth (kernels/ops/implicit_gemm.cuh) on the cifar
 # preset: builds gpu_layers once per tile depth in BKS (CNN_GEMM_BK, default "8 16"), runs the layer
 # tests on each build (so a change that breaks a result is seen at once), then the cifar ms/epoch of
 # each build. Logs go to $OUT.
-# History: until the plan's targets became constants (kernels/gemm_plan.cu), this script also swept
+# History: until the plan's targets became constants (kernels/ops/gemm_plan.cu), this script also swept
 # the environment knobs CNN_GEMM_THREADS_PER_SM, CNN_GEMM_MAX_SPLITS and CNN_GEMM_MIN_TILES_PER_SPLIT
 # (THREADS / SPLITS / MIN_TILES); those knobs are retired, their results are in docs/PERFORMANCE.md.
 # To try other targets now, edit the constants and build once per value.

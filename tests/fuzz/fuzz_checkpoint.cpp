@@ -1,4 +1,4 @@
-// The checkpoint reader (src/checkpoint_read.cpp, src/checkpoint_image.cpp), in two modes chosen by the
+// The checkpoint reader (src/io/checkpoint_read.cpp, src/io/checkpoint_image.cpp), in two modes chosen by the
 // input's first byte.
 //
 // Raw bytes (about 1 input in 4): a valid, sealed version-2 checkpoint has bytes flipped, overwritten,

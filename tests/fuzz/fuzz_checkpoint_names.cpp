@@ -1,4 +1,4 @@
-// The checkpoint directory's file names (src/checkpoint_dir.cpp): `--resume auto` lists
+// The checkpoint directory's file names (src/io/checkpoint_dir.cpp): `--resume auto` lists
 // RUN_DIR/checkpoints and orders ckpt-e<epoch>-s<step>.h5 by the step in the name; prepare() removes
 // stale *.h5.tmp files. The input is a list of names separated by '\n' ('/' and NUL are dropped).
 #include <fcntl.h>

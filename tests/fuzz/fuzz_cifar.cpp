@@ -1,4 +1,4 @@
-// CIFAR-10 binary records (src/cifar_reader.cpp, parse_cifar10_records): label byte + 3x32x32 bytes.
+// CIFAR-10 binary records (src/data/cifar_reader.cpp, parse_cifar10_records): label byte + 3x32x32 bytes.
 #include <vector>
 
 #include "cnn/cifar_reader.hpp"

@@ -1,4 +1,4 @@
-// The command line (src/cli.cpp): parse_command_line on argv split at NUL bytes, then, for an accepted
+// The command line (src/app/cli.cpp): parse_command_line on argv split at NUL bytes, then, for an accepted
 // command line, resolve_config for a world size, local size and GPU count taken from the first bytes,
 // and describe(). Every rejection must be a cnn::UsageError.
 #include <string>

@@ -1,4 +1,4 @@
-// The HDF5 image reader (src/hdf5_images.cpp, H5ImageFile: --dataset hdf5 and stream mode),
+// The HDF5 image reader (src/data/hdf5_images.cpp, H5ImageFile: --dataset hdf5 and stream mode),
 // structure-aware.
 //
 // Why not raw bytes: as in fuzz_checkpoint.cpp, random bytes would fuzz libhdf5's own binary parser

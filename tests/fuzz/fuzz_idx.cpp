@@ -1,4 +1,4 @@
-// The IDX reader (src/idx_reader.cpp) through its file entry points: raw and gzip-compressed images
+// The IDX reader (src/data/idx_reader.cpp) through its file entry points: raw and gzip-compressed images
 // and labels. The first byte picks images or labels and the class count; the rest is the file.
 #include "cnn/idx_reader.hpp"
 #include "fuzz_support.hpp"

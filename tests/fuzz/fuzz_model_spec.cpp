@@ -1,4 +1,4 @@
-// --model SPEC (src/network.cpp, build_network): the layer grammar and the shape checks behind it.
+// --model SPEC (src/model/network.cpp, build_network): the layer grammar and the shape checks behind it.
 // The first byte picks the input shape, so strides, padding and pools meet small and odd inputs too.
 #include <string>
 

@@ -1,4 +1,4 @@
-// What a resume does with a checkpoint's /progress and /metrics (src/trainer.cpp, src/resume.cpp).
+// What a resume does with a checkpoint's /progress and /metrics (src/train/trainer.cpp, src/io/resume.cpp).
 //
 // The input chooses a run's shape (training images, global batch, --epochs) and the values of every
 // /progress counter, /optimizer step and /metrics value: near a consistent point of the run (an epoch

@@ -1,4 +1,4 @@
-// The run directory's CSV logs as a resume reads them (src/run_log.cpp, RunLog::prepare_resume keeps
+// The run directory's CSV logs as a resume reads them (src/io/run_log.cpp, RunLog::prepare_resume keeps
 // the rows up to the checkpoint's epoch): the input is split at the first two 0xFF bytes into
 // metrics.csv, timing.csv and allreduce.csv; the first byte is the completed epoch count.
 #include <fstream>

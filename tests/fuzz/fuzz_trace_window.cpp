@@ -1,4 +1,4 @@
-// --trace-steps A:B (src/trace.cpp, parse_trace_window).
+// --trace-steps A:B (src/observe/trace.cpp, parse_trace_window).
 #include <string>
 
 #include "cnn/trace.hpp"

@@ -1,0 +1,162 @@
+// The `cuda` backend; see cuda_backend.hpp.
+#include "cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <optional>
+
+#include "cnn/cuda_backend.hpp"
+#include "cnn/errors.hpp"
+#include "cuda/cuda_check.hpp"
+#include "ops/cuda_ops.hpp"
+#include "cuda/launch.hpp"
+#include "ops/seed_shape.hpp"
+
+namespace cnn::cuda {
+namespace {
+
+// Refuses what the kernels do not support, before any device work; the description's word on the ops.
+std::string checked_ops(const Network& network, const std::vector<Op>& ops) {
+  if (network.classes != kSeedClasses)
+    throw UsageError("the cuda backend's softmax is built for " + std::to_string(kSeedClasses) + " classes; " +
+                     network.describe() + " has " + std::to_string(network.classes) +
+                     " (use --backend seq or threads)");
+  const auto refuse = [&](const std::string& why) {
+    throw UsageError("the cuda backend cannot run " + describe_ops(ops) + " for " + network.describe() + ": " + why);
+  };
+  if (ops.size() == 1 && ops.front().kind == OpKind::kConvReluPoolFcSoftmax) {
+    const std::optional<SeedModel> seed = network.as_seed();
+    if (!seed || !cuda_conv_relu_pool_supported(*seed) || !ops.front().reads_data)
+      refuse("conv_relu_pool_fc_softmax runs the whole seed model, reading the data set");
+    return "ops " + describe_ops(ops);
+  }
+  if (ops.size() < 2 || ops.back().kind != OpKind::kSoftmaxCrossEntropy ||
+      ops[ops.size() - 2].kind != OpKind::kFc || ops[ops.size() - 2].relu_after)
+    throw UsageError("the cuda backend needs a network that ends with fc:" + std::to_string(network.classes) +
+                     " (got " + network.describe() + ")");
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = ops[k];
+    if (op.kind == OpKind::kConvReluPoolFcSoftmax) refuse("conv_relu_pool_fc_softmax is the whole model");
+    if (op.reads_data && (k != 0 || op.kind != OpKind::kConvReluPool))
+      refuse("only a first conv_relu_pool reads the data set itself");
+    if (op.kind != OpKind::kConvReluPool) continue;
+    const Layer& conv = network.layers[op.first_layer];
+    SeedModel shape;
+    shape.input = conv.in;
+    shape.kernel = conv.conv.kernel;
+    shape.filters = conv.conv.filters;
+    shape.classes = network.classes;
+    if (!cuda_conv_relu_pool_supported(shape) || op.needs_input_grad)
+      refuse("conv_relu_pool takes a 3x3 kernel on 1 or 3 channels, before any layer with parameters");
+  }
+  return "ops " + describe_ops(ops);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const BackendOptions& options, const Network& network, const std::vector<Op>& ops)
+    : DeviceBackend(options, network, checked_ops(network, ops)), network_(network) {
+  shared_.stream = stream();
+  shared_.params = mutable_params();
+  shared_.grads = mutable_grads();
+  shared_.multiprocessors = multiprocessor_count();
+  for (const Op& op : ops) ops_.push_back(make_device_op(op, network_, shared_));
+  if (std::any_of(ops_.begin(), ops_.end(), [](const auto& op) { return op->uses_side_stream(); }))
+    shared_.make_side_stream();
+  activations_.resize(ops_.size() + 1);
+  gradients_.resize(ops_.size() + 1);
+  for (std::size_t k = ops_.size(); k-- > 0;)
+    for (const GradientReadyPoint& range : ops_[k]->ready_ranges()) {
+      ready_points_.push_back(range);
+      after_ready_.push_back(std::make_unique<TimingEventPair>());
+    }
+}
+
+CudaBackend::~CudaBackend() {
+  (void)cudaStreamSynchronize(stream());
+  if (shared_.side_stream != nullptr) (void)cudaStreamSynchronize(shared_.side_stream);
+}
+
+bool CudaBackend::prepare_batch(std::int64_t n) {
+  bool moved = false;
+  std::int64_t workspace = 0;
+  for (const auto& op : ops_) {
+    const DeviceOp::Prepared prepared = op->prepare(n);
+    moved |= prepared.moved;
+    workspace = std::max(workspace, prepared.workspace_floats);
+  }
+  moved |= shared_.workspace.reserve(workspace);
+  moved |= shared_.side_workspace.reserve(workspace);
+  if (!ops_.front()->reads_data()) moved |= activations_[0].reserve(n * network_.input.size());
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    const std::int64_t size = ops_[k]->out_size();
+    if (size == 0) continue;
+    moved |= activations_[k + 1].reserve(n * size);
+    moved |= gradients_[k + 1].reserve(n * size);
+  }
+  return moved;
+}
+
+OpTensors CudaBackend::tensors(std::size_t k) const {
+  OpTensors t;
+  t.in = activations_[k].get();
+  t.out = activations_[k + 1].get();
+  t.grad_in = ops_[k]->needs_input_grad() ? gradients_[k].get() : nullptr;
+  t.grad_out = gradients_[k + 1].get();
+  t.input_is_relu = k > 0 && ops_[k - 1]->output_is_relu();
+  return t;
+}
+
+// The batch's images as floats, unless the first op reads the data set itself.
+void CudaBackend::enqueue_gather(const DeviceBatch& batch) {
+  if (!ops_.front()->reads_data())
+    gather_normalize(activations_[0].get(), batch.images, batch.indices, batch.n, network_.input.size(), stream());
+}
+
+void CudaBackend::enqueue_forward(const DeviceBatch& batch) {
+  for (std::size_t k = 0; k < ops_.size(); ++k) ops_[k]->forward(batch, tensors(k));
+}
+
+// In stream order, after the index copy. What an op queues on the side stream first (the labels'
+// gather) goes ahead of the images' gather, which the forward's first op waits for.
+void CudaBackend::enqueue_step(const DeviceBatch& batch, bool timed, GradientReadyListener* listener) {
+  for (const auto& op : ops_) op->start_step(batch);
+  enqueue_gather(batch);
+  if (timed) timer().close(Phase::kData);
+  enqueue_forward(batch);
+  if (timed) timer().close(Phase::kForward);
+
+  GradientReadyListener* early = listener != nullptr && listener->reduces_early() ? listener : nullptr;
+  ReadyReporter ready(early, &shared_, ready_points_.size(), timed ? &after_ready_ : nullptr);
+  for (std::size_t k = ops_.size(); k-- > 0;) ops_[k]->backward(batch, tensors(k), ready);
+  if (shared_.side_stream != nullptr) shared_.join();
+  ready.finish();
+  if (listener != nullptr) listener->all_gradients_ready();
+  if (timed) timer().close(Phase::kBackward);
+}
+
+void CudaBackend::enqueue_evaluation(const DeviceBatch& batch) {
+  enqueue_gather(batch);
+  enqueue_forward(batch);
+}
+
+std::vector<GradientReadyPoint> CudaBackend::gradient_ready_points() {
+  std::vector<GradientReadyPoint> points = ready_points_;
+  for (std::size_t p = 0; p < points.size(); ++p)
+    if (after_ready_[p]->measured()) points[p].seconds_after = after_ready_[p]->seconds();
+  return points;
+}
+
+}  // namespace cnn::cuda
+
+namespace cnn {
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network) {
+  return make_cuda_backend(options, network, plan_ops(network, FusionTarget::kCuda));
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network,
+                                           const std::vector<Op>& ops) {
+  return std::make_unique<cuda::CudaBackend>(options, network, ops);
+}
+
+}  // namespace cnn

@@ -1,0 +1,148 @@
+// What a backend on one GPU needs besides the network's own work (cuda_backend.hpp runs the ops;
+// this class knows none of them): the GPU and the stream every operation is ordered on (device_queue(),
+// for the device communicators), the flat buffers (parameters, gradients, optimizer state) and their
+// host copies, the data set and the epoch's order resident on the device, the batch's index buffer,
+// the device-side loss and hit sums, the update, the divergence check (nonfinite.cuh), the phase timer
+// (step_timer.hpp), and the graph caches that hold the eager -> capture -> replay policy of the plain
+// and the overlapped training step (step_graph.hpp).
+//
+// A derived backend says how to size its buffers for a batch, how to queue one training step (after
+// the index copy, which this class queues) and one evaluation chunk, and which ranges of the gradient
+// buffer its backward finishes in which order (gradient_ready_points).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cnn/backend.hpp"
+#include "cnn/network.hpp"
+#include "cuda/device_buffer.hpp"
+#include "data/device_dataset.hpp"
+#include "ops/nonfinite.cuh"
+#include "cuda/step_graph.hpp"
+#include "cuda/step_timer.hpp"
+
+namespace cnn::cuda {
+
+// One batch as a training step or an evaluation chunk sees it: device pointers, valid while its work
+// is queued.
+struct DeviceBatch {
+  std::int64_t n = 0;
+  bool training = false;
+  const std::uint8_t* images = nullptr;   // the split's samples, [N, C, H, W] uint8
+  const std::uint8_t* labels = nullptr;   // the split's labels, [N]
+  const std::int32_t* indices = nullptr;  // [n]: the batch's samples (training: the index copy's destination)
+  double* loss_sum = nullptr;             // [1]: the batch's loss sum is added here
+  std::int64_t* correct = nullptr;        // [1]: and its correct count here
+};
+
+class DeviceBackend : public Backend {
+ public:
+  ~DeviceBackend() override;
+  DeviceBackend(const DeviceBackend&) = delete;
+  DeviceBackend& operator=(const DeviceBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  std::string device_description() const override { return description_; }
+  MemorySpace memory_space() const override { return MemorySpace::kDevice; }
+  const DeviceQueue* device_queue() const override { return &queue_; }
+
+  void bind_data(const Dataset& train, const Dataset& test) override;
+  void upload_params(const std::vector<float>& host) override;
+  std::vector<float> download_params() override;
+  void upload_optimizer_state(const std::vector<float>& host) override;
+  std::vector<float> download_optimizer_state() override;
+  float* params() override { return params_.get(); }
+  float* grads() override { return grads_.get(); }
+  void begin_epoch(const std::vector<std::int32_t>& permutation) override;
+  void compute_gradients(std::int64_t first, std::int64_t count) override;
+  // With a stream-ordered listener (NCCL, peer memory) the whole step, communication included, is one
+  // CUDA graph per batch size and listener generation; the first step of each epoch runs eagerly, so
+  // that the communicator's events time it (overlap fraction). Otherwise (a host-side reduction, which
+  // cannot run under device work without blocking the host, or an empty slice): the plain step, then
+  // the listener is told once.
+  void compute_gradients_overlapped(std::int64_t first, std::int64_t count, GradientReadyListener& listener) override;
+  void apply_update(const OptimizerSettings& settings, float grad_scale) override;
+  BatchStats take_train_stats() override;
+  BatchStats evaluate(std::int64_t first, std::int64_t count) override;
+  void synchronize() override;
+  // Data (the index copy and the gathers), forward, backward, update; nothing for h2d, as no step
+  // copies from the host. See StepTimer.
+  PhaseTimes take_phase_times() override;
+
+  // The divergence check on grads() (Backend's contract); the deferred one's word gates the update.
+  std::int64_t first_nonfinite_grad() override;
+  bool enqueue_nonfinite_check() override;
+  std::int64_t enqueued_nonfinite_result() override;
+  void set_grad_for_test(std::int64_t index, float value) override;
+
+  cudaStream_t stream() const { return stream_; }
+
+ protected:
+  // Picks GPU options.local_rank % visible devices and makes the stream, the flat buffers (zeroed)
+  // and the stats slots for `network`'s parameters. `details`: the description's word on the derived
+  // backend's work ("ops ...").
+  DeviceBackend(const BackendOptions& options, const Network& network, const std::string& details);
+
+  // Plans and buffers for a batch of n samples, training or evaluation; true when a buffer that a
+  // captured step may hold moved (every graph is then dropped).
+  virtual bool prepare_batch(std::int64_t n) = 0;
+  // Queues the rest of a training step after its index copy: data, forward, backward, closing the
+  // timer's phases when `timed`. With a listener (the overlapped step; stream-ordered), tells it
+  // about the gradients as compute_gradients_overlapped says and ends with all_gradients_ready().
+  virtual void enqueue_step(const DeviceBatch& batch, bool timed, GradientReadyListener* listener) = 0;
+  // Queues the forward and the loss of one evaluation chunk; adds to batch.loss_sum and batch.correct.
+  virtual void enqueue_evaluation(const DeviceBatch& batch) = 0;
+
+  const DeviceDataset& data() const { return data_; }
+  StepTimer& timer() { return *timer_; }
+  float* mutable_params() const { return params_.get(); }
+  float* mutable_grads() const { return grads_.get(); }
+
+ private:
+  void check_train_range(std::int64_t first, std::int64_t count) const;
+  void ensure_batch_capacity(std::int64_t n);
+  // The training step of n samples whose index copy reads `indices`.
+  void enqueue_train_step(std::int64_t n, const std::int32_t* indices, bool timed, GradientReadyListener* listener);
+  void drop_graphs() noexcept;
+  BatchStats read_stats(int slot);
+
+  std::int64_t total_;
+  std::int64_t sample_size_;  // C*H*W of the network's input
+  std::string model_text_;    // the network, for data errors
+  OptimizerKind optimizer_;
+  int device_ = 0;
+  std::string description_;
+  cudaStream_t stream_ = nullptr;
+  DeviceQueue queue_;
+
+  // Flat buffers, one layout (ParamLayout).
+  DeviceBuffer<float> params_, grads_, optimizer_state_;
+
+  // The data, resident as uint8, and the orders that index it.
+  DeviceDataset data_;
+  // The training step's copy of its slice of the epoch's order (the graphs' index copy writes it).
+  DeviceBuffer<std::int32_t> batch_indices_;
+  std::int64_t capacity_ = 0;  // the largest batch prepared so far
+
+  // Device-side sums, read only when asked: [0] train, [1] evaluation.
+  static constexpr int kTrainSlot = 0;
+  static constexpr int kEvalSlot = 1;
+  DeviceBuffer<double> loss_sums_;
+  DeviceBuffer<std::int64_t> correct_counts_;
+  PinnedBuffer<double> loss_readback_;
+  PinnedBuffer<std::int64_t> correct_readback_;
+  std::int64_t train_samples_ = 0;
+
+  std::unique_ptr<StepTimer> timer_;
+  std::unique_ptr<DeferredNonFiniteCheck> nonfinite_check_;
+  StepGraphCache graphs_;             // the plain step
+  StepGraphCache overlapped_graphs_;  // the overlapped step, for the listener's generation
+  bool eager_overlapped_step_ = true;  // the next overlapped step runs eagerly (set by begin_epoch)
+};
+
+}  // namespace cnn::cuda

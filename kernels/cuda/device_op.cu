@@ -1,0 +1,76 @@
+// What the ops share (device_op.hpp), and the registry: one entry per op kind.
+#include "cuda/device_op.hpp"
+
+#include "cnn/errors.hpp"
+#include "cuda/cuda_check.hpp"
+
+namespace cnn::cuda {
+
+OpShared::~OpShared() {
+  if (fork_event != nullptr) (void)cudaEventDestroy(fork_event);
+  if (join_event != nullptr) (void)cudaEventDestroy(join_event);
+  if (side_stream != nullptr) (void)cudaStreamDestroy(side_stream);
+}
+
+void OpShared::make_side_stream() {
+  int least_priority = 0;
+  int greatest_priority = 0;
+  CNN_CHECK_CUDA(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
+  CNN_CHECK_CUDA(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, greatest_priority));
+  CNN_CHECK_CUDA(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
+  CNN_CHECK_CUDA(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
+}
+
+void OpShared::fork() const {
+  CNN_CHECK_CUDA(cudaEventRecord(fork_event, stream));
+  CNN_CHECK_CUDA(cudaStreamWaitEvent(side_stream, fork_event, 0));
+}
+
+void OpShared::join() const {
+  CNN_CHECK_CUDA(cudaEventRecord(join_event, side_stream));
+  CNN_CHECK_CUDA(cudaStreamWaitEvent(stream, join_event, 0));
+}
+
+OpShared::Place OpShared::weight_grad_place(bool has_input_grad) {
+  if (!has_input_grad) return Place{stream, workspace.get()};
+  fork();
+  return Place{side_stream, side_workspace.get()};
+}
+
+ReadyReporter::ReadyReporter(GradientReadyListener* listener, const OpShared* shared, std::size_t points,
+                             std::vector<std::unique_ptr<TimingEventPair>>* timers)
+    : listener_(listener), shared_(shared), points_(points), timers_(timers) {}
+
+void ReadyReporter::ready(std::int64_t offset, std::int64_t count, bool on_side_stream) {
+  if (listener_ == nullptr) return;
+  const std::size_t point = next_++;
+  if (point + 1 >= points_) return;  // the last range: all_gradients_ready() follows
+  if (on_side_stream) shared_->join();
+  listener_->gradients_ready(offset, count);
+  if (timers_ != nullptr) (*timers_)[point]->start(shared_->stream);
+}
+
+void ReadyReporter::finish() {
+  if (listener_ == nullptr || timers_ == nullptr) return;
+  for (std::size_t point = 0; point < next_ && point + 1 < points_; ++point) (*timers_)[point]->end(shared_->stream);
+}
+
+GradientReadyPoint param_range(const Layer& layer) {
+  const std::int64_t biases = layer.kind == LayerKind::kConv ? layer.conv.filters : layer.fc_out;
+  return GradientReadyPoint{layer.weight_offset, layer.bias_offset + biases - layer.weight_offset, 0.0};
+}
+
+std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, OpShared& shared) {
+  switch (op.kind) {
+    case OpKind::kConv: return make_conv_op(op, network, shared);
+    case OpKind::kRelu: return make_relu_op(op, network, shared);
+    case OpKind::kMaxPool: return make_maxpool_op(op, network, shared);
+    case OpKind::kFc: return make_fc_op(op, network, shared);
+    case OpKind::kSoftmaxCrossEntropy: return make_softmax_cross_entropy_op(op, network, shared);
+    case OpKind::kConvReluPool: return make_conv_relu_pool_op(op, network, shared);
+    case OpKind::kConvReluPoolFcSoftmax: return make_conv_relu_pool_fc_softmax_op(op, network, shared);
+  }
+  throw Error(ExitCode::kFailure, "internal error: the cuda backend has no op " + op.name());
+}
+
+}  // namespace cnn::cuda

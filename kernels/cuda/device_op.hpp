@@ -1,0 +1,161 @@
+// One op of the network's plan (include/cnn/op_plan.hpp) as the cuda backend runs it: a layer, a
+// layer with its ReLU folded in, or a fused op. Each op kind is one file, kernels/op_<name>.cu, with a
+// factory that the registry (make_device_op, device_op.cu) calls for its OpKind: adding a layer is its
+// kernels, that file and one registry entry.
+//
+// The backend (cuda_backend.hpp) owns the activations between the ops: op k reads activations[k] and
+// writes activations[k+1] (out_size floats per sample), and its backward reads gradients[k+1] and
+// writes gradients[k] (when some earlier op has parameters). For an output that went through a ReLU,
+// gradients[k+1] is taken before that ReLU: whoever writes it masks with the ReLU's output (the
+// ReLU's backward folded in). An op owns whatever else it needs (argmax, saved patches, labels).
+//
+// Streams: everything runs on the main stream, except what the main chain does not wait for, which
+// runs on the side stream (OpShared::weight_grad_place: weight gradients; the labels' gather; the
+// batch's loss and hit sums). Both streams are in the captured step and join before it ends.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cnn/gradient_ready.hpp"
+#include "cnn/network.hpp"
+#include "cnn/op_plan.hpp"
+#include "cuda/device_backend.hpp"
+#include "cuda/device_buffer.hpp"
+#include "cuda/timing_event_pair.hpp"
+
+namespace cnn::cuda {
+
+// What the ops of one backend share: the streams, the split-K workspaces, the flat buffers.
+struct OpShared {
+  OpShared() = default;
+  ~OpShared();
+  OpShared(const OpShared&) = delete;
+  OpShared& operator=(const OpShared&) = delete;
+
+  cudaStream_t stream = nullptr;       // the main stream (the backend's)
+  cudaStream_t side_stream = nullptr;  // null when no op of the plan uses one
+  cudaEvent_t fork_event = nullptr;
+  cudaEvent_t join_event = nullptr;
+  DeviceBuffer<float> workspace;       // split-K partial sums, one per stream, sized for the largest plan
+  DeviceBuffer<float> side_workspace;
+  float* params = nullptr;             // the flat buffers (they never move)
+  float* grads = nullptr;
+  int multiprocessors = 0;
+
+  // Makes the side stream, at the highest priority (cuda_backend.hpp), and its two events.
+  void make_side_stream();
+  // The side stream waits for the main stream's work so far.
+  void fork() const;
+  // The main stream waits for the side stream's work so far.
+  void join() const;
+
+  struct Place {
+    cudaStream_t stream;
+    float* workspace;
+  };
+  // Where a layer's weight gradient runs: beside its input gradient, on the side stream (forked
+  // here), since they only share the read of the output gradient; at small batches the step is a
+  // chain of short kernels, and two chains halve its length. A layer with no input gradient (the
+  // first with parameters) keeps it on the main stream: nothing else is left to run there, and on the
+  // side stream it would wait for the later layers' weight gradients.
+  Place weight_grad_place(bool has_input_grad);
+};
+
+// Op k's tensors in one step or evaluation chunk (device pointers; null where absent).
+struct OpTensors {
+  const float* in = nullptr;       // activations[k]; null for a first op that reads the data set
+  float* out = nullptr;            // activations[k+1]
+  float* grad_in = nullptr;        // gradients[k], when the op must pass a gradient back
+  const float* grad_out = nullptr; // gradients[k+1]
+  bool input_is_relu = false;      // `in` is a ReLU's output: mask grad_in with it
+};
+
+// The overlapped step's ready points (gradient_ready.hpp), as the backward reaches them. An op with
+// parameters calls ready() once per range it finishes, in the order of gradient_ready_points. With
+// a listener that reduces early, the listener is told at that point of the main stream (a range
+// computed on the side stream makes the main stream wait for it first) and, on a timed step, the
+// compute still to come after it is measured; without one, ready() does nothing, so the step keeps
+// its fastest order. The last range needs no call of the listener: all_gradients_ready() follows.
+class ReadyReporter {
+ public:
+  ReadyReporter() = default;
+  // listener: null when it does not reduce early. points: how many ranges the backward reports.
+  // timers: one pair per point, or null (not timed).
+  ReadyReporter(GradientReadyListener* listener, const OpShared* shared, std::size_t points,
+                std::vector<std::unique_ptr<TimingEventPair>>* timers);
+  // True when the ranges are reported: the seed's fused op then computes its fc layer's gradients first.
+  bool early() const { return listener_ != nullptr; }
+  void ready(std::int64_t offset, std::int64_t count, bool on_side_stream);
+  // Ends the timed intervals (after the whole backward, on the main stream).
+  void finish();
+
+ private:
+  GradientReadyListener* listener_ = nullptr;
+  const OpShared* shared_ = nullptr;
+  std::size_t points_ = 0;
+  std::vector<std::unique_ptr<TimingEventPair>>* timers_ = nullptr;
+  std::size_t next_ = 0;
+};
+
+class DeviceOp {
+ public:
+  explicit DeviceOp(const Op& op) : reads_data_(op.reads_data), needs_input_grad_(op.needs_input_grad) {}
+  virtual ~DeviceOp() = default;
+  DeviceOp(const DeviceOp&) = delete;
+  DeviceOp& operator=(const DeviceOp&) = delete;
+
+  // Floats per sample of its output (and of the output's gradient); 0: it has none.
+  std::int64_t out_size() const { return out_size_; }
+  // Its output is a ReLU's output (a folded one, or a ReLU op): the next op masks its input gradient.
+  bool output_is_relu() const { return output_is_relu_; }
+  // The first op, reading the batch's uint8 samples itself (no gathered float input).
+  bool reads_data() const { return reads_data_; }
+  bool needs_input_grad() const { return needs_input_grad_; }
+  // It queues work on the side stream.
+  bool uses_side_stream() const { return uses_side_stream_; }
+
+  struct Prepared {
+    bool moved = false;                 // a buffer of its own moved
+    std::int64_t workspace_floats = 0;  // what its plan for this n needs of OpShared::workspace
+  };
+  // Launch plans (kept per batch size) and its own buffers for a batch of n.
+  virtual Prepared prepare(std::int64_t /*n*/) { return {}; }
+  // Training steps only: queued right after the index copy, before the input's gather.
+  virtual void start_step(const DeviceBatch& /*batch*/) {}
+  // batch.training false: an evaluation chunk (no gradient follows).
+  virtual void forward(const DeviceBatch& batch, const OpTensors& t) = 0;
+  // Gradients are OVERWRITTEN with the batch's sums.
+  virtual void backward(const DeviceBatch& /*batch*/, const OpTensors& /*t*/, ReadyReporter& /*ready*/) {}
+  // The ranges of the gradient buffer its backward finishes, in that order (offset, count).
+  virtual std::vector<GradientReadyPoint> ready_ranges() const { return {}; }
+
+ protected:
+  std::int64_t out_size_ = 0;
+  bool output_is_relu_ = false;
+  bool uses_side_stream_ = false;
+
+ private:
+  bool reads_data_;
+  bool needs_input_grad_;
+};
+
+// A layer's weights and bias, [weight_offset, bias end) of the flat buffer, as a ready range.
+GradientReadyPoint param_range(const Layer& layer);
+
+// The registry: the op for op.kind, running network's layers (which must outlive it).
+std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, OpShared& shared);
+
+// The factories of the op files.
+std::unique_ptr<DeviceOp> make_conv_op(const Op& op, const Network& network, OpShared& shared);
+std::unique_ptr<DeviceOp> make_relu_op(const Op& op, const Network& network, OpShared& shared);
+std::unique_ptr<DeviceOp> make_maxpool_op(const Op& op, const Network& network, OpShared& shared);
+std::unique_ptr<DeviceOp> make_fc_op(const Op& op, const Network& network, OpShared& shared);
+std::unique_ptr<DeviceOp> make_softmax_cross_entropy_op(const Op& op, const Network& network, OpShared& shared);
+std::unique_ptr<DeviceOp> make_conv_relu_pool_op(const Op& op, const Network& network, OpShared& shared);
+std::unique_ptr<DeviceOp> make_conv_relu_pool_fc_softmax_op(const Op& op, const Network& network, OpShared& shared);
+
+}  // namespace cnn::cuda

@@ -1,0 +1,64 @@
+// Device helpers shared by the standalone conv+ReLU+pool twin (conv_relu_pool.cu) and the fused
+// training step (seed_step.cu). The two must compute bitwise the same pool values and winners, so the
+// arithmetic lives here once.
+#pragma once
+
+#include "ops/seed_shape.hpp"
+
+namespace cnn::cuda {
+
+// Copies filters [f0, f0 + count) into shared memory as rows of `stride` floats: the C*3*3 taps, then
+// the bias, then zero padding up to a whole number of float4s (so a row loads as float4s).
+__device__ __forceinline__ void stage_filters(float* w_s /*[count][stride]*/, const float* weight /*[F,taps]*/,
+                                              const float* bias /*[F]*/, int f0, int count, int taps, int stride) {
+  for (int q = threadIdx.x; q < count * stride; q += blockDim.x) {
+    const int f = q / stride;
+    const int t = q - f * stride;
+    w_s[q] = t < taps ? weight[(f0 + f) * taps + t] : (t == taps ? bias[f0 + f] : 0.0f);
+  }
+}
+
+// dst[0..N) = src[0..N) through float4 loads; src is 16-byte aligned and N a multiple of 4.
+template <int N>
+__device__ __forceinline__ void load_float4s(float (&dst)[N], const float* src) {
+  static_assert(N % 4 == 0, "whole float4s only");
+  const float4* src4 = reinterpret_cast<const float4*>(src);
+#pragma unroll
+  for (int q = 0; q < N / 4; ++q) {
+    const float4 v = src4[q];
+    dst[4 * q] = v.x;
+    dst[4 * q + 1] = v.y;
+    dst[4 * q + 2] = v.z;
+    dst[4 * q + 3] = v.w;
+  }
+}
+
+struct PoolWinner {
+  float value;  // the maximum conv output, before the ReLU
+  int which;    // a*2 + b of the winning conv position (2py + a, 2px + b)
+};
+
+// The four conv outputs under one pool cell from its 4x4 input patch, and their maximum. Each sums
+// bias, then the taps in (c, i, k) order, as the CPU twin does; the first maximum in the order a*2+b
+// wins, as on the CPU. `w` holds one staged filter row (taps, bias at C*3*3).
+template <int C, int Stride>
+__device__ __forceinline__ PoolWinner conv_pool_max(const float (&w)[Stride], const float (&patch)[C][kPatch][kPatch]) {
+  constexpr int kTaps = C * kTaps1;
+  PoolWinner best{0.0f, 0};
+#pragma unroll
+  for (int a = 0; a < kPoolWindow; ++a)
+#pragma unroll
+    for (int b = 0; b < kPoolWindow; ++b) {
+      float z = w[kTaps];
+#pragma unroll
+      for (int c = 0; c < C; ++c)
+#pragma unroll
+        for (int i = 0; i < kSeedKernel; ++i)
+#pragma unroll
+          for (int k = 0; k < kSeedKernel; ++k) z = fmaf(w[c * kTaps1 + i * kSeedKernel + k], patch[c][a + i][b + k], z);
+      if ((a == 0 && b == 0) || z > best.value) best = {z, a * kPoolWindow + b};
+    }
+  return best;
+}
+
+}  // namespace cnn::cuda

@@ -1,0 +1,147 @@
+// Fully connected layer, forward and backward: the twin of src/ops/fc.cpp's fc_forward / fc_backward.
+#include "ops/conv_backward.cuh"
+#include "cuda/cuda_check.hpp"
+#include "ops/cuda_ops.hpp"
+#include "cuda/dependent_launch.cuh"
+#include "ops/fc_kernels.cuh"
+#include "cuda/launch.hpp"
+#include "ops/layer_ops.hpp"
+#include "cuda/stream_scratch.hpp"
+
+namespace cnn::cuda {
+namespace {
+
+// out[s,o] = bias[o] + the chunks' partial sums; a warp per sample.
+__global__ void fc_forward_finalize_kernel(float* __restrict__ out /*[n,O]*/, const float* __restrict__ partial,
+                                           const float* __restrict__ bias /*[O]*/, std::int64_t n,
+                                           std::int64_t chunks) {
+  start_after_previous_kernel();
+  const unsigned lane = threadIdx.x & 31u;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (std::int64_t s = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; s < n; s += warps) {
+    float z[kSeedClasses];
+    fc_logits_from_partials(z, partial, bias, n, chunks, s, lane);
+#pragma unroll
+    for (int o = 0; o < kSeedClasses; ++o)
+      if (lane == static_cast<unsigned>(o)) out[s * kSeedClasses + o] = z[o];
+  }
+}
+
+// Column sweep (see conv_backward.cuh for the layout): thread j walks its split of the samples and
+//   sums dL/dW[o,j] = sum_s grad_out[s,o] * in[s,j] in registers, and (kInputGrad) writes
+//   grad_in[s,j] = sum_o grad_out[s,o] * W[o,j], the transpose product, with W[:,j] in registers.
+template <bool kInputGrad>
+__global__ void __launch_bounds__(kBlockThreads)
+    fc_backward_sweep_kernel(float* __restrict__ partial /*[splits, O, K]*/, float* __restrict__ grad_in /*[n,K]*/,
+                             const float* __restrict__ grad_out /*[n,O]*/, const float* __restrict__ in /*[n,K]*/,
+                             const float* __restrict__ weight /*[O,K]*/, std::int64_t n, std::int64_t columns,
+                             std::int64_t samples_per_split) {
+  start_after_previous_kernel();
+  constexpr int kO = kSeedClasses;
+  const std::int64_t s_begin = blockIdx.y * samples_per_split;
+  const std::int64_t s_end = min(n, s_begin + samples_per_split);
+  for (std::int64_t j = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; j < columns;
+       j += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    float w[kO];
+    if constexpr (kInputGrad) {
+#pragma unroll
+      for (int o = 0; o < kO; ++o) w[o] = weight[o * columns + j];
+    }
+    float acc[kO];
+#pragma unroll
+    for (int o = 0; o < kO; ++o) acc[o] = 0.0f;
+#pragma unroll 4
+    for (std::int64_t s = s_begin; s < s_end; ++s) {
+      const float x = __ldg(in + s * columns + j);
+      float go[kO];
+#pragma unroll
+      for (int o = 0; o < kO; ++o) go[o] = __ldg(grad_out + s * kO + o);
+#pragma unroll
+      for (int o = 0; o < kO; ++o) acc[o] = fmaf(go[o], x, acc[o]);
+      if constexpr (kInputGrad) {
+        float gi = 0.0f;
+#pragma unroll
+        for (int o = 0; o < kO; ++o) gi = fmaf(go[o], w[o], gi);
+        grad_in[s * columns + j] = gi;
+      }
+    }
+    float* dst = partial + blockIdx.y * static_cast<std::int64_t>(kO) * columns + j;
+#pragma unroll
+    for (int o = 0; o < kO; ++o) dst[o * columns] = acc[o];
+  }
+}
+
+// All blocks but the last add the splits into grad_weight; the last sums grad_bias.
+__global__ void __launch_bounds__(kBlockThreads)
+    fc_backward_finalize_kernel(float* __restrict__ grad_weight /*[O,K]*/, float* __restrict__ grad_bias /*[O]*/,
+                                const float* __restrict__ partial /*[splits, O, K]*/,
+                                const float* __restrict__ grad_out /*[n,O]*/, std::int64_t n, std::int64_t columns,
+                                std::int64_t splits) {
+  start_after_previous_kernel();
+  if (blockIdx.x == gridDim.x - 1) {
+    fc_bias_grad_block(grad_bias, grad_out, n, /*accumulate=*/true);
+    return;
+  }
+  fc_weight_grad_from_splits(grad_weight, partial, kSeedClasses, 0, splits, columns, blockIdx.x, gridDim.x - 1,
+                             /*accumulate=*/true);
+}
+
+}  // namespace
+
+// The seed's 10 outputs take the skinny kernels above; any other count the general matrix product.
+void fc_forward(float* out, const float* in, const float* weight, const float* bias, std::int64_t n,
+                std::int64_t in_features, std::int64_t out_features, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (out_features != kSeedClasses) {
+    const LayerPlans plans = plan_fc(in_features, out_features, n, multiprocessor_count());
+    StreamScratch<float> workspace(plans.forward.workspace_floats(), stream);
+    fc_forward_planned(plans.forward, out, in, weight, bias, n, in_features, out_features, false, workspace.get(),
+                       stream);
+    workspace.release();
+    return;
+  }
+  const FcForwardPlan plan = plan_fc_forward(n, in_features, multiprocessor_count());
+  StreamScratch<float> partial(plan.chunks * n * kSeedClasses, stream);
+  launch_dependent(fc_forward_partial_kernel, plan.blocks, kFcForwardThreads, 0, stream, partial.get(), in, weight, n,
+                   in_features, plan.chunk, plan.chunks);
+  CNN_CHECK_LAUNCH();
+  launch_dependent(fc_forward_finalize_kernel, grid_for(n * 32), kBlockThreads, 0, stream, out, partial.get(), bias, n,
+                   plan.chunks);
+  CNN_CHECK_LAUNCH();
+  partial.release();
+}
+
+void fc_backward(float* grad_in, float* grad_weight, float* grad_bias, const float* grad_out, const float* in,
+                 const float* weight, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
+                 cudaStream_t stream) {
+  if (n <= 0) return;
+  if (out_features != kSeedClasses) {
+    const LayerPlans plans = plan_fc(in_features, out_features, n, multiprocessor_count());
+    StreamScratch<float> workspace(plans.workspace_floats(), stream);
+    if (grad_in != nullptr)
+      fc_backward_data(plans.dgrad, grad_in, grad_out, weight, nullptr, n, in_features, out_features, workspace.get(),
+                       stream);
+    fc_backward_weights(plans.wgrad, grad_weight, grad_bias, grad_out, in, n, in_features, out_features, true,
+                        workspace.get(), stream);
+    workspace.release();
+    return;
+  }
+  static const int resident = resident_blocks_per_multiprocessor(fc_backward_sweep_kernel<true>, kBlockThreads);
+  const SweepPlan plan = plan_sweep(n, in_features, multiprocessor_count(), resident);
+  StreamScratch<float> partial(plan.splits * kSeedClasses * in_features, stream);
+  const dim3 grid(plan.column_blocks, static_cast<unsigned>(plan.splits));
+  if (grad_in != nullptr)
+    launch_dependent(fc_backward_sweep_kernel<true>, grid, kBlockThreads, 0, stream, partial.get(), grad_in, grad_out,
+                     in, weight, n, in_features, plan.samples_per_split);
+  else
+    launch_dependent(fc_backward_sweep_kernel<false>, grid, kBlockThreads, 0, stream, partial.get(), nullptr, grad_out,
+                     in, weight, n, in_features, plan.samples_per_split);
+  CNN_CHECK_LAUNCH();
+  const unsigned weight_blocks = grid_for(kSeedClasses * in_features);
+  launch_dependent(fc_backward_finalize_kernel, weight_blocks + 1, kBlockThreads, 0, stream, grad_weight, grad_bias,
+                   partial.get(), grad_out, n, in_features, plan.splits);
+  CNN_CHECK_LAUNCH();
+  partial.release();
+}
+
+}  // namespace cnn::cuda

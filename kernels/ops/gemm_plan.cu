@@ -1,0 +1,63 @@
+// plan_gemm (implicit_gemm.cuh): the tile and the split of one matrix product. A function of the
+// shape and the GPU's multiprocessor count only, so the order of every sum is fixed.
+#include <algorithm>
+#include <array>
+
+#include "ops/implicit_gemm.cuh"
+
+namespace cnn::cuda {
+namespace {
+// The targets of the plan, from the sweep of the cifar preset on nvidia-h100-x1 recorded in
+// docs/PERFORMANCE.md ("Plan knobs, measured", kernels/bench/NOTES.md; they were the environment
+// knobs CNN_GEMM_THREADS_PER_SM, CNN_GEMM_MAX_SPLITS and CNN_GEMM_MIN_TILES_PER_SPLIT, since
+// retired). Changing one changes the order of the sums, so a run resumed across the change is not
+// bitwise equal to an uninterrupted one.
+// Threads to put on every multiprocessor (16 warps). The sweep tried 384 to 2048: more did not help
+// (1024 and up force split-K on conv2's forward, slower).
+constexpr int kThreadsPerSM = 512;
+// At most this many splits of one product: 4096 beat 512 by 3-4% (conv1's weight gradient, a long
+// k, 47 -> 30 us).
+constexpr int kMaxSplits = 4096;
+// At least this many k-tiles per split. The sweep tried 2 to 32: more did not help.
+constexpr int kMinTilesPerSplit = 4;
+}  // namespace
+
+GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split) {
+  // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
+  constexpr std::array<std::array<int, 2>, 5> kTiles = {{{64, 64}, {128, 32}, {64, 32}, {32, 64}, {32, 32}}};
+  const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;
+  const int k_tiles = std::max(1, static_cast<int>(ceil_div(k, kGemmBK)));
+  GemmPlan best;
+  std::int64_t best_threads = -1;
+  for (const auto& [bm, bn] : kTiles) {
+    // No tile more than half padding (the smallest tile is always allowed).
+    const bool smallest = bm == 32 && bn == 32;
+    if (!smallest && (bm > 32 * ceil_div(m, 32) || bn > 32 * ceil_div(n, 32))) continue;
+    GemmPlan plan;
+    plan.bm = bm;
+    plan.bn = bn;
+    plan.m = m;
+    plan.n = n;
+    plan.k = k;
+    const std::int64_t tiles = ceil_div(std::max(m, 1), bm) * ceil_div(std::max(n, 1), bn);
+    const std::int64_t threads_per_split = tiles * plan.threads();
+    int splits = 1;
+    if (allow_split) {
+      const int max_splits = std::min(kMaxSplits, std::max(1, k_tiles / kMinTilesPerSplit));
+      splits = static_cast<int>(std::clamp<std::int64_t>(ceil_div(target_threads, threads_per_split), 1, max_splits));
+    }
+    // Even splits of whole k-tiles; recount so that no split is empty.
+    const int tiles_per_split = static_cast<int>(ceil_div(k_tiles, splits));
+    plan.k_per_split = tiles_per_split * kGemmBK;
+    plan.splits = static_cast<int>(ceil_div(k_tiles, tiles_per_split));
+    const std::int64_t threads = std::min(target_threads, threads_per_split * plan.splits);
+    if (threads >= target_threads) return plan;
+    if (threads > best_threads) {
+      best = plan;
+      best_threads = threads;
+    }
+  }
+  return best;
+}
+
+}  // namespace cnn::cuda

@@ -1,0 +1,137 @@
+// Where kernels read a batch's input pixels from. The twins take a gathered float batch; the fused
+// training step reads the resident uint8 data set through the batch's indices, so the batch is never
+// copied out as floats (a quarter of the bytes, and no gather kernel). All give the same floats:
+// uint8 * kPixelScale, as gather_normalize.
+//
+// The conv layer's backward sweep (conv_backward.cuh) reads, per (sample, pool cell), the 3x3 window
+// of the pool winner inside the cell's 4x4 input patch, through `prefetch` (issued before the
+// winner is known) and `window`. FloatBatch reads the window from the image (nine scattered loads);
+// PatchBatch reads the patch the fused forward saved from GatheredBatch (one 16-byte load per channel).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/seed_shape.hpp"
+
+namespace cnn::cuda {
+
+// Where one pool cell's 4x4 input patch sits.
+struct PoolCellSite {
+  int cell;             // py * PW + px
+  std::int64_t origin;  // offset of the patch's top-left pixel (2py, 2px) in a channel plane
+  int width;            // W
+  std::int64_t plane;   // H * W
+};
+
+struct NoPrefetch {};
+
+struct FloatSample {
+  const float* pixels;  // [C, H, W]
+  __device__ __forceinline__ float operator[](std::int64_t offset) const { return __ldg(pixels + offset); }
+};
+
+struct FloatBatch {
+  const float* pixels;  // [n, C, H, W]
+  std::int64_t image;   // C*H*W
+  __device__ __forceinline__ FloatSample sample(std::int64_t s) const { return {pixels + s * image}; }
+  __device__ __forceinline__ NoPrefetch prefetch(std::int64_t, const PoolCellSite&) const { return {}; }
+  // The 3x3 window at the pool winner (a, b) = (winner >> 1, winner & 1), read from the image.
+  template <int C>
+  __device__ __forceinline__ void window(float (&x)[C][kSeedKernel][kSeedKernel], NoPrefetch, std::int64_t s,
+                                         const PoolCellSite& site, int winner) const {
+    const FloatSample pixels = sample(s);
+    const std::int64_t window = site.origin + (winner >> 1) * site.width + (winner & 1);
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int i = 0; i < kSeedKernel; ++i)
+#pragma unroll
+        for (int k = 0; k < kSeedKernel; ++k) x[c][i][k] = pixels[window + c * site.plane + i * site.width + k];
+  }
+};
+
+struct ByteSample {
+  const std::uint8_t* pixels;  // [C, H, W]
+  __device__ __forceinline__ float operator[](std::int64_t offset) const {
+    return static_cast<float>(__ldg(pixels + offset)) * kPixelScale;
+  }
+};
+
+struct GatheredBatch {
+  const std::uint8_t* images;   // [N, C, H, W], the whole data set
+  const std::int32_t* indices;  // [n], this batch's samples
+  std::int64_t image;           // C*H*W
+  __device__ __forceinline__ ByteSample sample(std::int64_t s) const {
+    return {images + static_cast<std::int64_t>(__ldg(indices + s)) * image};
+  }
+};
+
+// A 4x4 uint8 patch as one 16-byte word: row u in component u, column v in byte v (little end first).
+__device__ __forceinline__ unsigned& patch_row(uint4& p, int u) {
+  return u == 0 ? p.x : (u == 1 ? p.y : (u == 2 ? p.z : p.w));
+}
+__device__ __forceinline__ unsigned patch_row(const uint4& p, int u) {
+  return u == 0 ? p.x : (u == 1 ? p.y : (u == 2 ? p.z : p.w));
+}
+// Byte v of a packed row, as the float the twins see.
+__device__ __forceinline__ float patch_pixel(unsigned row, int v) {
+  return static_cast<float>((row >> (8 * v)) & 0xffu) * kPixelScale;
+}
+
+// One pool cell's 4x4 input patch per channel from a uint8 image (pixels: the patch's top-left
+// pixel in channel 0), both as the floats the twins see and packed for PatchBatch. Where !valid,
+// nothing is read and the patch is zero.
+template <int C>
+__device__ __forceinline__ void read_byte_patch(float (&patch)[C][kPatch][kPatch], uint4 (&packed)[C],
+                                                const std::uint8_t* pixels, std::int64_t plane, int width,
+                                                bool valid) {
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int u = 0; u < kPatch; ++u) {
+      unsigned row = 0;
+#pragma unroll
+      for (int v = 0; v < kPatch; ++v)
+        row |= (valid ? static_cast<unsigned>(__ldg(pixels + c * plane + u * width + v)) : 0u) << (8 * v);
+      patch_row(packed[c], u) = row;
+#pragma unroll
+      for (int v = 0; v < kPatch; ++v) patch[c][u][v] = patch_pixel(row, v);
+    }
+}
+
+// The fused training step's copy of every (sample, pool cell) input patch, written by its forward
+// pass: [n][C][P] words (consecutive cells adjacent, so a warp's loads are contiguous). At 16 bytes
+// per cell and channel it is small (2.7 MB for 1000 28x28 images) and stays in L2 while the sweep
+// reads each patch once per filter.
+template <int C>
+struct PatchBatch {
+  const uint4* patches;  // [n][C][P]
+  int cells;             // P
+  struct Prefetch {
+    uint4 rows[C];
+  };
+  __device__ __forceinline__ Prefetch prefetch(std::int64_t s, const PoolCellSite& site) const {
+    Prefetch p;
+#pragma unroll
+    for (int c = 0; c < C; ++c) p.rows[c] = __ldg(patches + (s * C + c) * cells + site.cell);
+    return p;
+  }
+  // The winner picks three of the four rows (down by a) and three of the four bytes (right by b).
+  template <int CC>
+  __device__ __forceinline__ void window(float (&x)[CC][kSeedKernel][kSeedKernel], const Prefetch& p, std::int64_t,
+                                         const PoolCellSite&, int winner) const {
+    static_assert(CC == C, "one channel count");
+    const bool down = (winner >> 1) != 0;
+    const unsigned shift = 8u * static_cast<unsigned>(winner & 1);
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int i = 0; i < kSeedKernel; ++i) {
+        const unsigned row = (down ? patch_row(p.rows[c], i + 1) : patch_row(p.rows[c], i)) >> shift;
+#pragma unroll
+        for (int k = 0; k < kSeedKernel; ++k) x[c][i][k] = patch_pixel(row, k);
+      }
+  }
+};
+
+}  // namespace cnn::cuda

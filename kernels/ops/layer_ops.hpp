@@ -1,0 +1,124 @@
+// The CUDA twins of the general network's layer operations (include/cnn/layer_ops.hpp): same names,
+// same argument order, same semantics (backward ops ACCUMULATE into parameter gradients and
+// OVERWRITE activation gradients), device pointers, plus the stream to run on. Each returns once its
+// kernels are queued. Scratch for split reductions comes from the stream-ordered allocator, so the
+// twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu and
+// conv_relu_pool.cu (the conv + ReLU + pool one).
+//
+// Below the twins: the planned forms the cuda backend's layer ops (op_conv.cu, op_fc.cu) launch inside its
+// captured step, with the launch shape fixed once per batch size, a preallocated workspace, and the
+// neighbouring ReLU folded in (into the forward's store, or as a mask on the input gradient). The
+// plans are made in layer_plans.cu; the conv forms are in layer_ops_conv.cu, the fc forms in
+// layer_ops_fc.cu, maxpool_backward_masked in maxpool.cu, the conv + ReLU + pool forms in
+// conv_relu_pool.cu.
+//
+// Every sum runs in an order fixed by the plan (shape and GPU model): no float atomics, so a run on
+// the same GPU repeats bit for bit. The fully connected twins (fc_forward / fc_backward in
+// cuda_ops.hpp) take the same matrix product for any output count other than the seed's 10.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cnn/layer_ops.hpp"
+#include "cnn/model.hpp"
+#include "ops/implicit_gemm.cuh"
+#include "ops/sweep_plan.hpp"
+
+namespace cnn::cuda {
+
+// ---- twins --------------------------------------------------------------------------------------
+void conv2d_forward(float* out /*[n,F,OH,OW]*/, const float* in /*[n,C,H,W]*/, const float* weight /*[F,C,K,K]*/,
+                    const float* bias /*[F]*/, std::int64_t n, const ConvShape& shape, cudaStream_t stream);
+void conv2d_backward(float* grad_in /*[n,C,H,W] or null*/, float* grad_weight /*[F,C,K,K]*/,
+                     float* grad_bias /*[F]*/, const float* grad_out /*[n,F,OH,OW]*/, const float* in /*[n,C,H,W]*/,
+                     const float* weight /*[F,C,K,K]*/, std::int64_t n, const ConvShape& shape, cudaStream_t stream);
+void relu_forward(float* out, const float* in, std::int64_t count, cudaStream_t stream);
+void relu_backward(float* grad_in, const float* grad_out, const float* out, std::int64_t count, cudaStream_t stream);
+void maxpool_forward(float* out /*[n,C,OH,OW]*/, std::int32_t* argmax /*[n,C,OH,OW]*/, const float* in /*[n,C,H,W]*/,
+                     std::int64_t n, const PoolShape& shape, cudaStream_t stream);
+void maxpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/,
+                      const std::int32_t* argmax /*[n,C,OH,OW]*/, std::int64_t n, const PoolShape& shape,
+                      cudaStream_t stream);
+
+// ---- planned forms, for the layer backend ----------------------------------------------------------
+// The three products of a convolution or fully connected layer over a batch of n.
+// A convolution's input gradient goes one of two ways (dgrad_by_columns):
+//   by columns: dcol[(c,i,j), (s,oy,ox)] = sum_f weight[f,(c,i,j)] * grad_out[s,f,oy,ox], a product
+//     whose loaders only add offsets, then a gather (col2im) sums each input pixel's taps in (i,j)
+//     order. Costs column_floats of workspace; the usual case.
+//   direct: the product over k = (f,i,j) decodes each tap and tests its bounds per element, with
+//     no workspace beyond split-K. Taken when the columns would exceed max_column_floats.
+struct LayerPlans {
+  GemmPlan forward, dgrad, wgrad;
+  bool dgrad_by_columns = false;
+  std::int64_t column_floats = 0;  // C*KH*KW x n*OH*OW when dgrad_by_columns
+  std::int64_t workspace_floats() const;
+};
+constexpr std::int64_t kMaxColumnFloats = std::int64_t{1} << 26;  // 256 MiB
+LayerPlans plan_conv(const ConvShape& shape, std::int64_t n, int multiprocessors,
+                     std::int64_t max_column_floats = kMaxColumnFloats);
+LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors);
+
+// out = conv(in) + bias, then max(0, .) when `relu`.
+void conv2d_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
+                            std::int64_t n, const ConvShape& shape, bool relu, float* workspace, cudaStream_t stream);
+// grad_in = the input gradient; where relu_out is given (the conv's input, itself a ReLU's output),
+// zero wherever relu_out <= 0: the ReLU's backward folded in. By columns or direct, as planned.
+void conv2d_backward_data(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
+                          const float* relu_out, std::int64_t n, const ConvShape& shape, float* workspace,
+                          cudaStream_t stream);
+// grad_weight, grad_bias = (accumulate ? += : =) the batch's sums.
+void conv2d_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
+                             const float* in, std::int64_t n, const ConvShape& shape, bool accumulate,
+                             float* workspace, cudaStream_t stream);
+
+void fc_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,
+                        std::int64_t n, std::int64_t in_features, std::int64_t out_features, bool relu,
+                        float* workspace, cudaStream_t stream);
+void fc_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_out, const float* weight,
+                      const float* relu_out, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
+                      float* workspace, cudaStream_t stream);
+void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
+                         const float* in, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
+                         bool accumulate, float* workspace, cudaStream_t stream);
+
+// maxpool_backward with the backward of a ReLU before the pool folded in (when pooled_out, the
+// pool's output, is given): zero wherever the pool's input <= 0. Only winners get gradient, and a
+// winner's input is its window's maximum, so the test reads pooled_out > 0.
+void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax,
+                             const float* pooled_out, std::int64_t n, const PoolShape& shape, cudaStream_t stream);
+
+// A first layer conv3x3 (stride 1, no padding, 1 or 3 channels) + ReLU + 2x2/2 max-pool is the seed
+// model's fused op (conv_relu_pool_forward / conv_relu_pool_backward, cuda_ops.hpp): the forward
+// computes each pool cell's four conv outputs from one input patch and keeps only the winner
+// (a*2+b, uint8), so the [n,F,OH,OW] conv output and its gradient never exist; the weight gradient
+// sums each winner's window times dL/dpooled (zero where the ReLU cut) over samples and cells,
+// with no input gradient (nothing before the layer needs one). The layer backend takes this form
+// for such a pair; its plan sizes the sweep's partial sums, which come from `workspace`.
+// When the layer is the network's first op, the forward reads the resident uint8 data set through
+// the batch's indices (no gathered float batch) and saves each pool cell's 4x4 patch as one 16-byte
+// word per channel, [n,C,P], from which the weight gradient reads its windows (from_patches).
+struct ConvReluPoolPlan {
+  SweepPlan sweep;
+  bool from_patches = false;
+  std::int64_t workspace_floats = 0;
+};
+ConvReluPoolPlan plan_conv_relu_pool(const SeedModel& m, std::int64_t n, bool from_patches);
+// patches may be null (evaluation: no weight gradient follows).
+void conv_relu_pool_forward_from_data(float* pooled /*[n,F,PH,PW]*/, std::uint8_t* argmax /*[n,F,PH,PW]*/,
+                                      uint4* patches /*[n,C,PH*PW] or null*/, const std::uint8_t* images /*[N,C,H,W]*/,
+                                      const std::int32_t* indices /*[n]*/, const float* weight /*[F,C,3,3]*/,
+                                      const float* bias /*[F]*/, std::int64_t n, const SeedModel& m,
+                                      cudaStream_t stream);
+// grad_weight, grad_bias = (accumulate ? += : =) the batch's sums; the windows from the forward's
+// saved patches where plan.from_patches, else from the gathered floats `in` (the other may be null).
+void conv_relu_pool_backward_weights(const ConvReluPoolPlan& plan, float* grad_weight /*[F,C,3,3]*/,
+                                     float* grad_bias /*[F]*/, const float* grad_pooled /*[n,F,PH,PW]*/,
+                                     const float* pooled /*[n,F,PH,PW]*/, const std::uint8_t* argmax /*[n,F,PH,PW]*/,
+                                     const float* in /*[n,C,H,W]*/, const uint4* patches /*[n,C,PH*PW]*/,
+                                     std::int64_t n, const SeedModel& m, bool accumulate, float* workspace,
+                                     cudaStream_t stream);
+
+}  // namespace cnn::cuda

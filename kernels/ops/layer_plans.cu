@@ -1,0 +1,57 @@
+// The plans of layer_ops.hpp: the three matrix products (forward, input gradient, weight gradient)
+// of a convolution or fully connected layer over a batch of n, each a plan_gemm (gemm_plan.cu), and
+// the convolution's choice of input gradient by columns or direct. Plus check_int_range (launch.hpp).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "cnn/errors.hpp"
+#include "cuda/launch.hpp"
+#include "ops/layer_ops.hpp"
+
+namespace cnn::cuda {
+
+void check_int_range(std::int64_t value, const char* what) {
+  if (value >= (std::int64_t{1} << 31))
+    throw UsageError(std::string("the cuda layer kernels index with 32-bit integers; ") + what + " has " +
+                     std::to_string(value) + " elements (lower --batch)");
+}
+
+std::int64_t LayerPlans::workspace_floats() const {
+  return std::max({forward.workspace_floats(), dgrad_by_columns ? column_floats : dgrad.workspace_floats(),
+                   wgrad.workspace_floats()});
+}
+
+LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, std::int64_t max_column_floats) {
+  check_int_range(n * s.out_size(), "a convolution's output");
+  check_int_range(n * s.in_size(), "a convolution's input");
+  const int positions = static_cast<int>(n * s.out_h() * s.out_w());
+  const int taps = s.channels * s.kernel * s.kernel;
+  LayerPlans p;
+  p.forward = plan_gemm(positions, s.filters, taps, multiprocessors, true);
+  const std::int64_t column_floats = std::int64_t{taps} * positions;
+  p.dgrad_by_columns = column_floats <= max_column_floats;
+  if (p.dgrad_by_columns) {
+    // k = F is short and the columns are the output: no split-K, no workspace beyond the columns.
+    p.column_floats = column_floats;
+    p.dgrad = plan_gemm(positions, taps, s.filters, multiprocessors, false);
+  } else {
+    p.dgrad = plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, s.filters * s.kernel * s.kernel,
+                        multiprocessors, true);
+  }
+  p.wgrad = plan_gemm(s.filters, taps + 1, positions, multiprocessors, true);
+  return p;
+}
+
+LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors) {
+  check_int_range(n * in_features, "a fully connected layer's input");
+  check_int_range(out_features * (in_features + 1), "a fully connected layer's weights");
+  const int I = static_cast<int>(in_features), O = static_cast<int>(out_features), N = static_cast<int>(n);
+  LayerPlans p;
+  p.forward = plan_gemm(N, O, I, multiprocessors, true);
+  p.dgrad = plan_gemm(N, I, O, multiprocessors, true);
+  p.wgrad = plan_gemm(O, I + 1, N, multiprocessors, true);
+  return p;
+}
+
+}  // namespace cnn::cuda

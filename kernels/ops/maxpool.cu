@@ -1,0 +1,147 @@
+// Max-pooling on the device: the twins of src/layer_ops.cpp's maxpool_forward / maxpool_backward,
+// and maxpool_backward_masked, the backward with that of a ReLU before the pool folded in
+// (layer_ops.hpp).
+#include <cstdint>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
+#include "ops/fast_div.cuh"
+#include "cuda/launch.hpp"
+#include "ops/layer_ops.hpp"
+
+namespace cnn::cuda {
+namespace {
+
+// Indices are 32-bit (the launchers check the sizes) and divided through FastDiv: the pooling kernels
+// are memory-bound, and 64-bit divisions per element would cost more than the bytes.
+struct PoolGeometry {
+  int H, W, size, stride, OH, OW;
+  int total_in, total_out;  // n*C*H*W, n*C*OH*OW
+  FastDiv by_hw, by_w, by_ohw, by_ow;
+};
+
+// A thread per output; the first maximum in row-major window order wins (strictly greater replaces).
+__global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
+                                       const float* __restrict__ in, PoolGeometry g) {
+  start_after_previous_kernel();
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_out; e += gridDim.x * blockDim.x) {
+    const auto [plane, r, py, px] = split_plane_index(e, g.by_ohw, g.by_ow);
+    const float* src = in + static_cast<std::int64_t>(plane) * g.H * g.W;
+    int best_index = (py * g.stride) * g.W + px * g.stride;
+    float best = __ldg(src + best_index);
+    for (int a = 0; a < g.size; ++a)
+      for (int b = 0; b < g.size; ++b) {
+        const int index = (py * g.stride + a) * g.W + px * g.stride + b;
+        const float v = __ldg(src + index);
+        if (v > best) {
+          best = v;
+          best_index = index;
+        }
+      }
+    out[e] = best;
+    argmax[e] = best_index;
+  }
+}
+
+// The mask of a ReLU folded in before the pool: a window's winner let gradient through iff the
+// window's maximum (the pool's output) is > 0, since the winner's input IS that maximum. Reading the
+// pool's output instead of its input reads a quarter of the bytes for 2x2 windows.
+//
+// Overlapping windows (size != stride): a thread per INPUT pixel gathers, in row-major (py, px)
+// order, the output gradients of the windows it won: no scatter, so no atomics. pooled_out may be
+// null (no ReLU to fold in).
+__global__ void maxpool_backward_gather_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
+                                               const std::int32_t* __restrict__ argmax,
+                                               const float* __restrict__ pooled_out, PoolGeometry g) {
+  start_after_previous_kernel();
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_in; e += gridDim.x * blockDim.x) {
+    const auto [plane, r, h, w] = split_plane_index(e, g.by_hw, g.by_w);
+    const int out_plane = plane * g.OH * g.OW;
+    // Windows py with py*stride <= h < py*stride + size.
+    const int lo_y = h - g.size + 1, lo_x = w - g.size + 1;
+    const int py0 = lo_y <= 0 ? 0 : (lo_y + g.stride - 1) / g.stride;
+    const int px0 = lo_x <= 0 ? 0 : (lo_x + g.stride - 1) / g.stride;
+    const int py1 = min(g.OH - 1, h / g.stride);
+    const int px1 = min(g.OW - 1, w / g.stride);
+    float sum = 0.0f;
+    for (int py = py0; py <= py1; ++py)
+      for (int px = px0; px <= px1; ++px) {
+        const int o = out_plane + py * g.OW + px;
+        if (argmax[o] == r && (pooled_out == nullptr || pooled_out[o] > 0.0f)) sum += grad_out[o];
+      }
+    grad_in[e] = sum;
+  }
+}
+
+// Tiled windows (size == stride): each input pixel lies in at most one window, so a thread per
+// WINDOW reads its argmax, gradient and (when masking) maximum at once and writes the window's
+// pixels, the winner's gradient and zeros. The last row and column of windows also zero the pixels that no
+// window covers (H or W not a multiple of the size).
+__global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const float* __restrict__ grad_out,
+                                              const std::int32_t* __restrict__ argmax,
+                                              const float* __restrict__ pooled_out, PoolGeometry g) {
+  start_after_previous_kernel();
+  for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < g.total_out; o += gridDim.x * blockDim.x) {
+    const auto [plane, r, py, px] = split_plane_index(o, g.by_ohw, g.by_ow);
+    const int winner = __ldg(argmax + o);
+    float grad = __ldg(grad_out + o);
+    if (pooled_out != nullptr && !(__ldg(pooled_out + o) > 0.0f)) grad = 0.0f;
+    const int y0 = py * g.size, x0 = px * g.size;
+    const int rows = py == g.OH - 1 ? g.H - y0 : g.size;
+    const int cols = px == g.OW - 1 ? g.W - x0 : g.size;
+    float* dst = grad_in + static_cast<std::int64_t>(plane) * g.H * g.W;
+    for (int a = 0; a < rows; ++a)
+      for (int b = 0; b < cols; ++b) {
+        const int index = (y0 + a) * g.W + x0 + b;
+        dst[index] = index == winner ? grad : 0.0f;
+      }
+  }
+}
+
+PoolGeometry pool_geometry(const PoolShape& s, std::int64_t n) {
+  check_int_range(n * s.in_size(), "a max-pool's input");
+  PoolGeometry g;
+  g.H = s.height;
+  g.W = s.width;
+  g.size = s.size;
+  g.stride = s.stride;
+  g.OH = s.out_h();
+  g.OW = s.out_w();
+  g.total_in = static_cast<int>(n * s.in_size());
+  g.total_out = static_cast<int>(n * s.out_size());
+  g.by_hw = FastDiv(g.H * g.W);
+  g.by_w = FastDiv(g.W);
+  g.by_ohw = FastDiv(g.OH * g.OW);
+  g.by_ow = FastDiv(g.OW);
+  return g;
+}
+
+}  // namespace
+
+void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax,
+                             const float* pooled_out, std::int64_t n, const PoolShape& shape, cudaStream_t stream) {
+  if (n <= 0) return;
+  const PoolGeometry g = pool_geometry(shape, n);
+  if (shape.size == shape.stride)
+    launch_dependent(maxpool_backward_tiled_kernel, grid_for(g.total_out), kBlockThreads, 0, stream, grad_in, grad_out,
+                     argmax, pooled_out, g);
+  else
+    launch_dependent(maxpool_backward_gather_kernel, grid_for(g.total_in), kBlockThreads, 0, stream, grad_in, grad_out,
+                     argmax, pooled_out, g);
+  CNN_CHECK_LAUNCH();
+}
+
+void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int64_t n, const PoolShape& shape,
+                     cudaStream_t stream) {
+  if (n <= 0) return;
+  const PoolGeometry g = pool_geometry(shape, n);
+  launch_dependent(maxpool_forward_kernel, grid_for(g.total_out), kBlockThreads, 0, stream, out, argmax, in, g);
+  CNN_CHECK_LAUNCH();
+}
+
+void maxpool_backward(float* grad_in, const float* grad_out, const std::int32_t* argmax, std::int64_t n,
+                      const PoolShape& shape, cudaStream_t stream) {
+  maxpool_backward_masked(grad_in, grad_out, argmax, nullptr, n, shape, stream);
+}
+
+}  // namespace cnn::cuda

@@ -1,0 +1,88 @@
+#include "ops/gemm.hpp"
+
+#include "ops/simd.hpp"
+
+namespace cnn::gemm {
+
+namespace {
+
+using simd::kLanes;
+using simd::Vec;
+
+// Rows [i0, i0+R) x columns [j0, j0 + V*kLanes) of C = A*B: R*V accumulators stay in registers while
+// k runs, each B load feeding R fused multiply-adds.
+template <int R, int V>
+inline void nn_block(float* c, const float* a, const float* b, std::int64_t n, std::int64_t k, std::int64_t i0,
+                     std::int64_t j0, bool accumulate) {
+  Vec acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = accumulate ? simd::load(c + (i0 + r) * n + j0 + v * kLanes) : Vec{};
+  for (std::int64_t p = 0; p < k; ++p) {
+    Vec bv[V];
+    for (int v = 0; v < V; ++v) bv[v] = simd::load(b + p * n + j0 + v * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const Vec av = simd::splat(a[(i0 + r) * k + p]);
+      for (int v = 0; v < V; ++v) acc[r][v] += av * bv[v];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) simd::store(c + (i0 + r) * n + j0 + v * kLanes, acc[r][v]);
+}
+
+template <int V>
+inline void nn_rows(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k,
+                    std::int64_t j0, bool accumulate) {
+  std::int64_t i = 0;
+  for (; i + 4 <= m; i += 4) nn_block<4, V>(c, a, b, n, k, i, j0, accumulate);
+  for (; i < m; ++i) nn_block<1, V>(c, a, b, n, k, i, j0, accumulate);
+}
+
+// Rows [i0, i0+R) x [j0, j0+S) of C += A*B^T: the dot products along k, R*S vector accumulators.
+template <int R, int S>
+inline void nt_block(float* c, const float* a, const float* b, std::int64_t n, std::int64_t k, std::int64_t i0,
+                     std::int64_t j0) {
+  Vec acc[R][S] = {};
+  std::int64_t p = 0;
+  for (; p + kLanes <= k; p += kLanes) {
+    Vec bv[S];
+    for (int s = 0; s < S; ++s) bv[s] = simd::load(b + (j0 + s) * k + p);
+    for (int r = 0; r < R; ++r) {
+      const Vec av = simd::load(a + (i0 + r) * k + p);
+      for (int s = 0; s < S; ++s) acc[r][s] += av * bv[s];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int s = 0; s < S; ++s) {
+      float sum = simd::sum(acc[r][s]);
+      for (std::int64_t q = p; q < k; ++q) sum += a[(i0 + r) * k + q] * b[(j0 + s) * k + q];
+      c[(i0 + r) * n + j0 + s] += sum;
+    }
+}
+
+}  // namespace
+
+void nn(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
+  std::int64_t j = 0;
+  for (; j + 2 * kLanes <= n; j += 2 * kLanes) nn_rows<2>(c, a, b, m, n, k, j, accumulate);
+  for (; j + kLanes <= n; j += kLanes) nn_rows<1>(c, a, b, m, n, k, j, accumulate);
+  // The last columns, fewer than a vector.
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t jj = j; jj < n; ++jj) {
+      float sum = accumulate ? c[i * n + jj] : 0.0f;
+      for (std::int64_t p = 0; p < k; ++p) sum += a[i * k + p] * b[p * n + jj];
+      c[i * n + jj] = sum;
+    }
+}
+
+void nt_accumulate(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k) {
+  std::int64_t i = 0;
+  for (; i + 4 <= m; i += 4) {
+    std::int64_t j = 0;
+    for (; j + 4 <= n; j += 4) nt_block<4, 4>(c, a, b, n, k, i, j);
+    for (; j < n; ++j) nt_block<4, 1>(c, a, b, n, k, i, j);
+  }
+  for (; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) nt_block<1, 1>(c, a, b, n, k, i, j);
+}
+
+}  // namespace cnn::gemm
