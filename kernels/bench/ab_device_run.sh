@@ -12,7 +12,7 @@
 # Usage, from the tree: BEFORE_DIR=.carry/before OUT=$OUT [ROUNDS=3] [STEPS="rows tests"] bash kernels/bench/ab_device_run.sh
 set -uo pipefail
 before=${BEFORE_DIR:-.carry/before}
-out=${OUT:-gpu-out}; mkdir -p "$out"
+out=${OUT:-gpu-out}; mkdir -p "$out/runs"
 steps=" ${STEPS:-rows tests} "
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

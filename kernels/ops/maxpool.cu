@@ -1,4 +1,4 @@
-// Max-pooling on the device: the twins of src/layer_ops.cpp's maxpool_forward / maxpool_backward,
+// Max-pooling on the device: the twins of src/ops/maxpool.cpp's maxpool_forward / maxpool_backward,
 // and maxpool_backward_masked, the backward with that of a ReLU before the pool folded in
 // (layer_ops.hpp).
 #include <cstdint>
