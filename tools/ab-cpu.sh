@@ -8,7 +8,8 @@
 #   cifar threads  batch 128          (the cifar preset on Fashion-MNIST)
 #   cifar seq      batch 128
 # Each run: 1 epoch over SAMPLES (default 6000) Fashion-MNIST images, 1000 test images.
-# Usage: BEFORE=path/to/before/cnn_mpi [AFTER=build/cnn_mpi] tools/ab-cpu.sh
+# Usage: BEFORE=path/to/before/cnn_mpi [AFTER=build/cnn_mpi] [SAMPLES=N] [ROUNDS=N] [ONLY=regex] tools/ab-cpu.sh
+# (ONLY: run the rows whose name matches, e.g. ONLY=seed-threads)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 before=${BEFORE:?BEFORE=the earlier build of cnn_mpi}
@@ -25,6 +26,9 @@ rows=("seed-seq-b100-d32:--model seed --backend seq --batch 100 --filters 32"
       "cifar-seq-b128:--model cifar --backend seq --batch 128 --optimizer adam --lr 0.001")
 echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "# before: $before; after: $after; $samples images, 1 epoch, $rounds rounds alternated"
+selected=()
+for row in "${rows[@]}"; do [[ ${row%%:*} =~ ${ONLY:-.} ]] && selected+=("$row"); done
+rows=("${selected[@]}")
 for round in $(seq 1 "$rounds"); do
   for row in "${rows[@]}"; do
     name=${row%%:*}

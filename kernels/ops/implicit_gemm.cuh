@@ -33,12 +33,10 @@
 
 namespace cnn::cuda {
 
-// The k depth of a tile. CNN_GEMM_BK (8 or 16) is a build-time experiment knob: deeper tiles put more
-// loads in flight per barrier, at the price of registers.
-#ifndef CNN_GEMM_BK
-#define CNN_GEMM_BK 8
-#endif
-constexpr int kGemmBK = CNN_GEMM_BK;
+// The k depth of a tile. Deeper tiles put more loads in flight per barrier, at the price of
+// registers: 16 was slower than 8 at every cifar batch (docs/PERFORMANCE.md, the GEMM sweep; the
+// build-time switch CNN_GEMM_BK that compared them is retired since, issue 23).
+constexpr int kGemmBK = 8;
 constexpr int kGemmThreadTile = 4;
 
 // A launch of the product: tile config, split-K, and the order-fixing numbers.
