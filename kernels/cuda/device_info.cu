@@ -1,8 +1,6 @@
 // What the CUDA runtime reports about the GPUs, and the shapes the kernels support.
 #include <array>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "cnn/cuda_backend.hpp"
@@ -25,11 +23,6 @@ int cuda_device_count() {
 }
 
 namespace cuda {
-
-bool enabled_by_environment(const char* name) {
-  const char* value = std::getenv(name);
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
 
 bool dependent_launch_enabled() {
   // Per device, because a process may drive more than one (tests); 0 = not asked yet, 1 = no, 2 = yes.

@@ -43,7 +43,4 @@ void check_int_range(std::int64_t value, const char* what);
 // Multiprocessors of the current device (cached per process; all ranks of a node see one model).
 int multiprocessor_count();
 
-// An environment switch that is on unless set to "0", for A/B runs (the CUDA backends' switches).
-bool enabled_by_environment(const char* name);
-
 }  // namespace cnn::cuda
