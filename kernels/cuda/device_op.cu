@@ -60,6 +60,24 @@ GradientReadyPoint param_range(const Layer& layer) {
   return GradientReadyPoint{layer.weight_offset, layer.bias_offset + biases - layer.weight_offset, 0.0};
 }
 
+ProductOp::ProductOp(const Op& op, const Network& network, OpShared& shared)
+    : DeviceOp(op), layer_(network.layers[op.first_layer]), relu_(op.relu_after), shared_(shared) {
+  out_size_ = layer_.out.size();
+  output_is_relu_ = relu_;
+  uses_side_stream_ = needs_input_grad();
+}
+
+DeviceOp::Prepared ProductOp::prepare(std::int64_t n) {
+  auto found = plans_.find(n);
+  if (found == plans_.end()) found = plans_.emplace(n, plan(n)).first;
+  return Prepared{false, found->second.workspace_floats()};
+}
+
+void ProductOp::report_ready(ReadyReporter& ready, const OpShared::Place& weight_grad_place) const {
+  const GradientReadyPoint range = param_range(layer_);
+  ready.ready(range.offset, range.count, weight_grad_place.stream != shared_.stream);
+}
+
 std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, OpShared& shared) {
   switch (op.kind) {
     case OpKind::kConv: return make_conv_op(op, network, shared);

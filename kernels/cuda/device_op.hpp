@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "cuda/device_backend.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/timing_event_pair.hpp"
+#include "ops/layer_ops.hpp"
 
 namespace cnn::cuda {
 
@@ -145,6 +147,36 @@ class DeviceOp {
 
 // A layer's weights and bias, [weight_offset, bias end) of the flat buffer, as a ready range.
 GradientReadyPoint param_range(const Layer& layer);
+
+// What the conv and fc ops share: one layer with weights and a bias, run as the planned products of
+// layer_ops.hpp with its ReLU folded into the store (relu_after); launch plans kept per batch size;
+// the weight gradient beside the input gradient (OpShared::weight_grad_place), and the layer's
+// parameters one ready range.
+class ProductOp : public DeviceOp {
+ public:
+  ProductOp(const Op& op, const Network& network, OpShared& shared);
+
+  Prepared prepare(std::int64_t n) override;
+  std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
+
+ protected:
+  // The launch shapes of the layer's three products for a batch of n.
+  virtual LayerPlans plan(std::int64_t n) const = 0;
+  const LayerPlans& plans_for(std::int64_t n) const { return plans_.at(n); }
+  // The parameters' range is final (in stream order) once the products of backward() are queued.
+  void report_ready(ReadyReporter& ready, const OpShared::Place& weight_grad_place) const;
+  const float* weight() const { return shared_.params + layer_.weight_offset; }
+  const float* bias() const { return shared_.params + layer_.bias_offset; }
+  float* grad_weight() const { return shared_.grads + layer_.weight_offset; }
+  float* grad_bias() const { return shared_.grads + layer_.bias_offset; }
+
+  const Layer& layer_;
+  const bool relu_;
+  OpShared& shared_;
+
+ private:
+  std::map<std::int64_t, LayerPlans> plans_;  // by batch size
+};
 
 // The registry: the op for op.kind, running network's layers (which must outlive it).
 std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, OpShared& shared);
