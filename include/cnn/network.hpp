@@ -11,6 +11,8 @@
 //   cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10
 // Parameter tensors are named conv1..convN and fc (one fc layer) or fc1..fcM (several), each with
 // .weight and .bias, in layer order in the flat buffer (ParamLayout).
+// Each layer kind's token, shape rule, canonical text, parameters and FLOPs are its entry in the layer
+// registry (layer_registry.hpp); build_network is a loop over the tokens that looks kinds up there.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +25,11 @@
 
 namespace cnn {
 
+// What each kind means (token, shape, canonical text, parameters, FLOPs) is its entry in the layer
+// registry (layer_registry.hpp), in this order.
 enum class LayerKind { kConv, kRelu, kMaxPool, kFlatten, kFc };
 
-// "conv", "relu", "maxpool", "flatten", "fc".
+// "conv", "relu", "maxpool", "flatten", "fc" (the registry's names).
 const char* layer_kind_name(LayerKind kind);
 
 // One resolved layer. Shapes are per sample; after a flatten or fc they are {features, 1, 1}.
@@ -39,10 +43,11 @@ struct Layer {
   std::string name;                   // parameter layer name ("conv2", "fc", "fc1"); empty without parameters
   std::int64_t weight_offset = -1;    // into the flat parameter buffer; -1 without parameters
   std::int64_t bias_offset = -1;
+  std::int64_t param_count = 0;       // weights and biases, [weight_offset, weight_offset + param_count)
   int token = 0;                      // 1-based index of the spec token it came from; 0 for an implicit flatten
   int column = -1;                    // 0-based column of that token in the spec as given; -1 if implicit
 
-  bool has_params() const { return kind == LayerKind::kConv || kind == LayerKind::kFc; }
+  bool has_params() const;            // the registry entry has parameters
 };
 
 struct Network {

@@ -56,8 +56,7 @@ void ReadyReporter::finish() {
 }
 
 GradientReadyPoint param_range(const Layer& layer) {
-  const std::int64_t biases = layer.kind == LayerKind::kConv ? layer.conv.filters : layer.fc_out;
-  return GradientReadyPoint{layer.weight_offset, layer.bias_offset + biases - layer.weight_offset, 0.0};
+  return GradientReadyPoint{layer.weight_offset, layer.param_count, 0.0};
 }
 
 ProductOp::ProductOp(const Op& op, const Network& network, OpShared& shared)

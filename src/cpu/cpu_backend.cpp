@@ -1,5 +1,6 @@
 // The CPU backend of every network (cpu_backend.hpp): the threads, the flat buffers, the steps and the
-// optimizer. The math of one micro-batch on one thread is CpuOpRunner's (cpu_op_runner.hpp).
+// optimizer. One micro-batch on one thread is CpuOpRunner's (cpu_op_runner.hpp), each op's calls its
+// CpuOp's (cpu_op.hpp, src/cpu/op_<name>.cpp).
 #include "cnn/cpu_backend.hpp"
 
 #include <omp.h>
@@ -39,7 +40,7 @@ class CpuBackend final : public Backend {
       : network_(network),
         kind_(kind),
         target_(kind == BackendKind::kSeq ? FusionTarget::kReference : FusionTarget::kCpu),
-        ops_(plan_cpu_ops(network_, target_)),
+        plan_(plan_ops(network_, target_)),
         threads_(std::max(1, threads)),
         total_(network_.layout.total()),
         params_(static_cast<std::size_t>(total_)),
@@ -48,13 +49,13 @@ class CpuBackend final : public Backend {
         thread_times_(static_cast<std::size_t>(threads_)) {
     runners_.reserve(static_cast<std::size_t>(threads_));
     for (int t = 0; t < threads_; ++t) {
-      runners_.emplace_back(ops_, network_);
+      runners_.emplace_back(plan_, network_);
       thread_grads_.emplace_back(static_cast<std::size_t>(total_));
     }
     // The backward from the op below the loss, cut after each op with parameters.
-    std::size_t top = ops_.size() - 2;
+    std::size_t top = plan_.size() - 2;
     for (std::size_t i = top + 1; i-- > 0;)
-      if (ops_[i].has_params()) {
+      if (op(i).has_params()) {
         segments_.push_back({top, i});
         top = i - 1;
       }
@@ -64,7 +65,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return backend_kind_name(kind_); }
   std::string device_description() const override {
     return std::to_string(threads_) + (threads_ == 1 ? " CPU thread" : " CPU threads") + ", ops " +
-           describe_ops(plan_ops(network_, target_));
+           describe_ops(plan_);
   }
   MemorySpace memory_space() const override { return MemorySpace::kHost; }
 
@@ -85,7 +86,7 @@ class CpuBackend final : public Backend {
   void compute_gradients(std::int64_t first, std::int64_t count) override {
     const double start = wall_seconds();
     std::vector<BatchStats> stats(static_cast<std::size_t>(threads_));
-    const std::size_t below_loss = ops_.size() - 2, first_param = segments_.back().bottom;
+    const std::size_t below_loss = plan_.size() - 2, first_param = segments_.back().bottom;
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
       ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
@@ -117,8 +118,8 @@ class CpuBackend final : public Backend {
   // still computing. First pass, per micro-batch of the thread's share while its activations are in
   // cache: forward, loss and the backward of the last layer with parameters. Then the backward of each
   // layer with parameters below it, segment by segment, over every micro-batch, from what the first
-  // pass kept (CpuOp::keeps_*, about 9 bytes per pooled value for the seed model). The master thread
-  // lets MPI progress between micro-batches once a reduction may be in flight.
+  // pass kept (CpuOp::keeps_output, keeps_own_data: about 9 bytes per pooled value for the seed model).
+  // The master thread lets MPI progress between micro-batches once a reduction may be in flight.
   void compute_gradients_overlapped(std::int64_t first, std::int64_t count, GradientReadyListener& listener) override {
     const double start = wall_seconds();
     std::vector<BatchStats> stats(static_cast<std::size_t>(threads_));
@@ -126,12 +127,12 @@ class CpuBackend final : public Backend {
     double reduce = 0.0;
     // Sums segment s's op's gradients over the threads and tells the listener.
     const auto finish_segment = [&](std::size_t s) {
-      const CpuOp& op = ops_[segments_[s].bottom];
+      const CpuOp& params = op(segments_[s].bottom);
       const double reduce_start = wall_seconds();
-      sum_thread_gradients(op.param_offset, op.param_offset + op.param_count);
+      sum_thread_gradients(params.param_offset(), params.param_offset() + params.param_count());
       ready[s] = wall_seconds();
       reduce += ready[s] - reduce_start;
-      listener.gradients_ready(op.param_offset, op.param_count);
+      listener.gradients_ready(params.param_offset(), params.param_count());
     };
     const BackwardSegment last_layer = segments_.front();
     for_each_thread([&](int t) {
@@ -190,8 +191,8 @@ class CpuBackend final : public Backend {
   std::vector<GradientReadyPoint> gradient_ready_points() override {
     std::vector<GradientReadyPoint> points;
     for (std::size_t s = 0; s < segments_.size(); ++s) {
-      const CpuOp& op = ops_[segments_[s].bottom];
-      points.push_back({op.param_offset, op.param_count, seconds_after_[s]});
+      const CpuOp& params = op(segments_[s].bottom);
+      points.push_back({params.param_offset(), params.param_count(), seconds_after_[s]});
     }
     return points;
   }
@@ -263,8 +264,11 @@ class CpuBackend final : public Backend {
   // Where the overlapped step keeps the gradient of ops[i]'s input for the next segment; nullptr when
   // ops[i] passes none back.
   float* input_gradient_kept(CpuOpRunner& runner, std::size_t i, std::int64_t slot) const {
-    return ops_[i].needs_input_grad ? runner.kept_input_gradient(i, slot) : nullptr;
+    return op(i).needs_input_grad() ? runner.kept_input_gradient(i, slot) : nullptr;
   }
+
+  // Op i's sizes and parameter range, the same in every thread's runner.
+  const CpuOp& op(std::size_t i) const { return runners_.front().op(i); }
 
   // grads[begin, end) = thread_grads[0] + thread_grads[1] + ... in thread order. Split over the
   // threads by element; each element is summed in thread order whatever the split.
@@ -301,10 +305,10 @@ class CpuBackend final : public Backend {
     phase_times_.add(Phase::kBackward, mean.backward * scale + reduce_seconds);
   }
 
-  const Network network_;  // ops_ and the runners point into its layers
+  const Network network_;  // the runners' ops point into its layers
   const BackendKind kind_;
   const FusionTarget target_;
-  const std::vector<CpuOp> ops_;
+  const std::vector<Op> plan_;
   const int threads_;
   const std::int64_t total_;
   std::vector<float> params_, grads_, optimizer_state_;

@@ -1,11 +1,14 @@
+// The --model grammar (network.hpp) as a loop over the layer registry (layer_registry.hpp): this
+// file knows the spec's structure (tokens, the implicit flatten, the loss head, the flat layout's
+// naming rule) and no layer kind; what a kind parses, resolves to and owns is its registry entry.
 #include "cnn/network.hpp"
 
 #include <algorithm>
 #include <cctype>
-#include <climits>
 #include <sstream>
 
 #include "cnn/errors.hpp"
+#include "cnn/layer_registry.hpp"
 
 namespace cnn {
 
@@ -14,10 +17,6 @@ namespace {
 // Beyond these a network would not fit the int32 sample indices and per-sample offsets the ops use.
 constexpr std::int64_t kMaxParams = std::int64_t{1} << 30;
 constexpr std::int64_t kMaxActivation = std::int64_t{1} << 28;
-constexpr int kMaxExtent = 1 << 16;
-
-const char* const kGrammar =
-    "expected conv<K>x<K>:<F>[/s<S>][/p<P>], relu, maxpool<K>[/s<S>], flatten or fc:<N>";
 
 struct Token {
   std::string text;
@@ -36,134 +35,24 @@ std::vector<Token> split(const std::string& spec) {
   return tokens;
 }
 
-std::string shape_text(const TensorShape& s) {
-  return std::to_string(s.channels) + "x" + std::to_string(s.height) + "x" + std::to_string(s.width);
-}
-
 std::string with_commas(std::int64_t value) {
   std::string digits = std::to_string(value);
   for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<std::size_t>(i), ",");
   return digits;
 }
 
-// Reads a decimal integer at text[pos...]; false (and pos unchanged) when there is none or it overflows.
-bool read_int(const std::string& text, std::size_t& pos, int& value) {
-  std::size_t i = pos;
-  long long v = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
-    v = v * 10 + (text[i] - '0');
-    if (v > INT_MAX) return false;
-    ++i;
+// Parses one token's text with the registry entry whose keyword it matches (*def); returns "" or the
+// reason it is not a layer.
+std::string parse_token(const std::string& text, LayerToken& t, const LayerDef*& def) {
+  for (std::size_t i = 0; i < layer_def_count(); ++i) {
+    const LayerDef& candidate = layer_defs()[i];
+    const std::string keyword(candidate.keyword);
+    const bool matches = candidate.parse == nullptr ? text == keyword : text.compare(0, keyword.size(), keyword) == 0;
+    if (!matches) continue;
+    def = &candidate;
+    return candidate.parse == nullptr ? "" : candidate.parse(text, keyword.size(), t);
   }
-  if (i == pos) return false;
-  value = static_cast<int>(v);
-  pos = i;
-  return true;
-}
-
-bool starts_with(const std::string& text, const char* prefix, std::size_t& pos) {
-  const std::string p(prefix);
-  if (text.compare(0, p.size(), p) != 0) return false;
-  pos = p.size();
-  return true;
-}
-
-// The parser's view of one token before shapes are known.
-struct ParsedToken {
-  LayerKind kind = LayerKind::kRelu;
-  int kernel = 0, filters = 0, stride = 1, pad = 0, fc_out = 0;
-};
-
-// Parses "/s<S>" and "/p<P>" suffixes (each at most once, `allow_pad` for conv). Returns "" or why not.
-std::string read_suffixes(const std::string& text, std::size_t pos, bool allow_pad, ParsedToken& t) {
-  bool seen_stride = false, seen_pad = false;
-  while (pos < text.size()) {
-    if (text[pos] != '/' || pos + 1 >= text.size()) return kGrammar;
-    const char what = text[pos + 1];
-    pos += 2;
-    int value = 0;
-    if (what == 's' && !seen_stride) {
-      if (!read_int(text, pos, value)) return "the stride after /s must be a number";
-      t.stride = value;
-      seen_stride = true;
-    } else if (what == 'p' && allow_pad && !seen_pad) {
-      if (!read_int(text, pos, value)) return "the padding after /p must be a number";
-      t.pad = value;
-      seen_pad = true;
-    } else {
-      return std::string("unexpected '/") + what + "' (" + kGrammar + ")";
-    }
-  }
-  return "";
-}
-
-// Parses one token's text; returns "" or the reason it is not a layer.
-std::string parse_token(const std::string& text, ParsedToken& t) {
-  std::size_t pos = 0;
-  if (text == "relu") {
-    t.kind = LayerKind::kRelu;
-    return "";
-  }
-  if (text == "flatten") {
-    t.kind = LayerKind::kFlatten;
-    return "";
-  }
-  if (starts_with(text, "fc:", pos)) {
-    t.kind = LayerKind::kFc;
-    if (!read_int(text, pos, t.fc_out) || pos != text.size()) return "fc:<N> needs a whole number N";
-    if (t.fc_out < 1) return "fc needs at least 1 output";
-    return "";
-  }
-  if (starts_with(text, "conv", pos)) {
-    t.kind = LayerKind::kConv;
-    int k2 = 0;
-    if (!read_int(text, pos, t.kernel) || pos >= text.size() || text[pos] != 'x') return kGrammar;
-    ++pos;
-    if (!read_int(text, pos, k2) || pos >= text.size() || text[pos] != ':') return kGrammar;
-    ++pos;
-    if (!read_int(text, pos, t.filters)) return "conv needs a filter count after ':'";
-    const std::string why = read_suffixes(text, pos, true, t);
-    if (!why.empty()) return why;
-    if (t.kernel != k2) return "only square kernels are supported (conv<K>x<K>)";
-    if (t.kernel < 1) return "the kernel size must be at least 1";
-    if (t.filters < 1) return "the filter count must be at least 1";
-    if (t.stride < 1) return "the stride must be at least 1";
-    if (t.pad >= t.kernel) return "the padding must be smaller than the kernel";
-    return "";
-  }
-  if (starts_with(text, "maxpool", pos)) {
-    t.kind = LayerKind::kMaxPool;
-    if (!read_int(text, pos, t.kernel)) return "maxpool needs a window size (maxpool<K>)";
-    t.stride = t.kernel;
-    const std::string why = read_suffixes(text, pos, false, t);
-    if (!why.empty()) return why;
-    if (t.kernel < 1) return "the window size must be at least 1";
-    if (t.stride < 1) return "the stride must be at least 1";
-    return "";
-  }
-  return std::string("unknown layer (") + kGrammar + ")";
-}
-
-std::string canonical_token(const Layer& layer) {
-  switch (layer.kind) {
-    case LayerKind::kConv: {
-      const ConvShape& c = layer.conv;
-      std::string text = "conv" + std::to_string(c.kernel) + "x" + std::to_string(c.kernel) + ":" +
-                         std::to_string(c.filters);
-      if (c.stride != 1) text += "/s" + std::to_string(c.stride);
-      if (c.pad != 0) text += "/p" + std::to_string(c.pad);
-      return text;
-    }
-    case LayerKind::kRelu: return "relu";
-    case LayerKind::kMaxPool: {
-      std::string text = "maxpool" + std::to_string(layer.pool.size);
-      if (layer.pool.stride != layer.pool.size) text += "/s" + std::to_string(layer.pool.stride);
-      return text;
-    }
-    case LayerKind::kFlatten: return "";
-    case LayerKind::kFc: return "fc:" + std::to_string(layer.fc_out);
-  }
-  return "";
+  return "unknown layer (" + grammar_text() + ")";
 }
 
 class SpecError {
@@ -185,17 +74,6 @@ class SpecError {
 };
 
 }  // namespace
-
-const char* layer_kind_name(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kConv: return "conv";
-    case LayerKind::kRelu: return "relu";
-    case LayerKind::kMaxPool: return "maxpool";
-    case LayerKind::kFlatten: return "flatten";
-    case LayerKind::kFc: return "fc";
-  }
-  return "?";
-}
 
 std::string preset_spec(const std::string& name, int filters, int classes) {
   if (name == "seed")
@@ -220,75 +98,45 @@ Network build_network(const std::string& model, int filters, TensorShape input, 
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const Token& token = tokens[i];
     const int index = static_cast<int>(i) + 1;
-    ParsedToken parsed;
-    const std::string why = parse_token(token.text, parsed);
+    LayerToken parsed;
+    const LayerDef* def = nullptr;
+    const std::string why = parse_token(token.text, parsed, def);
     if (!why.empty()) error.at(index, token.text, why);
 
     Layer layer;
-    layer.kind = parsed.kind;
+    layer.kind = def->kind;
     layer.token = index;
     layer.column = token.column;
     layer.in = shape;
-    switch (parsed.kind) {
-      case LayerKind::kConv: {
-        if (flat) error.at(index, token.text, "a conv needs C x H x W input, but it comes after a flatten or fc");
-        ConvShape& c = layer.conv;
-        c.channels = shape.channels;
-        c.height = shape.height;
-        c.width = shape.width;
-        c.filters = parsed.filters;
-        c.kernel = parsed.kernel;
-        c.stride = parsed.stride;
-        c.pad = parsed.pad;
-        if (c.kernel > c.height + 2 * c.pad || c.kernel > c.width + 2 * c.pad || c.kernel > kMaxExtent ||
-            c.filters > kMaxExtent)
+    // Where the kind may stand: before or after the features start (the first flatten or fc).
+    switch (def->input) {
+      case LayerInput::kAny:
+        break;
+      case LayerInput::kSpatial:
+        if (flat)
           error.at(index, token.text,
-                   "a " + std::to_string(c.kernel) + "x" + std::to_string(c.kernel) + " kernel does not fit its " +
-                       shape_text(shape) + " input (padding " + std::to_string(c.pad) + ")");
-        layer.out = {c.filters, c.out_h(), c.out_w()};
+                   std::string("a ") + def->name + " needs C x H x W input, but it comes after a flatten or fc");
         break;
-      }
-      case LayerKind::kRelu:
-        layer.out = shape;
-        break;
-      case LayerKind::kMaxPool: {
-        if (flat) error.at(index, token.text, "a maxpool needs C x H x W input, but it comes after a flatten or fc");
-        PoolShape& p = layer.pool;
-        p.channels = shape.channels;
-        p.height = shape.height;
-        p.width = shape.width;
-        p.size = parsed.kernel;
-        p.stride = parsed.stride;
-        if (p.size > p.height || p.size > p.width)
-          error.at(index, token.text,
-                   "a " + std::to_string(p.size) + "x" + std::to_string(p.size) + " window does not fit its " +
-                       shape_text(shape) + " input");
-        layer.out = {p.channels, p.out_h(), p.out_w()};
-        break;
-      }
-      case LayerKind::kFlatten:
+      case LayerInput::kFlatOnce:
         if (flat) continue;  // already flat: a no-op
-        layer.out = {static_cast<int>(shape.size()), 1, 1};
         flat = true;
         break;
-      case LayerKind::kFc: {
+      case LayerInput::kFlat:
         if (!flat) {
           // The implicit flatten before the first fc.
           Layer flatten;
           flatten.kind = LayerKind::kFlatten;
           flatten.in = shape;
-          flatten.out = {static_cast<int>(shape.size()), 1, 1};
+          (void)layer_def(LayerKind::kFlatten).resolve(LayerToken{}, flatten);
           net.layers.push_back(flatten);
           shape = flatten.out;
           layer.in = shape;
           flat = true;
         }
-        layer.fc_out = parsed.fc_out;
-        if (parsed.fc_out > kMaxExtent * 16) error.at(index, token.text, "too many outputs");
-        layer.out = {parsed.fc_out, 1, 1};
         break;
-      }
     }
+    const std::string misfit = def->resolve(parsed, layer);
+    if (!misfit.empty()) error.at(index, token.text, misfit);
     if (layer.out.size() > kMaxActivation)
       error.at(index, token.text, "its output of " + shape_text(layer.out) + " floats per image is too large");
     shape = layer.out;
@@ -305,38 +153,30 @@ Network build_network(const std::string& model, int filters, TensorShape input, 
     error.at(static_cast<int>(tokens.size()), last_token.text,
              "the last layer must have one output per class: fc:" + std::to_string(classes));
 
-  // Parameter names and the flat layout, in layer order.
-  int conv_count = 0, fc_count = 0;
-  for (const Layer& layer : net.layers) {
-    conv_count += layer.kind == LayerKind::kConv;
-    fc_count += layer.kind == LayerKind::kFc;
-  }
-  int conv_seen = 0, fc_seen = 0;
+  // Parameter names and the flat layout, in layer order (a checkpoint's names and offsets: keep them).
+  std::vector<int> of_kind(layer_def_count(), 0), seen(layer_def_count(), 0);
+  for (const Layer& layer : net.layers) ++of_kind[static_cast<std::size_t>(layer.kind)];
   std::int64_t params = 0;
   for (Layer& layer : net.layers) {
-    if (layer.kind == LayerKind::kConv) {
-      const ConvShape& c = layer.conv;
-      layer.name = "conv" + std::to_string(++conv_seen);
-      const std::int64_t fan_in = static_cast<std::int64_t>(c.channels) * c.kernel * c.kernel;
-      params += c.weight_size() + c.filters;
-      if (params > kMaxParams) error.at(layer.token, tokens[layer.token - 1].text, "too many parameters");
-      layer.weight_offset = net.layout.add(layer.name, "weight", {c.filters, c.channels, c.kernel, c.kernel}, fan_in);
-      layer.bias_offset = net.layout.add(layer.name, "bias", {c.filters}, fan_in);
-    } else if (layer.kind == LayerKind::kFc) {
-      ++fc_seen;
-      layer.name = fc_count == 1 ? std::string("fc") : "fc" + std::to_string(fc_seen);
-      const std::int64_t in_features = layer.in.size();
-      params += in_features * layer.fc_out + layer.fc_out;
-      if (params > kMaxParams) error.at(layer.token, tokens[layer.token - 1].text, "too many parameters");
-      layer.weight_offset = net.layout.add(layer.name, "weight", {layer.fc_out, in_features}, in_features);
-      layer.bias_offset = net.layout.add(layer.name, "bias", {layer.fc_out}, in_features);
-    }
+    const LayerDef& def = layer_def(layer.kind);
+    if (def.param_prefix == nullptr) continue;
+    const auto k = static_cast<std::size_t>(layer.kind);
+    ++seen[k];
+    layer.name = !def.number_alone && of_kind[k] == 1 ? std::string(def.param_prefix)
+                                                       : def.param_prefix + std::to_string(seen[k]);
+    const LayerParams p = def.params(layer);
+    std::int64_t weights = 1;
+    for (const std::int64_t extent : p.weight_shape) weights *= extent;
+    params += weights + p.biases;
+    if (params > kMaxParams) error.at(layer.token, tokens[layer.token - 1].text, "too many parameters");
+    layer.weight_offset = net.layout.add(layer.name, "weight", p.weight_shape, p.fan_in);
+    layer.bias_offset = net.layout.add(layer.name, "bias", {p.biases}, p.fan_in);
+    layer.param_count = weights + p.biases;
   }
-  (void)conv_count;
 
   std::string canonical;
   for (const Layer& layer : net.layers) {
-    const std::string text = canonical_token(layer);
+    const std::string text = layer_def(layer.kind).canonical(layer);
     if (text.empty()) continue;
     if (!canonical.empty()) canonical += ' ';
     canonical += text;
@@ -369,18 +209,16 @@ double Network::flops_per_image() const {
   // The fused seed path does less work (its conv weight gradient only at pool winners); count that.
   if (const std::optional<SeedModel> seed = as_seed()) return seed->flops_per_image();
   double macs = 0.0;
-  bool first_param_layer = true;
+  bool params_before = false;
   for (const Layer& layer : layers) {
-    double forward = 0.0;
-    if (layer.kind == LayerKind::kConv)
-      forward = static_cast<double>(layer.conv.out_size()) * layer.conv.channels * layer.conv.kernel * layer.conv.kernel;
-    else if (layer.kind == LayerKind::kFc)
-      forward = static_cast<double>(layer.in.size()) * layer.fc_out;
-    else
-      continue;
-    // forward + weight gradient + input gradient (none for the first parameter layer).
-    macs += forward * (first_param_layer ? 2.0 : 3.0);
-    first_param_layer = false;
+    const LayerDef& def = layer_def(layer.kind);
+    const bool has_params = def.param_prefix != nullptr;
+    if (def.forward_macs != nullptr) {
+      // forward + weight gradient (with parameters) + input gradient (none below the first parameters).
+      const double passes = 1.0 + (has_params ? 1.0 : 0.0) + (params_before ? 1.0 : 0.0);
+      macs += def.forward_macs(layer) * passes;
+    }
+    params_before |= has_params;
   }
   return 2.0 * macs;
 }
