@@ -326,7 +326,7 @@ BOOST_AUTO_TEST_CASE(adam_matches_cpu) {
   }
 }
 
-// ---- 2-4. the layer backend ------------------------------------------------------------------------
+// ---- 2-4. the layer ops ---------------------------------------------------------------------------
 
 struct RandomData {
   cnn::Dataset train, test;

@@ -103,7 +103,7 @@ expect_rc lr 0
 expect_grep lr "$WORK/lr.out" "^resume: lr 0.1 -> 0.05"
 expect_grep lr "$WORK/lr.out" "^resume: out .*boundary -> .*lr"
 
-# Adam on a general network (the layer-by-layer backend): stopped mid-epoch, resumed, bitwise equal to
+# Adam on a general network (run layer by layer): stopped mid-epoch, resumed, bitwise equal to
 # an uninterrupted run (m, v and the step count travel in the checkpoint); another network is refused.
 ADAM=(--model "conv3x3:4/p1 relu maxpool2/s3 fc:16 relu fc:10" --optimizer adam --lr 0.002)
 run_as adamref "$CNN" "${SMALL[@]}" "${ADAM[@]}" --epochs 2 --out "$WORK/adamref"

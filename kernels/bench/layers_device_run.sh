@@ -2,7 +2,7 @@
 # One device call for the general-network GPU work (issue 7): builds this tree ("after") and, when
 # BEFORE_DIR holds a checkout of the commit before it, that tree ("before", seed timings only), in
 # parallel; then runs, each under its own time limit so that one hang cannot take the rest:
-#   1. gpu_layers: every layer op against its CPU twin, the layer backend against seq and against the
+#   1. gpu_layers: every layer op against its CPU twin, the cuda backend's layer ops against seq and against the
 #      fused seed op, determinism;
 #   2. the cifar preset's ms/epoch at batch 32, 128, 512 (gpu_layers --run_test=measure_cifar_epoch_time);
 #   3. the seed model's ms/epoch, before and after (gpu_backend --run_test=measure_epoch_time);

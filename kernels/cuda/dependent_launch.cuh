@@ -1,7 +1,7 @@
 // Programmatic dependent launch (sm_90 and later): a kernel launched with launch_dependent() is set
 // up on the GPU as soon as every block of the kernel before it on the stream has exited, instead of
 // after that kernel's completion has been signalled back through the launch path. A step of the
-// layer backend is 25-35 mostly short kernels in a row, so that hand-over is paid 25-35 times a step
+// cifar preset is 25-35 mostly short kernels in a row, so that hand-over is paid 25-35 times a step
 // (at batch 32 it saved 13 us of a 144 us step on nvidia-h100-x1; docs/PERFORMANCE.md).
 //
 // The contract, which every kernel launched through launch_dependent() keeps:
@@ -52,7 +52,7 @@ __device__ __forceinline__ void start_after_previous_kernel() {
 // CUDA documentation a kernel captured into a CUDA graph runs at the priority of the stream the graph
 // is launched into, unless its node carries its own and the graph is instantiated with
 // cudaGraphInstantiateFlagUseNodePriority (step_graph.cu does): so a high-priority side stream (the
-// layer backend's weight gradients) stays high priority inside the step's graph.
+// layer ops' weight gradients) stays high priority inside the step's graph.
 template <class... Params, class... Args>
 void launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream,
                       Args&&... args) {

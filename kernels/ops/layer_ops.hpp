@@ -42,7 +42,7 @@ void maxpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C
                       const std::int32_t* argmax /*[n,C,OH,OW]*/, std::int64_t n, const PoolShape& shape,
                       cudaStream_t stream);
 
-// ---- planned forms, for the layer backend ----------------------------------------------------------
+// ---- planned forms, for the cuda backend's layer ops ----------------------------------------------
 // The three products of a convolution or fully connected layer over a batch of n.
 // A convolution's input gradient goes one of two ways (dgrad_by_columns):
 //   by columns: dcol[(c,i,j), (s,oy,ox)] = sum_f weight[f,(c,i,j)] * grad_out[s,f,oy,ox], a product
@@ -95,7 +95,7 @@ void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::i
 // computes each pool cell's four conv outputs from one input patch and keeps only the winner
 // (a*2+b, uint8), so the [n,F,OH,OW] conv output and its gradient never exist; the weight gradient
 // sums each winner's window times dL/dpooled (zero where the ReLU cut) over samples and cells,
-// with no input gradient (nothing before the layer needs one). The layer backend takes this form
+// with no input gradient (nothing before the layer needs one). The conv_relu_pool op takes this form
 // for such a pair; its plan sizes the sweep's partial sums, which come from `workspace`.
 // When the layer is the network's first op, the forward reads the resident uint8 data set through
 // the batch's indices (no gathered float batch) and saves each pool cell's 4x4 patch as one 16-byte
