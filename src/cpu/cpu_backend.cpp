@@ -39,8 +39,8 @@ class CpuBackend final : public Backend {
   CpuBackend(const Network& network, BackendKind kind, int threads, OptimizerKind optimizer)
       : network_(network),
         kind_(kind),
-        target_(kind == BackendKind::kSeq ? FusionTarget::kReference : FusionTarget::kCpu),
-        plan_(plan_ops(network_, target_)),
+        // `seq` is the reference: it never fuses.
+        plan_(plan_ops(network_, kind == BackendKind::kSeq ? FusionTarget::kReference : FusionTarget::kCpu)),
         threads_(std::max(1, threads)),
         total_(network_.layout.total()),
         params_(static_cast<std::size_t>(total_)),
@@ -88,23 +88,12 @@ class CpuBackend final : public Backend {
     std::vector<BatchStats> stats(static_cast<std::size_t>(threads_));
     const std::size_t below_loss = plan_.size() - 2, first_param = segments_.back().bottom;
     for_each_thread([&](int t) {
-      CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
-      ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
       const Range share = thread_share(count, t);
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
-      for (std::int64_t done = 0; done < share.count; done += kCpuMicroBatch) {
-        const std::int64_t mb = std::min(kCpuMicroBatch, share.count - done);
-        const double t0 = wall_seconds();
-        runner.gather(*train_, permutation_.data() + first + share.begin + done, mb);
-        const double t1 = wall_seconds();
-        runner.forward(params_.data(), mb, 0, true, stats[static_cast<std::size_t>(t)]);
-        const double t2 = wall_seconds();
-        runner.backward(below_loss, first_param, mb, 0, runner.loss_gradient(), nullptr, params_.data(), g);
-        times.data += t1 - t0;
-        times.forward += t2 - t1;
-        times.backward += wall_seconds() - t2;
-      }
+      for (std::int64_t done = 0; done < share.count; done += kCpuMicroBatch)
+        train_micro_batch(t, first + share.begin + done, std::min(kCpuMicroBatch, share.count - done), 0, below_loss,
+                          first_param, nullptr, stats[static_cast<std::size_t>(t)]);
     });
     const double reduce_start = wall_seconds();
     sum_thread_gradients(0, total_);
@@ -137,24 +126,14 @@ class CpuBackend final : public Backend {
     const BackwardSegment last_layer = segments_.front();
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
-      ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
       const Range share = thread_share(count, t);
       runner.keep_slots(micro_batches(share.count));
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
-      for (std::int64_t done = 0, slot = 0; done < share.count; done += kCpuMicroBatch, ++slot) {
-        const std::int64_t mb = std::min(kCpuMicroBatch, share.count - done);
-        const double t0 = wall_seconds();
-        runner.gather(*train_, permutation_.data() + first + share.begin + done, mb);
-        const double t1 = wall_seconds();
-        runner.forward(params_.data(), mb, slot, true, stats[static_cast<std::size_t>(t)]);
-        const double t2 = wall_seconds();
-        float* grad_in = input_gradient_kept(runner, last_layer.bottom, slot);
-        runner.backward(last_layer.top, last_layer.bottom, mb, slot, runner.loss_gradient(), grad_in, params_.data(), g);
-        times.data += t1 - t0;
-        times.forward += t2 - t1;
-        times.backward += wall_seconds() - t2;
-      }
+      for (std::int64_t done = 0, slot = 0; done < share.count; done += kCpuMicroBatch, ++slot)
+        train_micro_batch(t, first + share.begin + done, std::min(kCpuMicroBatch, share.count - done), slot,
+                          last_layer.top, last_layer.bottom, input_gradient_kept(runner, last_layer.bottom, slot),
+                          stats[static_cast<std::size_t>(t)]);
     });
     finish_segment(0);
     for (std::size_t s = 1; s < segments_.size(); ++s) {
@@ -261,6 +240,25 @@ class CpuBackend final : public Backend {
 
   float* thread_gradients(int t) { return thread_grads_[static_cast<std::size_t>(t)].data(); }
 
+  // Thread t, the mb samples at permutation_[at ..), while their activations are in cache: gather,
+  // forward and loss, then the backward of ops[top .. bottom] into thread t's gradients, writing
+  // ops[bottom]'s input gradient to grad_in (nullptr: none). Both steps' per-micro-batch work: the
+  // plain one runs the whole backward here, the overlapped one its first segment.
+  void train_micro_batch(int t, std::int64_t at, std::int64_t mb, std::int64_t slot, std::size_t top,
+                         std::size_t bottom, float* grad_in, BatchStats& stats) {
+    CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
+    ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
+    const double t0 = wall_seconds();
+    runner.gather(*train_, permutation_.data() + at, mb);
+    const double t1 = wall_seconds();
+    runner.forward(params_.data(), mb, slot, true, stats);
+    const double t2 = wall_seconds();
+    runner.backward(top, bottom, mb, slot, runner.loss_gradient(), grad_in, params_.data(), thread_gradients(t));
+    times.data += t1 - t0;
+    times.forward += t2 - t1;
+    times.backward += wall_seconds() - t2;
+  }
+
   // Where the overlapped step keeps the gradient of ops[i]'s input for the next segment; nullptr when
   // ops[i] passes none back.
   float* input_gradient_kept(CpuOpRunner& runner, std::size_t i, std::int64_t slot) const {
@@ -307,7 +305,6 @@ class CpuBackend final : public Backend {
 
   const Network network_;  // the runners' ops point into its layers
   const BackendKind kind_;
-  const FusionTarget target_;
   const std::vector<Op> plan_;
   const int threads_;
   const std::int64_t total_;
