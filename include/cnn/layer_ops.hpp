@@ -1,5 +1,5 @@
 // The layer operations of a general network (--model SPEC) on the CPU, over a batch of n samples in
-// NCHW layout. Each has a CUDA twin in kernels/ops/conv.cu, layer_ops_fc.cu, relu.cu and maxpool.cu, declared
+// NCHW layout. Each has a CUDA twin in kernels/layers/conv.cu, fc.cu, relu.cu and maxpool.cu, declared
 // in kernels/ops/layer_ops.hpp with the same name and argument order (namespace cnn::cuda, device
 // pointers, plus a trailing cudaStream_t).
 //

@@ -4,9 +4,9 @@
 //   the kind's own shape checks), the canonical text, the parameter tensors and their fan-in (the flat
 //   layout, hence the checkpoint's parameter names and offsets), and the forward multiply-adds that
 //   Network::flops_per_image counts.
-// Adding a layer kind: its LayerKind value (network.hpp) and one entry in layer_registry.cpp. How a
-// backend runs it is the op plan's (op_plan.hpp) and the ops' (src/cpu/op_<name>.cpp,
-// kernels/cuda/op_<name>.cu).
+// Adding a layer kind: its line in layers.def, and its two files there named: src/layers/<name>.cpp
+// defines its LayerDef (below) and its CPU op, kernels/layers/<name>.cu its CUDA op. The op plan
+// (op_plan.hpp) runs a layer as its own op unless a fused pattern takes it in.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +41,10 @@ struct LayerParams {
 
 struct LayerDef {
   LayerKind kind;
+  // A composite layer: its keyword ("res[") opens a block that a token ending in ']' closes; the
+  // builder resolves the layers between into Layer::body before calling resolve, which checks them
+  // and makes the shortcut. The block holds layers with LayerInput kSpatial or kAny only.
+  bool block;
   const char* name;      // layer_kind_name: "conv"
   const char* syntax;    // in the grammar's error text: "maxpool<K>[/s<S>]"
   // The token: `keyword` exactly (parse == nullptr), or `keyword` followed by what parse reads from
@@ -67,8 +71,7 @@ struct LayerDef {
 // The entry of `kind`.
 const LayerDef& layer_def(LayerKind kind);
 
-// Every entry, in LayerKind order: [layer_defs(), layer_defs() + layer_def_count()).
-const LayerDef* layer_defs();
+// How many kinds there are: LayerKind values 0 .. layer_def_count() - 1.
 std::size_t layer_def_count();
 
 // "expected conv<K>x<K>:<F>[/s<S>][/p<P>], relu, ... or fc:<N>": the syntaxes, for parse errors.
@@ -76,5 +79,20 @@ const std::string& grammar_text();
 
 // "1x28x28": how errors and Network::describe show a per-sample shape.
 std::string shape_text(const TensorShape& shape);
+
+// For the kinds' parse functions: a decimal integer at text[pos...]; false (and pos unchanged) when
+// there is none or it overflows.
+bool read_int(const std::string& text, std::size_t& pos, int& value);
+// "/s<S>" and "/p<P>" suffixes at text[pos...] (each at most once, /p only with allow_pad); "" or why not.
+std::string read_suffixes(const std::string& text, std::size_t pos, bool allow_pad, LayerToken& t);
+// Beyond this a kernel, filter count or fc width would not fit the int32 indices the ops use.
+inline constexpr int kMaxLayerExtent = 1 << 16;
+
+// The entries, one per line of layers.def, each defined in its src/layers/<name>.cpp.
+#define CNN_LAYER(name, Kind) extern const LayerDef name##_layer;
+#define CNN_VIEW_LAYER(name, Kind) extern const LayerDef name##_layer;
+#include "cnn/layers.def"
+#undef CNN_LAYER
+#undef CNN_VIEW_LAYER
 
 }  // namespace cnn

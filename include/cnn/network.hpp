@@ -6,6 +6,9 @@
 //   maxpool<K>[/s<S>]               max-pool over K x K windows, stride S (default K)
 //   flatten                         C x H x W -> C*H*W features (implicit before the first fc)
 //   fc:<N>                          fully connected, N outputs
+//   res[<layers>]                   a residual block: out = layers(x) + shortcut(x), where the shortcut is
+//                                   the identity, or a 1x1 conv (stride to match) when the layers change
+//                                   the shape; the layers are conv, relu and maxpool
 // The last layer must be fc:<classes>; softmax cross-entropy follows it. Presets:
 //   seed  = conv3x3:D relu maxpool2 fc:<classes>   (D = --filters; the default)
 //   cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10
@@ -26,10 +29,16 @@
 namespace cnn {
 
 // What each kind means (token, shape, canonical text, parameters, FLOPs) is its entry in the layer
-// registry (layer_registry.hpp), in this order.
-enum class LayerKind { kConv, kRelu, kMaxPool, kFlatten, kFc };
+// registry (layers.def, layer_registry.hpp), in this order.
+enum class LayerKind {
+#define CNN_LAYER(name, Kind) Kind,
+#define CNN_VIEW_LAYER(name, Kind) Kind,
+#include "cnn/layers.def"
+#undef CNN_LAYER
+#undef CNN_VIEW_LAYER
+};
 
-// "conv", "relu", "maxpool", "flatten", "fc" (the registry's names).
+// "conv", "relu", "maxpool", "flatten", "fc", "residual" (the registry's names).
 const char* layer_kind_name(LayerKind kind);
 
 // One resolved layer. Shapes are per sample; after a flatten or fc they are {features, 1, 1}.
@@ -46,8 +55,13 @@ struct Layer {
   std::int64_t param_count = 0;       // weights and biases, [weight_offset, weight_offset + param_count)
   int token = 0;                      // 1-based index of the spec token it came from; 0 for an implicit flatten
   int column = -1;                    // 0-based column of that token in the spec as given; -1 if implicit
+  // A composite layer (kResidual): its layers, from `in` to `out`, and its shortcut, empty for the
+  // identity. Their parameters follow each other in the flat buffer (body, then shortcut), and the
+  // block's own weight_offset and param_count span them all (bias_offset stays -1).
+  std::vector<Layer> body;
+  std::vector<Layer> shortcut;
 
-  bool has_params() const;            // the registry entry has parameters
+  bool has_params() const { return param_count > 0; }  // its own, or its body's and shortcut's
 };
 
 struct Network {
@@ -64,7 +78,7 @@ struct Network {
   // The seed model when the network is exactly conv KxK:F (stride 1, pad 0), relu, maxpool2 (stride
   // 2), fc:classes: backends then run their fused fast path. Empty otherwise.
   std::optional<SeedModel> as_seed() const;
-  // Floats per sample of the largest layer input or output (sizes activation buffers).
+  // Floats per sample of the largest layer input or output, inside blocks too (sizes activation buffers).
   std::int64_t largest_activation() const;
 };
 
@@ -75,6 +89,11 @@ std::string preset_spec(const std::string& name, int filters, int classes);
 // A bad spec throws UsageError with ONE line quoting the spec and naming the bad token, e.g.
 //   --model 'conv3x3:32 conv3x3:0 fc:10': token 2 'conv3x3:0': the filter count must be at least 1
 Network build_network(const std::string& model, int filters, TensorShape input, int classes);
+
+// The layers of a composite layer (block.body or block.shortcut) as a network of their own, for the
+// block's op to run them with the ops of the top level: input block.in, network's classes, the
+// layers' parameter offsets into the same flat buffer (and no layout of its own).
+Network block_network(const Network& network, const Layer& block, const std::vector<Layer>& layers);
 
 // The network of the seed model (what SeedModel describes), for tests and the fused path's owners.
 Network seed_network(const SeedModel& model);

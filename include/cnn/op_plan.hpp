@@ -5,7 +5,7 @@
 //
 //   target      fuses
 //   reference   nothing: `seq` runs layer by layer, the readable reference every fused op is tested against
-//   cpu         conv KxK/s1/p0 + relu + maxpool2/2 -> conv_relu_pool (before the first parameters)
+//   cpu         conv KxK/s1/p0 + relu + maxpool2/2 -> conv_relu_pool (before the first parameters, not in a block)
 //   cuda        a ReLU after a conv or fc folds into that layer's store (conv+relu, fc+relu);
 //               conv3x3 + relu + maxpool2 -> conv_relu_pool (1 or 3 channels, before the first parameters;
 //               as the first op it reads the uint8 samples itself);
@@ -15,6 +15,7 @@
 //               conv weight gradients in one pass
 //
 // conv_relu_pool computes no input gradient, so it can stand only where no earlier op has parameters.
+// A block (res[...]) is one op whose body and shortcut are plans of their own, fused by the same rules.
 // Every network ends with softmax cross-entropy over its last fc layer: the last op is
 // softmax_cross_entropy, unless a fused op took it in.
 #pragma once
@@ -28,10 +29,7 @@
 namespace cnn {
 
 enum class OpKind {
-  kConv,
-  kRelu,
-  kMaxPool,
-  kFc,
+  kLayer,                  // one layer of the registry (layers.def) as its own op: Op::layer says which
   kSoftmaxCrossEntropy,    // the loss over the last fc layer's logits (no network layer of its own)
   kConvReluPool,           // conv + relu + maxpool: pooled values and their argmax, no conv output
   kConvReluPoolFcSoftmax,  // the whole seed model and its loss, on the GPU
@@ -40,7 +38,8 @@ enum class OpKind {
 enum class FusionTarget { kReference, kCpu, kCuda };
 
 struct Op {
-  OpKind kind = OpKind::kRelu;
+  OpKind kind = OpKind::kLayer;
+  LayerKind layer = LayerKind::kRelu;  // kLayer: the kind of layers[first_layer]
   // The network layers it runs: layers[first_layer .. last_layer], flatten layers included (they
   // are no op in NCHW). The loss op has first_layer == last_layer == layers.size().
   std::size_t first_layer = 0;
@@ -48,11 +47,14 @@ struct Op {
   bool relu_after = false;        // kConv, kFc: the ReLU layer after it is folded into its output
   bool needs_input_grad = false;  // an earlier op has parameters, so this one must pass a gradient back
   bool reads_data = false;        // the first op reads the uint8 samples through the batch's indices
+  bool has_params = false;        // it computes weight gradients
+  // A composite layer's op (a block, Layer::body): the plans of its body and its shortcut (empty for
+  // the identity), over block_network(network, block, block.body / block.shortcut), for the same
+  // target. Their first ops pass a gradient back when this op does; the others always do.
+  std::vector<Op> body;
+  std::vector<Op> shortcut;
 
-  // The network layer holding its parameters (conv or fc), or nullptr when it has none. For
-  // kConvReluPoolFcSoftmax: the conv layer (the fc layer is param_layers(net)[1]).
-  bool has_params() const;
-  // "conv", "conv+relu", "maxpool", "conv_relu_pool", "conv_relu_pool_fc_softmax", ...
+  // "conv", "conv+relu", "maxpool", "res[conv+relu conv]", "conv_relu_pool", "conv_relu_pool_fc_softmax", ...
   std::string name() const;
 };
 

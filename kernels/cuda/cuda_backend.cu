@@ -30,7 +30,8 @@ std::string checked_ops(const Network& network, const std::vector<Op>& ops) {
     return "ops " + describe_ops(ops);
   }
   if (ops.size() < 2 || ops.back().kind != OpKind::kSoftmaxCrossEntropy ||
-      ops[ops.size() - 2].kind != OpKind::kFc || ops[ops.size() - 2].relu_after)
+      ops[ops.size() - 2].kind != OpKind::kLayer || ops[ops.size() - 2].layer != LayerKind::kFc ||
+      ops[ops.size() - 2].relu_after)
     throw UsageError("the cuda backend needs a network that ends with fc:" + std::to_string(network.classes) +
                      " (got " + network.describe() + ")");
   for (std::size_t k = 0; k < ops.size(); ++k) {

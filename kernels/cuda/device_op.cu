@@ -1,4 +1,4 @@
-// What the ops share (device_op.hpp), and the registry: one entry per op kind.
+// What the ops share (device_op.hpp), and the table from op kind (and layer kind, layers.def) to op file.
 #include "cuda/device_op.hpp"
 
 #include "cnn/errors.hpp"
@@ -79,10 +79,17 @@ void ProductOp::report_ready(ReadyReporter& ready, const OpShared::Place& weight
 
 std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, OpShared& shared) {
   switch (op.kind) {
-    case OpKind::kConv: return make_conv_op(op, network, shared);
-    case OpKind::kRelu: return make_relu_op(op, network, shared);
-    case OpKind::kMaxPool: return make_maxpool_op(op, network, shared);
-    case OpKind::kFc: return make_fc_op(op, network, shared);
+    case OpKind::kLayer:
+      switch (op.layer) {
+#define CNN_LAYER(name, Kind) \
+  case LayerKind::Kind: return make_##name##_op(op, network, shared);
+#define CNN_VIEW_LAYER(name, Kind) \
+  case LayerKind::Kind: break;
+#include "cnn/layers.def"
+#undef CNN_LAYER
+#undef CNN_VIEW_LAYER
+      }
+      break;
     case OpKind::kSoftmaxCrossEntropy: return make_softmax_cross_entropy_op(op, network, shared);
     case OpKind::kConvReluPool: return make_conv_relu_pool_op(op, network, shared);
     case OpKind::kConvReluPoolFcSoftmax: return make_conv_relu_pool_fc_softmax_op(op, network, shared);

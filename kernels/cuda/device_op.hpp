@@ -1,7 +1,8 @@
 // One op of the network's plan (include/cnn/op_plan.hpp) as the cuda backend runs it: a layer, a
-// layer with its ReLU folded in, or a fused op. Each op kind is one file, kernels/op_<name>.cu, with a
-// factory that the registry (make_device_op, device_op.cu) calls for its OpKind: adding a layer is its
-// kernels, that file and one registry entry.
+// layer with its ReLU folded in, or a fused op. A layer's op is in the layer's file,
+// kernels/layers/<name>.cu (the twin of src/layers/<name>.cpp), as make_<name>_op, which the table
+// make_device_op (device_op.cu) finds through layers.def; a fused op is kernels/cuda/op_<name>.cu with
+// its line in that table.
 //
 // The backend (cuda_backend.hpp) owns the activations between the ops: op k reads activations[k] and
 // writes activations[k+1] (out_size floats per sample), and its backward reads gradients[k+1] and
@@ -178,14 +179,17 @@ class ProductOp : public DeviceOp {
   std::map<std::int64_t, LayerPlans> plans_;  // by batch size
 };
 
-// The registry: the op for op.kind, running network's layers (which must outlive it).
+// The table: the op for op.kind (and op.layer), running network's layers (which must outlive it).
 std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, OpShared& shared);
 
-// The factories of the op files.
-std::unique_ptr<DeviceOp> make_conv_op(const Op& op, const Network& network, OpShared& shared);
-std::unique_ptr<DeviceOp> make_relu_op(const Op& op, const Network& network, OpShared& shared);
-std::unique_ptr<DeviceOp> make_maxpool_op(const Op& op, const Network& network, OpShared& shared);
-std::unique_ptr<DeviceOp> make_fc_op(const Op& op, const Network& network, OpShared& shared);
+// The factories of the layers' ops (kernels/layers/<name>.cu, one per line of layers.def) and of the
+// loss and fused ops (kernels/cuda/op_<name>.cu).
+#define CNN_LAYER(name, Kind) \
+  std::unique_ptr<DeviceOp> make_##name##_op(const Op& op, const Network& network, OpShared& shared);
+#define CNN_VIEW_LAYER(name, Kind)
+#include "cnn/layers.def"
+#undef CNN_LAYER
+#undef CNN_VIEW_LAYER
 std::unique_ptr<DeviceOp> make_softmax_cross_entropy_op(const Op& op, const Network& network, OpShared& shared);
 std::unique_ptr<DeviceOp> make_conv_relu_pool_op(const Op& op, const Network& network, OpShared& shared);
 std::unique_ptr<DeviceOp> make_conv_relu_pool_fc_softmax_op(const Op& op, const Network& network, OpShared& shared);

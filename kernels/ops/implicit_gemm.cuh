@@ -1,5 +1,5 @@
 // One tiled fp32 matrix product, C[M,N] = sum_k A[m,k] * B[k,n], behind every convolution and fully
-// connected layer of a general network (kernels/ops/conv.cu, layer_ops_fc.cu). A and B are never
+// connected layer of a general network (kernels/layers/conv.cu, fc.cu). A and B are never
 // materialised: a loader computes each element from the layer's tensors (implicit im2col), and a store
 // functor puts each result where the layer wants it (with bias, ReLU, a ReLU mask or += as the layer
 // needs).

@@ -5,7 +5,7 @@
 // twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu and
 // conv_relu_pool.cu (the conv + ReLU + pool one).
 //
-// Below the twins: the planned forms the cuda backend's layer ops (op_conv.cu, op_fc.cu) launch inside its
+// Below the twins: the planned forms the cuda backend's layer ops (kernels/layers/conv.cu, fc.cu) launch inside its
 // captured step, with the launch shape fixed once per batch size, a preallocated workspace, and the
 // neighbouring ReLU folded in (into the forward's store, or as a mask on the input gradient). The
 // plans are made in layer_plans.cu; the conv forms are in layer_ops_conv.cu, the fc forms in

@@ -1,5 +1,5 @@
-// What every CPU op holds (cpu_op.hpp), the table from op kind to op file, and what the overlapped
-// step keeps per slot. The twin of kernels/cuda/device_op.cu.
+// What every CPU op holds (cpu_op.hpp), the table from op kind (and layer kind, layers.def) to op
+// file, and what the overlapped step keeps per slot. The twin of kernels/cuda/device_op.cu.
 #include "cpu/cpu_op.hpp"
 
 #include <stdexcept>
@@ -24,10 +24,17 @@ std::unique_ptr<CpuOp> make_cpu_op(const Op& op, const Network& network) {
   // The CPU targets fold no ReLU into a store.
   if (!op.relu_after) {
     switch (op.kind) {
-      case OpKind::kConv: return make_cpu_conv_op(op, network);
-      case OpKind::kRelu: return make_cpu_relu_op(op, network);
-      case OpKind::kMaxPool: return make_cpu_maxpool_op(op, network);
-      case OpKind::kFc: return make_cpu_fc_op(op, network);
+      case OpKind::kLayer:
+        switch (op.layer) {
+#define CNN_LAYER(name, Kind) \
+  case LayerKind::Kind: return make_cpu_##name##_op(op, network);
+#define CNN_VIEW_LAYER(name, Kind) \
+  case LayerKind::Kind: break;
+#include "cnn/layers.def"
+#undef CNN_LAYER
+#undef CNN_VIEW_LAYER
+        }
+        break;
       case OpKind::kSoftmaxCrossEntropy: return make_cpu_softmax_cross_entropy_op(op, network);
       case OpKind::kConvReluPool: return make_cpu_conv_relu_pool_op(op, network);
       case OpKind::kConvReluPoolFcSoftmax: break;  // the whole seed model is a GPU op only

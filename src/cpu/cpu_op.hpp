@@ -1,8 +1,8 @@
 // One op of the network's plan (include/cnn/op_plan.hpp) as the CPU backend runs it, the twin of
-// kernels/cuda/device_op.hpp: each op kind is one file, src/cpu/op_<name>.cpp (the same name as its
-// CUDA twin kernels/cuda/op_<name>.cu), with a factory that the table make_cpu_op (cpu_op.cpp) calls
-// for its OpKind. The math is the layer functions of src/ops/ (ops.hpp, layer_ops.hpp); an op class
-// only says which of them it calls, with which buffers.
+// kernels/cuda/device_op.hpp. A layer's op is in the layer's file, src/layers/<name>.cpp (twin:
+// kernels/layers/<name>.cu), as make_cpu_<name>_op, which the table make_cpu_op (cpu_op.cpp) finds
+// through layers.def; a fused op is src/cpu/op_<name>.cpp with its line in that table. An op class
+// says which layer functions (layer_ops.hpp, ops.hpp) it calls, with which buffers.
 //
 // Every thread's CpuOpRunner (cpu_op_runner.hpp) owns its own op objects: an op owns what it keeps
 // for its backward besides its output (the pool winners), the runner owns the activations and the
@@ -114,11 +114,13 @@ std::unique_ptr<CpuOp> make_cpu_op(const Op& op, const Network& network);
 // Every op of `plan` (plan_ops for a CPU target), with what each keeps per slot for the overlapped step.
 std::vector<std::unique_ptr<CpuOp>> make_cpu_ops(const std::vector<Op>& plan, const Network& network);
 
-// The factories of the op files.
-std::unique_ptr<CpuOp> make_cpu_conv_op(const Op& op, const Network& network);
-std::unique_ptr<CpuOp> make_cpu_relu_op(const Op& op, const Network& network);
-std::unique_ptr<CpuOp> make_cpu_maxpool_op(const Op& op, const Network& network);
-std::unique_ptr<CpuOp> make_cpu_fc_op(const Op& op, const Network& network);
+// The factories of the layers' ops (src/layers/<name>.cpp, one per line of layers.def) and of the
+// loss and fused ops (src/cpu/op_<name>.cpp).
+#define CNN_LAYER(name, Kind) std::unique_ptr<CpuOp> make_cpu_##name##_op(const Op& op, const Network& network);
+#define CNN_VIEW_LAYER(name, Kind)
+#include "cnn/layers.def"
+#undef CNN_LAYER
+#undef CNN_VIEW_LAYER
 std::unique_ptr<CpuOp> make_cpu_softmax_cross_entropy_op(const Op& op, const Network& network);
 std::unique_ptr<CpuOp> make_cpu_conv_relu_pool_op(const Op& op, const Network& network);
 

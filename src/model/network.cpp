@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <sstream>
 
 #include "cnn/errors.hpp"
@@ -18,21 +19,42 @@ namespace {
 constexpr std::int64_t kMaxParams = std::int64_t{1} << 30;
 constexpr std::int64_t kMaxActivation = std::int64_t{1} << 28;
 
+// One piece of the spec: a layer's token, a block's keyword ("res[") or the "]" that closes it. A
+// block's keyword and its "]" are written against the layers inside ("res[conv3x3:8/p1 relu]"), so
+// they are split off the whitespace-separated token they came with.
 struct Token {
-  std::string text;
-  int column = 0;
+  std::string text;   // the piece
+  int column = 0;     // 0-based, in the spec as given
+  int index = 0;      // 1-based index of the whitespace-separated token it came from (error messages)
 };
 
-std::vector<Token> split(const std::string& spec) {
-  std::vector<Token> tokens;
+std::vector<Token> split(const std::string& spec, std::vector<std::string>& whole) {
+  std::vector<Token> pieces;
   std::size_t i = 0;
   while (i < spec.size()) {
     while (i < spec.size() && std::isspace(static_cast<unsigned char>(spec[i]))) ++i;
     const std::size_t start = i;
     while (i < spec.size() && !std::isspace(static_cast<unsigned char>(spec[i]))) ++i;
-    if (i > start) tokens.push_back({spec.substr(start, i - start), static_cast<int>(start)});
+    if (i == start) continue;
+    const std::string text = spec.substr(start, i - start);
+    whole.push_back(text);
+    const int index = static_cast<int>(whole.size());
+    std::size_t begin = 0, end = text.size();
+    for (std::size_t k = 0; k < layer_def_count(); ++k) {
+      const LayerDef& def = layer_def(static_cast<LayerKind>(k));
+      const std::string keyword(def.keyword);
+      if (def.block && text.compare(0, keyword.size(), keyword) == 0) {
+        pieces.push_back({keyword, static_cast<int>(start), index});
+        begin = keyword.size();
+        break;
+      }
+    }
+    std::size_t closes = 0;
+    while (end > begin && text[end - 1] == ']') --end, ++closes;
+    if (end > begin) pieces.push_back({text.substr(begin, end - begin), static_cast<int>(start + begin), index});
+    for (std::size_t k = 0; k < closes; ++k) pieces.push_back({"]", static_cast<int>(start + end + k), index});
   }
-  return tokens;
+  return pieces;
 }
 
 std::string with_commas(std::int64_t value) {
@@ -45,7 +67,7 @@ std::string with_commas(std::int64_t value) {
 // reason it is not a layer.
 std::string parse_token(const std::string& text, LayerToken& t, const LayerDef*& def) {
   for (std::size_t i = 0; i < layer_def_count(); ++i) {
-    const LayerDef& candidate = layer_defs()[i];
+    const LayerDef& candidate = layer_def(static_cast<LayerKind>(i));
     const std::string keyword(candidate.keyword);
     const bool matches = candidate.parse == nullptr ? text == keyword : text.compare(0, keyword.size(), keyword) == 0;
     if (!matches) continue;
@@ -73,6 +95,98 @@ class SpecError {
   std::string model_, spec_;
 };
 
+// Resolves the pieces into layers, a block's into its body, checking where each kind may stand.
+class LayerListBuilder {
+ public:
+  LayerListBuilder(const SpecError& error, const std::vector<Token>& pieces, const std::vector<std::string>& whole)
+      : error_(error), pieces_(pieces), whole_(whole) {}
+
+  // The layers from the next piece on, up to the end of the spec, or of the block opened by `block`
+  // (its "]" is taken). shape: their input, then their output; flat: the features have started.
+  std::vector<Layer> resolve(TensorShape& shape, bool& flat, const Token* block) {
+    std::vector<Layer> layers;
+    while (next_ < pieces_.size()) {
+      const Token& token = pieces_[next_++];
+      if (token.text == "]") {
+        if (block == nullptr) fail(token, "']' closes no block (" + grammar_text() + ")");
+        return layers;
+      }
+      LayerToken parsed;
+      const LayerDef* def = nullptr;
+      const std::string why = parse_token(token.text, parsed, def);
+      if (!why.empty()) fail(token, why);
+
+      Layer layer;
+      layer.kind = def->kind;
+      layer.token = token.index;
+      layer.column = token.column;
+      layer.in = shape;
+      // Where the kind may stand: before or after the features start (the first flatten or fc).
+      if (block != nullptr && (def->input == LayerInput::kFlat || def->input == LayerInput::kFlatOnce))
+        fail(token, std::string("a ") + def->name + " cannot stand inside a block: its layers keep C x H x W");
+      switch (def->input) {
+        case LayerInput::kAny:
+          break;
+        case LayerInput::kSpatial:
+          if (flat)
+            fail(token, std::string("a ") + def->name + " needs C x H x W input, but it comes after a flatten or fc");
+          break;
+        case LayerInput::kFlatOnce:
+          if (flat) continue;  // already flat: a no-op
+          flat = true;
+          break;
+        case LayerInput::kFlat:
+          if (!flat) {
+            // The implicit flatten before the first fc.
+            Layer flatten;
+            flatten.kind = LayerKind::kFlatten;
+            flatten.in = shape;
+            (void)layer_def(LayerKind::kFlatten).resolve(LayerToken{}, flatten);
+            layers.push_back(flatten);
+            shape = flatten.out;
+            layer.in = shape;
+            flat = true;
+          }
+          break;
+      }
+      if (def->block) {
+        if (block != nullptr) fail(token, "a block cannot hold another block");
+        TensorShape inner = shape;
+        bool inner_flat = false;
+        layer.body = resolve(inner, inner_flat, &token);
+      }
+      const std::string misfit = def->resolve(parsed, layer);
+      if (!misfit.empty()) fail(token, misfit);
+      if (layer.out.size() > kMaxActivation)
+        fail(token, "its output of " + shape_text(layer.out) + " floats per image is too large");
+      shape = layer.out;
+      layers.push_back(layer);
+    }
+    if (block != nullptr) fail(*block, "the block has no closing ']'");
+    return layers;
+  }
+
+  [[noreturn]] void fail(const Token& token, const std::string& why) const {
+    error_.at(token.index, whole_[static_cast<std::size_t>(token.index - 1)], why);
+  }
+
+ private:
+  const SpecError& error_;
+  const std::vector<Token>& pieces_;
+  const std::vector<std::string>& whole_;
+  std::size_t next_ = 0;
+};
+
+// Each kind's layers, counted through blocks (a kind's parameter names are numbered when it has
+// several): layers of a block count in forward order, body then shortcut.
+void count_kinds(const std::vector<Layer>& layers, std::vector<int>& of_kind) {
+  for (const Layer& layer : layers) {
+    ++of_kind[static_cast<std::size_t>(layer.kind)];
+    count_kinds(layer.body, of_kind);
+    count_kinds(layer.shortcut, of_kind);
+  }
+}
+
 }  // namespace
 
 std::string preset_spec(const std::string& name, int filters, int classes) {
@@ -86,8 +200,9 @@ Network build_network(const std::string& model, int filters, TensorShape input, 
   const std::string preset = preset_spec(model, filters, classes);
   const std::string spec = preset.empty() ? model : preset;
   const SpecError error(model, spec);
-  const std::vector<Token> tokens = split(spec);
-  if (tokens.empty())
+  std::vector<std::string> whole;
+  const std::vector<Token> pieces = split(spec, whole);
+  if (pieces.empty())
     error.whole("no layers (give a preset, seed or cifar, or layers such as 'conv3x3:32 relu maxpool2 fc:10')");
 
   Network net;
@@ -95,84 +210,49 @@ Network build_network(const std::string& model, int filters, TensorShape input, 
   net.classes = classes;
   TensorShape shape = input;
   bool flat = false;
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const Token& token = tokens[i];
-    const int index = static_cast<int>(i) + 1;
-    LayerToken parsed;
-    const LayerDef* def = nullptr;
-    const std::string why = parse_token(token.text, parsed, def);
-    if (!why.empty()) error.at(index, token.text, why);
-
-    Layer layer;
-    layer.kind = def->kind;
-    layer.token = index;
-    layer.column = token.column;
-    layer.in = shape;
-    // Where the kind may stand: before or after the features start (the first flatten or fc).
-    switch (def->input) {
-      case LayerInput::kAny:
-        break;
-      case LayerInput::kSpatial:
-        if (flat)
-          error.at(index, token.text,
-                   std::string("a ") + def->name + " needs C x H x W input, but it comes after a flatten or fc");
-        break;
-      case LayerInput::kFlatOnce:
-        if (flat) continue;  // already flat: a no-op
-        flat = true;
-        break;
-      case LayerInput::kFlat:
-        if (!flat) {
-          // The implicit flatten before the first fc.
-          Layer flatten;
-          flatten.kind = LayerKind::kFlatten;
-          flatten.in = shape;
-          (void)layer_def(LayerKind::kFlatten).resolve(LayerToken{}, flatten);
-          net.layers.push_back(flatten);
-          shape = flatten.out;
-          layer.in = shape;
-          flat = true;
-        }
-        break;
-    }
-    const std::string misfit = def->resolve(parsed, layer);
-    if (!misfit.empty()) error.at(index, token.text, misfit);
-    if (layer.out.size() > kMaxActivation)
-      error.at(index, token.text, "its output of " + shape_text(layer.out) + " floats per image is too large");
-    shape = layer.out;
-    net.layers.push_back(layer);
-  }
+  LayerListBuilder builder(error, pieces, whole);
+  net.layers = builder.resolve(shape, flat, nullptr);
 
   const Layer& last = net.layers.back();
-  const Token& last_token = tokens.back();
+  const Token& last_token = pieces.back();
   if (last.kind != LayerKind::kFc)
-    error.at(static_cast<int>(tokens.size()), last_token.text,
-             "the last layer must be fc:" + std::to_string(classes) + " (the data has " + std::to_string(classes) +
-                 " classes)");
+    builder.fail(last_token, "the last layer must be fc:" + std::to_string(classes) + " (the data has " +
+                                 std::to_string(classes) + " classes)");
   if (last.fc_out != classes)
-    error.at(static_cast<int>(tokens.size()), last_token.text,
-             "the last layer must have one output per class: fc:" + std::to_string(classes));
+    builder.fail(last_token, "the last layer must have one output per class: fc:" + std::to_string(classes));
 
-  // Parameter names and the flat layout, in layer order (a checkpoint's names and offsets: keep them).
+  // Parameter names and the flat layout, in layer order, a block's layers where it stands (a
+  // checkpoint's names and offsets: keep them).
   std::vector<int> of_kind(layer_def_count(), 0), seen(layer_def_count(), 0);
-  for (const Layer& layer : net.layers) ++of_kind[static_cast<std::size_t>(layer.kind)];
+  count_kinds(net.layers, of_kind);
   std::int64_t params = 0;
-  for (Layer& layer : net.layers) {
-    const LayerDef& def = layer_def(layer.kind);
-    if (def.param_prefix == nullptr) continue;
-    const auto k = static_cast<std::size_t>(layer.kind);
-    ++seen[k];
-    layer.name = !def.number_alone && of_kind[k] == 1 ? std::string(def.param_prefix)
-                                                       : def.param_prefix + std::to_string(seen[k]);
-    const LayerParams p = def.params(layer);
-    std::int64_t weights = 1;
-    for (const std::int64_t extent : p.weight_shape) weights *= extent;
-    params += weights + p.biases;
-    if (params > kMaxParams) error.at(layer.token, tokens[layer.token - 1].text, "too many parameters");
-    layer.weight_offset = net.layout.add(layer.name, "weight", p.weight_shape, p.fan_in);
-    layer.bias_offset = net.layout.add(layer.name, "bias", {p.biases}, p.fan_in);
-    layer.param_count = weights + p.biases;
-  }
+  const std::function<void(std::vector<Layer>&)> lay_out = [&](std::vector<Layer>& layers) {
+    for (Layer& layer : layers) {
+      if (!layer.body.empty()) {
+        const std::int64_t begin = net.layout.total();
+        lay_out(layer.body);
+        lay_out(layer.shortcut);
+        layer.param_count = net.layout.total() - begin;
+        if (layer.param_count > 0) layer.weight_offset = begin;
+        continue;
+      }
+      const LayerDef& def = layer_def(layer.kind);
+      if (def.param_prefix == nullptr) continue;
+      const auto k = static_cast<std::size_t>(layer.kind);
+      ++seen[k];
+      layer.name = !def.number_alone && of_kind[k] == 1 ? std::string(def.param_prefix)
+                                                         : def.param_prefix + std::to_string(seen[k]);
+      const LayerParams p = def.params(layer);
+      std::int64_t weights = 1;
+      for (const std::int64_t extent : p.weight_shape) weights *= extent;
+      params += weights + p.biases;
+      if (params > kMaxParams) error.at(layer.token, whole[static_cast<std::size_t>(layer.token - 1)], "too many parameters");
+      layer.weight_offset = net.layout.add(layer.name, "weight", p.weight_shape, p.fan_in);
+      layer.bias_offset = net.layout.add(layer.name, "bias", {p.biases}, p.fan_in);
+      layer.param_count = weights + p.biases;
+    }
+  };
+  lay_out(net.layers);
 
   std::string canonical;
   for (const Layer& layer : net.layers) {
@@ -210,22 +290,41 @@ double Network::flops_per_image() const {
   if (const std::optional<SeedModel> seed = as_seed()) return seed->flops_per_image();
   double macs = 0.0;
   bool params_before = false;
-  for (const Layer& layer : layers) {
-    const LayerDef& def = layer_def(layer.kind);
-    const bool has_params = def.param_prefix != nullptr;
-    if (def.forward_macs != nullptr) {
-      // forward + weight gradient (with parameters) + input gradient (none below the first parameters).
-      const double passes = 1.0 + (has_params ? 1.0 : 0.0) + (params_before ? 1.0 : 0.0);
-      macs += def.forward_macs(layer) * passes;
+  const std::function<void(const std::vector<Layer>&)> add = [&](const std::vector<Layer>& list) {
+    for (const Layer& layer : list) {
+      if (!layer.body.empty()) {
+        // The body and the shortcut both start from the block's input.
+        const bool before = params_before;
+        add(layer.body);
+        params_before = before;
+        add(layer.shortcut);
+        params_before = before || layer.has_params();
+        continue;
+      }
+      const LayerDef& def = layer_def(layer.kind);
+      const bool has_params = def.param_prefix != nullptr;
+      if (def.forward_macs != nullptr) {
+        // forward + weight gradient (with parameters) + input gradient (none below the first parameters).
+        const double passes = 1.0 + (has_params ? 1.0 : 0.0) + (params_before ? 1.0 : 0.0);
+        macs += def.forward_macs(layer) * passes;
+      }
+      params_before |= has_params;
     }
-    params_before |= has_params;
-  }
+  };
+  add(layers);
   return 2.0 * macs;
 }
 
 std::int64_t Network::largest_activation() const {
   std::int64_t largest = input.size();
-  for (const Layer& layer : layers) largest = std::max({largest, layer.in.size(), layer.out.size()});
+  const std::function<void(const std::vector<Layer>&)> visit = [&](const std::vector<Layer>& list) {
+    for (const Layer& layer : list) {
+      largest = std::max({largest, layer.in.size(), layer.out.size()});
+      visit(layer.body);
+      visit(layer.shortcut);
+    }
+  };
+  visit(layers);
   return largest;
 }
 
@@ -233,6 +332,14 @@ std::string Network::describe() const {
   std::ostringstream text;
   text << spec << " (input " << shape_text(input) << ", " << with_commas(layout.total()) << " parameters)";
   return text.str();
+}
+
+Network block_network(const Network& network, const Layer& block, const std::vector<Layer>& layers) {
+  Network net;
+  net.input = block.in;
+  net.classes = network.classes;
+  net.layers = layers;
+  return net;
 }
 
 Network seed_network(const SeedModel& model) {

@@ -3,6 +3,7 @@
 #include "cnn/op_plan.hpp"
 
 #include <optional>
+#include <utility>
 
 namespace cnn {
 
@@ -32,15 +33,78 @@ std::optional<std::size_t> conv_relu_pool_at(const Network& net, std::size_t i, 
   return pool;
 }
 
-OpKind layer_op(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kConv: return OpKind::kConv;
-    case LayerKind::kRelu: return OpKind::kRelu;
-    case LayerKind::kMaxPool: return OpKind::kMaxPool;
-    case LayerKind::kFc: return OpKind::kFc;
-    case LayerKind::kFlatten: break;
+bool folds_relu(const Op& op) {
+  return op.kind == OpKind::kLayer && !op.relu_after && op.body.empty() &&
+         (op.layer == LayerKind::kConv || op.layer == LayerKind::kFc);
+}
+
+// The ops of net.layers (a whole network, or a block's layers as block_network), in forward order.
+// params_before: a gradient must pass back out of the first op. in_block: the list is a block's, so
+// the loss and the whole-model fusion are not its, and conv_relu_pool (no input gradient) stays out.
+std::vector<Op> plan_list(const Network& net, FusionTarget target, bool params_before, bool in_block) {
+  std::vector<Op> ops;
+  const std::size_t count = net.layers.size();
+  auto push = [&](Op op) {
+    op.needs_input_grad = params_before;
+    op.reads_data = !in_block && ops.empty() && target == FusionTarget::kCuda &&
+                    (op.kind == OpKind::kConvReluPool || op.kind == OpKind::kConvReluPoolFcSoftmax);
+    params_before |= op.has_params;
+    ops.push_back(std::move(op));
+  };
+
+  // The whole seed model, on the GPU: one fused op, the loss included.
+  if (target == FusionTarget::kCuda && !in_block) {
+    if (const std::optional<SeedModel> seed = net.as_seed(); seed && cuda_conv_relu_pool_supported(*seed)) {
+      Op op;
+      op.kind = OpKind::kConvReluPoolFcSoftmax;
+      op.first_layer = 0;
+      op.last_layer = count;  // the loss too
+      op.has_params = true;
+      push(op);
+      return ops;
+    }
   }
-  return OpKind::kRelu;  // not reached: flattens are skipped
+
+  for (std::size_t i = skip_flatten(net, 0); i < count; i = skip_flatten(net, i + 1)) {
+    const Layer& layer = net.layers[i];
+    SeedModel shape;
+    if (target != FusionTarget::kReference && !params_before && !in_block) {
+      if (const std::optional<std::size_t> pool = conv_relu_pool_at(net, i, &shape);
+          pool && (target == FusionTarget::kCpu || cuda_conv_relu_pool_supported(shape))) {
+        Op op;
+        op.kind = OpKind::kConvReluPool;
+        op.first_layer = i;
+        op.last_layer = *pool;
+        op.has_params = true;
+        push(op);
+        i = *pool;
+        continue;
+      }
+    }
+    if (target == FusionTarget::kCuda && layer.kind == LayerKind::kRelu && !ops.empty() && folds_relu(ops.back())) {
+      ops.back().relu_after = true;
+      ops.back().last_layer = i;
+      continue;
+    }
+    Op op;
+    op.kind = OpKind::kLayer;
+    op.layer = layer.kind;
+    op.first_layer = i;
+    op.last_layer = i;
+    op.has_params = layer.has_params();
+    if (!layer.body.empty()) {
+      op.body = plan_list(block_network(net, layer, layer.body), target, params_before, true);
+      op.shortcut = plan_list(block_network(net, layer, layer.shortcut), target, params_before, true);
+    }
+    push(op);
+  }
+  if (in_block) return ops;
+  Op loss;
+  loss.kind = OpKind::kSoftmaxCrossEntropy;
+  loss.first_layer = count;
+  loss.last_layer = count;
+  push(loss);
+  return ops;
 }
 
 }  // namespace
@@ -50,17 +114,12 @@ bool cuda_conv_relu_pool_supported(const SeedModel& m) {
          m.pooled().height > 0 && m.pooled().width > 0;
 }
 
-bool Op::has_params() const {
-  return kind == OpKind::kConv || kind == OpKind::kFc || kind == OpKind::kConvReluPool ||
-         kind == OpKind::kConvReluPoolFcSoftmax;
-}
-
 std::string Op::name() const {
   switch (kind) {
-    case OpKind::kConv: return relu_after ? "conv+relu" : "conv";
-    case OpKind::kRelu: return "relu";
-    case OpKind::kMaxPool: return "maxpool";
-    case OpKind::kFc: return relu_after ? "fc+relu" : "fc";
+    case OpKind::kLayer:
+      if (!body.empty())
+        return "res[" + describe_ops(body) + (shortcut.empty() ? "" : " | " + describe_ops(shortcut)) + "]";
+      return std::string(layer_kind_name(layer)) + (relu_after ? "+relu" : "");
     case OpKind::kSoftmaxCrossEntropy: return "softmax_cross_entropy";
     case OpKind::kConvReluPool: return "conv_relu_pool";
     case OpKind::kConvReluPoolFcSoftmax: return "conv_relu_pool_fc_softmax";
@@ -68,64 +127,7 @@ std::string Op::name() const {
   return "?";
 }
 
-std::vector<Op> plan_ops(const Network& net, FusionTarget target) {
-  std::vector<Op> ops;
-  const std::size_t count = net.layers.size();
-  bool params_before = false;
-  auto push = [&](Op op) {
-    op.needs_input_grad = params_before;
-    op.reads_data = ops.empty() && target == FusionTarget::kCuda &&
-                    (op.kind == OpKind::kConvReluPool || op.kind == OpKind::kConvReluPoolFcSoftmax);
-    params_before |= op.has_params();
-    ops.push_back(op);
-  };
-
-  // The whole seed model, on the GPU: one fused op, the loss included.
-  if (target == FusionTarget::kCuda) {
-    if (const std::optional<SeedModel> seed = net.as_seed(); seed && cuda_conv_relu_pool_supported(*seed)) {
-      Op op;
-      op.kind = OpKind::kConvReluPoolFcSoftmax;
-      op.first_layer = 0;
-      op.last_layer = count;  // the loss too
-      push(op);
-      return ops;
-    }
-  }
-
-  for (std::size_t i = skip_flatten(net, 0); i < count; i = skip_flatten(net, i + 1)) {
-    const Layer& layer = net.layers[i];
-    SeedModel shape;
-    if (target != FusionTarget::kReference && !params_before) {
-      if (const std::optional<std::size_t> pool = conv_relu_pool_at(net, i, &shape);
-          pool && (target == FusionTarget::kCpu || cuda_conv_relu_pool_supported(shape))) {
-        Op op;
-        op.kind = OpKind::kConvReluPool;
-        op.first_layer = i;
-        op.last_layer = *pool;
-        push(op);
-        i = *pool;
-        continue;
-      }
-    }
-    if (target == FusionTarget::kCuda && layer.kind == LayerKind::kRelu && !ops.empty() && !ops.back().relu_after &&
-        (ops.back().kind == OpKind::kConv || ops.back().kind == OpKind::kFc)) {
-      ops.back().relu_after = true;
-      ops.back().last_layer = i;
-      continue;
-    }
-    Op op;
-    op.kind = layer_op(layer.kind);
-    op.first_layer = i;
-    op.last_layer = i;
-    push(op);
-  }
-  Op loss;
-  loss.kind = OpKind::kSoftmaxCrossEntropy;
-  loss.first_layer = count;
-  loss.last_layer = count;
-  push(loss);
-  return ops;
-}
+std::vector<Op> plan_ops(const Network& net, FusionTarget target) { return plan_list(net, target, false, false); }
 
 std::string describe_ops(const std::vector<Op>& ops) {
   std::string text;

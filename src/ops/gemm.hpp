@@ -1,4 +1,4 @@
-// Small single-threaded float matrix products for the layer-by-layer convolutions (conv.cpp),
+// Small single-threaded float matrix products for the layer-by-layer convolutions (src/layers/conv.cpp),
 // register-blocked over simd::Vec. Row-major; every sum runs in an order fixed by the sizes, so the
 // same inputs give the same bits. (OpenBLAS was measured first: on this project's VMs it detects
 // the vCPU as "Prescott" and runs its SSE3 kernel at 17 GFLOP/s; these run at docs/PERFORMANCE.md's

@@ -1,18 +1,27 @@
+// The conv layer on the device, the twin of src/layers/conv.cpp: its kernels and its op.
+//
 // The convolution's layer operations on the device: the planned forms of layer_ops.hpp
 // (conv2d_forward_planned, conv2d_backward_data, conv2d_backward_weights) and the twins conv2d_forward
 // / conv2d_backward of src/. Each is an implicit matrix product (implicit_gemm.cuh): the loaders below
 // decode a product's (row, k) into the layer's tensors, the stores put each result in place. The input
 // gradient by columns ends with the col2im gather below. The plans come from layer_plans.cu.
+//
+// The conv op (a convolution, its ReLU folded into the store when relu_after): the planned forms of
+// layer_ops.hpp, with the launch shape fixed once per batch size (ProductOp, device_op.hpp).
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
+#include "cuda/device_op.hpp"
 #include "cuda/launch.hpp"
+#include "cuda/stream_scratch.hpp"
 #include "ops/layer_ops.hpp"
 #include "ops/layer_ops_gemm.cuh"
-#include "cuda/stream_scratch.hpp"
 
 namespace cnn::cuda {
+
+// ---- the kernels
+
 namespace {
 
 // Marks an out-of-range row or k: a window origin or tap of kFar fails every bounds test below, also
@@ -382,6 +391,40 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
     conv2d_backward_data(plans, grad_in, grad_out, weight, nullptr, n, shape, workspace.get(), stream);
   conv2d_backward_weights(plans.wgrad, grad_weight, grad_bias, grad_out, in, n, shape, true, workspace.get(), stream);
   workspace.release();
+}
+
+// ---- the op
+
+namespace {
+
+class ConvOp final : public ProductOp {
+ public:
+  using ProductOp::ProductOp;
+
+  void forward(const DeviceBatch& batch, const OpTensors& t) override {
+    conv2d_forward_planned(plans_for(batch.n).forward, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_,
+                           shared_.workspace.get(), shared_.stream);
+  }
+
+  void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter& ready) override {
+    const LayerPlans& plans = plans_for(batch.n);
+    const OpShared::Place place = shared_.weight_grad_place(t.grad_in != nullptr);
+    conv2d_backward_weights(plans.wgrad, grad_weight(), grad_bias(), t.grad_out, t.in, batch.n, layer_.conv, false,
+                            place.workspace, place.stream);
+    if (t.grad_in != nullptr)
+      conv2d_backward_data(plans, t.grad_in, t.grad_out, weight(), t.input_is_relu ? t.in : nullptr, batch.n,
+                           layer_.conv, shared_.workspace.get(), shared_.stream);
+    report_ready(ready, place);
+  }
+
+ private:
+  LayerPlans plan(std::int64_t n) const override { return plan_conv(layer_.conv, n, shared_.multiprocessors); }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceOp> make_conv_op(const Op& op, const Network& network, OpShared& shared) {
+  return std::make_unique<ConvOp>(op, network, shared);
 }
 
 }  // namespace cnn::cuda

@@ -1,15 +1,24 @@
-// Max-pooling on the device: the twins of src/ops/maxpool.cpp's maxpool_forward / maxpool_backward,
+// The maxpool layer on the device, the twin of src/layers/maxpool.cpp: its kernels and its op.
+//
+// Max-pooling on the device: the twins of src/layers/maxpool.cpp's maxpool_forward / maxpool_backward,
 // and maxpool_backward_masked, the backward with that of a ReLU before the pool folded in
 // (layer_ops.hpp).
+//
+// The maxpool op: the forward keeps each window's argmax; the backward routes the gradient to it,
+// with the backward of a ReLU before the pool folded in (maxpool_backward_masked, layer_ops.hpp).
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
-#include "ops/fast_div.cuh"
+#include "cuda/device_op.hpp"
 #include "cuda/launch.hpp"
+#include "ops/fast_div.cuh"
 #include "ops/layer_ops.hpp"
 
 namespace cnn::cuda {
+
+// ---- the kernels
+
 namespace {
 
 // Indices are 32-bit (the launchers check the sizes) and divided through FastDiv: the pooling kernels
@@ -142,6 +151,42 @@ void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int
 void maxpool_backward(float* grad_in, const float* grad_out, const std::int32_t* argmax, std::int64_t n,
                       const PoolShape& shape, cudaStream_t stream) {
   maxpool_backward_masked(grad_in, grad_out, argmax, nullptr, n, shape, stream);
+}
+
+// ---- the op
+
+namespace {
+
+class MaxPoolOp final : public DeviceOp {
+ public:
+  MaxPoolOp(const Op& op, const Network& network, OpShared& shared)
+      : DeviceOp(op), layer_(network.layers[op.first_layer]), shared_(shared) {
+    out_size_ = layer_.out.size();
+  }
+
+  Prepared prepare(std::int64_t n) override { return Prepared{argmax_.reserve(n * out_size_), 0}; }
+
+  void forward(const DeviceBatch& batch, const OpTensors& t) override {
+    maxpool_forward(t.out, argmax_.get(), t.in, batch.n, layer_.pool, shared_.stream);
+  }
+
+  // A ReLU before the pool masks through the pool's output (see maxpool_backward_masked).
+  void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter&) override {
+    if (t.grad_in != nullptr)
+      maxpool_backward_masked(t.grad_in, t.grad_out, argmax_.get(), t.input_is_relu ? t.out : nullptr, batch.n,
+                              layer_.pool, shared_.stream);
+  }
+
+ private:
+  const Layer& layer_;
+  OpShared& shared_;
+  DeviceBuffer<std::int32_t> argmax_;  // [n, out_size]
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceOp> make_maxpool_op(const Op& op, const Network& network, OpShared& shared) {
+  return std::make_unique<MaxPoolOp>(op, network, shared);
 }
 
 }  // namespace cnn::cuda

@@ -1,16 +1,84 @@
-// Convolution (the twin of kernels/ops/conv.cu) as im2col + one matrix product per chunk of samples
-// (gemm.hpp, single-threaded: the backends already give each core its own share of samples).
-// Scratch matrices are per calling thread.
-#include "cnn/layer_ops.hpp"
+// The conv layer on the host: its token conv<K>x<K>:<F>[/s<S>][/p<P>], shape and parameters (the
+// registry entry conv_layer, layers.def), the convolution as im2col + one matrix product per chunk of
+// samples (gemm.hpp, single-threaded: the backends already give each core its own share of samples;
+// scratch matrices are per calling thread), and its CPU op. Twin of kernels/layers/conv.cu.
+#include "cnn/layer_registry.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "cnn/layer_ops.hpp"
+#include "cpu/cpu_op.hpp"
 #include "ops/gemm.hpp"
 
 namespace cnn {
+
+// ---- the registry entry
+
+namespace {
+
+std::string parse_conv(const std::string& text, std::size_t pos, LayerToken& t) {
+  int k2 = 0;
+  if (!read_int(text, pos, t.kernel) || pos >= text.size() || text[pos] != 'x') return grammar_text();
+  ++pos;
+  if (!read_int(text, pos, k2) || pos >= text.size() || text[pos] != ':') return grammar_text();
+  ++pos;
+  if (!read_int(text, pos, t.filters)) return "conv needs a filter count after ':'";
+  const std::string why = read_suffixes(text, pos, true, t);
+  if (!why.empty()) return why;
+  if (t.kernel != k2) return "only square kernels are supported (conv<K>x<K>)";
+  if (t.kernel < 1) return "the kernel size must be at least 1";
+  if (t.filters < 1) return "the filter count must be at least 1";
+  if (t.stride < 1) return "the stride must be at least 1";
+  if (t.pad >= t.kernel) return "the padding must be smaller than the kernel";
+  return "";
+}
+
+std::string resolve_conv(const LayerToken& t, Layer& layer) {
+  ConvShape& c = layer.conv;
+  c.channels = layer.in.channels;
+  c.height = layer.in.height;
+  c.width = layer.in.width;
+  c.filters = t.filters;
+  c.kernel = t.kernel;
+  c.stride = t.stride;
+  c.pad = t.pad;
+  if (c.kernel > c.height + 2 * c.pad || c.kernel > c.width + 2 * c.pad || c.kernel > kMaxLayerExtent ||
+      c.filters > kMaxLayerExtent)
+    return "a " + std::to_string(c.kernel) + "x" + std::to_string(c.kernel) + " kernel does not fit its " +
+           shape_text(layer.in) + " input (padding " + std::to_string(c.pad) + ")";
+  layer.out = {c.filters, c.out_h(), c.out_w()};
+  return "";
+}
+
+std::string canonical_conv(const Layer& layer) {
+  const ConvShape& c = layer.conv;
+  std::string text =
+      "conv" + std::to_string(c.kernel) + "x" + std::to_string(c.kernel) + ":" + std::to_string(c.filters);
+  if (c.stride != 1) text += "/s" + std::to_string(c.stride);
+  if (c.pad != 0) text += "/p" + std::to_string(c.pad);
+  return text;
+}
+
+LayerParams params_conv(const Layer& layer) {
+  const ConvShape& c = layer.conv;
+  const std::int64_t fan_in = static_cast<std::int64_t>(c.channels) * c.kernel * c.kernel;
+  return {{c.filters, c.channels, c.kernel, c.kernel}, c.filters, fan_in};
+}
+
+double macs_conv(const Layer& layer) {
+  return static_cast<double>(layer.conv.out_size()) * layer.conv.channels * layer.conv.kernel * layer.conv.kernel;
+}
+
+}  // namespace
+
+const LayerDef conv_layer = {LayerKind::kConv, false, "conv", "conv<K>x<K>:<F>[/s<S>][/p<P>]", "conv", parse_conv,
+                              LayerInput::kSpatial, resolve_conv, canonical_conv, "conv", true, params_conv, macs_conv};
+
+// ---- the math
 
 namespace {
 
@@ -167,6 +235,33 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
     gemm::nn(sc.dcol.data(), sc.wt.data(), sc.tmp.data(), ckk, columns, filters, false);
     col2im(grad_in + s0 * shape.in_size(), sc.dcol.data(), chunk, shape);
   }
+}
+
+// ---- the CPU op
+
+namespace {
+
+class ConvOp final : public CpuOp {
+ public:
+  ConvOp(const Op& op, const Network& network) : CpuOp(op, network) {}
+
+  void forward(const CpuForward& f) override {
+    const Layer& l = layer();
+    conv2d_forward(f.out, f.in, f.params + l.weight_offset, f.params + l.bias_offset, f.mb, l.conv);
+  }
+
+  float* backward(const CpuBackward& t) override {
+    const Layer& l = layer();
+    conv2d_backward(t.grad_in, t.grads + l.weight_offset, t.grads + l.bias_offset, t.grad_out, t.in,
+                    t.params + l.weight_offset, t.mb, l.conv);
+    return t.grad_in;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<CpuOp> make_cpu_conv_op(const Op& op, const Network& network) {
+  return std::make_unique<ConvOp>(op, network);
 }
 
 }  // namespace cnn
