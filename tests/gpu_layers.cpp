@@ -2,14 +2,18 @@
 //   1. every CUDA layer op (kernels/ops/layer_ops.hpp) and adam_update against its CPU twin, on fresh
 //      random data, multi-channel, with stride, padding, odd sizes and overlapping pool windows;
 //   2. the cuda backend on layer networks against `seq`: the cifar preset's loss and every gradient,
-//      a strided/padded network, and three Adam steps;
+//      a strided/padded network, and three Adam steps; residual networks (res[...]) with identity and
+//      projection shortcuts, a block after a ReLU (the identity's gradient masked), a block first, a
+//      body that starts with a ReLU and one whose last conv folds a ReLU in, with the CUDA plan and
+//      with nothing folded;
 //   3. its fused ops against the layer ops they replace, on the GPU and against `seq`: the seed
 //      model's conv_relu_pool_fc_softmax against conv_relu_pool + fc and against every layer on its
 //      own, and the cifar preset's first conv_relu_pool against conv, relu and maxpool (the op lists
 //      come from plan_ops for other targets, through make_cuda_backend(options, network, ops));
 //   4. determinism: two identical runs (graphs), and graphs against eager steps, give identical bits;
 //      the overlapped step (per-layer ready points, a stream-ordered listener) gives the plain step's
-//      bits and reports its ranges in order;
+//      bits and reports its ranges in order, a residual block's one per inner conv (body last to first,
+//      then the shortcut);
 //   5. (disabled unless named: --run_test=measure_cifar_epoch_time) the cifar preset's ms per epoch.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_layers
@@ -33,6 +37,7 @@
 #include "cnn/cuda_backend.hpp"
 #include "cnn/gradient_ready.hpp"
 #include "cnn/layer_ops.hpp"
+#include "cnn/layer_registry.hpp"
 #include "cnn/network.hpp"
 #include "cnn/op_plan.hpp"
 #include "cnn/ops.hpp"
@@ -476,6 +481,75 @@ BOOST_AUTO_TEST_CASE(strided_padded_network_matches_seq) {
   check_against(gpu, seq, net, kStepTolerance);
 }
 
+// Residual blocks (kernels/layers/residual.cu) against `seq`: each network with the CUDA plan (ReLUs
+// folded into the convs before them, inside bodies too) and with the reference plan (every layer its
+// own op, nothing folded), three Adam steps. Where the block's input is a ReLU's output the gradient
+// out of the block is masked by its first ops and by the identity's add; where its body's last conv
+// folds a ReLU, the block takes the gradient before that ReLU itself.
+void check_residual_network(const char* spec, cnn::TensorShape input, std::uint32_t seed) {
+  const cnn::Network net = cnn::build_network(spec, 0, input, 10);
+  const RandomData data = random_data(net.input, 300, 60, seed);
+  const std::vector<cnn::Op> cuda_ops = cnn::plan_ops(net, cnn::FusionTarget::kCuda);
+  const Run seq = train("seq", net, data, cnn::OptimizerKind::kAdam, 3, 64);
+  const Run gpu = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 64);
+  const Run eager = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 64, false);
+  const Run unfused = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 64, true, unfused_ops(net));
+  BOOST_TEST_CONTEXT(spec << " on " << cnn::shape_text(input)) {
+    std::printf("%s: %s and %s vs seq\n", net.describe().c_str(), gpu.description.c_str(), unfused.description.c_str());
+    BOOST_TEST(gpu.description.find(ops_text(cuda_ops)) != std::string::npos, gpu.description);
+    BOOST_TEST(unfused.description.find(ops_text(unfused_ops(net))) != std::string::npos, unfused.description);
+    check_against(gpu, seq, net, kStepTolerance);
+    check_against(unfused, seq, net, kStepTolerance);
+    BOOST_TEST(bitwise_equal(gpu.params, eager.params), "graph and eager runs differ");
+    CHECK_REL(gpu.state, seq.state, kStepTolerance, "adam state");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(residual_networks_match_seq) {
+  struct Case {
+    const char* spec;
+    cnn::TensorShape input;
+    const char* cuda_ops;  // what the CUDA plan makes of it
+  };
+  const Case cases[] = {
+      // An identity block right after a ReLU (folded into conv1: the block's input is a ReLU's output).
+      {"conv3x3:8/p1 relu res[conv3x3:8/p1 relu conv3x3:8/p1] relu maxpool2 fc:10", {3, 16, 16},
+       "conv+relu res[conv+relu conv] relu maxpool fc softmax_cross_entropy"},
+      // A projection block (stride 2), then a block whose body ends with a max-pool: 16 -> 8 -> 4.
+      {"conv3x3:8/p1 relu res[conv3x3:16/s2/p1 relu conv3x3:16/p1] relu res[conv3x3:16/p1 relu maxpool2] fc:10",
+       {3, 16, 16}, "conv+relu res[conv+relu conv | conv] relu res[conv+relu maxpool | conv] fc softmax_cross_entropy"},
+      // A block as the first layer: no gradient out of its body's first conv nor out of its shortcut.
+      {"res[conv3x3:8/s2/p1 relu conv3x3:8/p1] relu maxpool2 fc:10", {1, 28, 28},
+       "res[conv+relu conv | conv] relu maxpool fc softmax_cross_entropy"},
+      // A body that starts with a ReLU, after a conv with none (the block's input is no ReLU's output).
+      {"conv3x3:8/p1 res[relu conv3x3:8/p1 relu conv3x3:8/p1] maxpool2 fc:10", {3, 16, 16},
+       "conv res[relu conv+relu conv] maxpool fc softmax_cross_entropy"},
+      // The body's last conv folds a ReLU: identity, and projection with a ReLU after the sum.
+      {"conv3x3:8/p1 relu res[conv3x3:8/p1 relu conv3x3:8/p1 relu] fc:10", {3, 16, 16},
+       "conv+relu res[conv+relu conv+relu] fc softmax_cross_entropy"},
+      {"conv3x3:8/p1 relu res[conv3x3:16/s2/p1 relu conv3x3:16/p1 relu] relu fc:10", {3, 16, 16},
+       "conv+relu res[conv+relu conv+relu | conv] relu fc softmax_cross_entropy"},
+      // A block without parameters, then the fused first conv_relu_pool (reading floats: not the first op),
+      // then an identity block after it.
+      {"res[relu] conv3x3:8 relu maxpool2 res[conv3x3:8/p1] relu fc:10", {3, 16, 16},
+       "res[relu] conv_relu_pool res[conv] relu fc softmax_cross_entropy"},
+  };
+  std::uint32_t seed = 90;
+  for (const Case& c : cases) {
+    BOOST_TEST(cnn::describe_ops(cnn::plan_ops(cnn::build_network(c.spec, 0, c.input, 10), cnn::FusionTarget::kCuda)) ==
+               c.cuda_ops);
+    check_residual_network(c.spec, c.input, seed++);
+  }
+}
+
+// A block that passes no gradient back (nothing with parameters before it) whose body starts with a
+// layer without parameters. (`seq`'s CPU block op must stop its body's backward at the first conv.)
+BOOST_AUTO_TEST_CASE(residual_block_first_with_a_body_that_starts_without_parameters) {
+  check_residual_network("res[relu conv3x3:3/p1] relu conv3x3:8/p1 relu maxpool2 fc:10", {3, 16, 16}, 97);
+  check_residual_network("maxpool2 res[relu conv3x3:6/p1 relu conv3x3:6/p1] fc:10", {3, 16, 16}, 98);
+  check_residual_network("res[maxpool2 conv3x3:8/p1] relu fc:10", {1, 28, 28}, 99);
+}
+
 // The first conv3x3 + ReLU + maxpool2 of the cifar preset runs as the fused op conv_relu_pool,
 // reading the uint8 data set and saving input patches since it is the first op: against the same
 // layers one by one on the GPU (conv, relu, maxpool, nothing folded) and against seq, on CIFAR's
@@ -497,7 +571,7 @@ BOOST_AUTO_TEST_CASE(fused_first_conv_pool_matches_layer_by_layer) {
     BOOST_TEST_CONTEXT(c.spec << " on " << c.input.channels << "x" << c.input.height << "x" << c.input.width) {
       std::printf("%s on %dx%dx%d: %s vs %s\n", c.spec, c.input.channels, c.input.height, c.input.width,
                   fused.description.c_str(), layers.description.c_str());
-      BOOST_TEST(fused_ops.at(fused_ops.front().kind == cnn::OpKind::kMaxPool ? 1 : 0).name() == "conv_relu_pool");
+      BOOST_TEST(fused_ops.at(fused_ops.front().name() == "maxpool" ? 1 : 0).name() == "conv_relu_pool");
       BOOST_TEST(fused.description.find(ops_text(fused_ops)) != std::string::npos, fused.description);
       BOOST_TEST(layers.description.find(ops_text(unfused_ops(net))) != std::string::npos, layers.description);
       BOOST_TEST(layers.description.find("conv_relu_pool") == std::string::npos);
@@ -649,6 +723,64 @@ BOOST_AUTO_TEST_CASE(overlapped_step_gives_the_plain_bits) {
           BOOST_TEST(points.back().seconds_after == 0.0);
         }
   }
+}
+
+// A residual network's overlapped step: a block reports one range per inner conv, in the order its
+// backward finishes them (its body from the last conv, then its shortcut), so the ranges are not in
+// buffer order; together with the others they still cover the buffer once. Reporting them changes no
+// bit of the step, eager or captured.
+BOOST_AUTO_TEST_CASE(overlapped_residual_step_gives_the_plain_bits) {
+  // conv1, then the block: body conv2 (stride 2) and conv3, shortcut conv4 (1x1, stride 2); then fc.
+  const cnn::Network net = cnn::build_network("conv3x3:8/p1 relu res[conv3x3:8/s2/p1 relu conv3x3:8/p1] relu fc:10", 0,
+                                              {3, 16, 16}, 10);
+  const std::int64_t total = net.layout.total();
+  const auto range_of = [&](const std::string& layer) {
+    const cnn::ParamView& weight = net.layout.find(layer + ".weight");
+    const cnn::ParamView& bias = net.layout.find(layer + ".bias");
+    return cnn::GradientReadyPoint{weight.offset, bias.offset + bias.size - weight.offset, 0.0};
+  };
+  const std::vector<std::string> order = {"fc", "conv3", "conv2", "conv4", "conv1"};
+  std::string expected;
+  for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+    const cnn::GradientReadyPoint r = range_of(order[i]);
+    expected += "R" + std::to_string(r.offset) + "+" + std::to_string(r.count) + " ";
+  }
+  expected += "E ";
+  const RandomData data = random_data(net.input, 400, 50, 58);
+  const auto permutation = cnn::Sampler(8, data.train.count()).permutation(0);
+  for (bool graphs : {true, false})
+    for (bool early : {true, false})
+      BOOST_TEST_CONTEXT("graphs " << graphs << ", listener " << (early ? "reduces early" : "reduces at the end")) {
+        auto gpu = make("cuda", net, cnn::OptimizerKind::kSgd, graphs);
+        gpu->bind_data(data.train, data.test);
+        gpu->upload_params(initial_params(net, 5));
+        gpu->begin_epoch(permutation);
+        for (std::int64_t count : {std::int64_t{64}, std::int64_t{17}}) {
+          BOOST_TEST_CONTEXT("count=" << count) {
+            gpu->compute_gradients(7, count);
+            const std::vector<float> plain = download_grads(*gpu, total);
+            const cnn::BatchStats plain_stats = gpu->take_train_stats();
+            RecordingListener listener(early);
+            for (int step = 0; step < 3; ++step) {
+              listener.calls.clear();
+              gpu->compute_gradients_overlapped(7, count, listener);
+              BOOST_TEST(bitwise_equal(download_grads(*gpu, total), plain), "step " << step);
+              const cnn::BatchStats stats = gpu->take_train_stats();
+              BOOST_TEST(std::memcmp(&stats.loss_sum, &plain_stats.loss_sum, sizeof(double)) == 0);
+              if (!graphs) BOOST_TEST(listener.calls == (early ? expected : std::string("E ")), listener.calls);
+            }
+          }
+        }
+        const std::vector<cnn::GradientReadyPoint> points = gpu->gradient_ready_points();
+        BOOST_REQUIRE_EQUAL(points.size(), order.size());
+        std::int64_t covered = 0;
+        for (std::size_t i = 0; i < points.size(); ++i) {
+          BOOST_TEST(points[i].offset == range_of(order[i]).offset, order[i]);
+          BOOST_TEST(points[i].count == range_of(order[i]).count, order[i]);
+          covered += points[i].count;
+        }
+        BOOST_TEST(covered == total);
+      }
 }
 
 // ---- 5. measurement ---------------------------------------------------------------------------------

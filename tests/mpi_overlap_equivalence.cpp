@@ -5,7 +5,8 @@
 // a sub-range in another order than the whole buffer, so there they agree to 1e-6. The call order
 // proves the overlap happened: each early bucket's allreduce is started as its layer finishes, MPI is
 // polled during the backward below it, and only then the last bucket is started and waited for.
-// The seed model (two layers with parameters) and a small cifar (five), on `seq` and `threads`.
+// The seed model (two layers with parameters), a small cifar (five) and a residual network (two blocks,
+// each one bucket), on `seq` and `threads`.
 #define BOOST_TEST_MODULE mpi_overlap_equivalence
 #include <mpi.h>
 
@@ -162,6 +163,38 @@ BOOST_AUTO_TEST_CASE(every_layer_with_parameters_is_a_bucket_of_its_own) {
     for (const std::uint32_t cuts : {every_cut, 0b0101u, 0u}) {
       const Run overlapped = train(net, kind, cnn::OptimizerKind::kAdam, static_cast<int>(cuts));
       expect_equal_runs(overlapped, plain, std::string("cifar ") + kind + " cuts " + std::to_string(cuts));
+      if (cuts == every_cut) {
+        BOOST_TEST(overlapped.buckets == points.size());
+        BOOST_TEST(overlapped.first_step_calls == expected);
+      }
+      if (cuts == 0u) BOOST_TEST(overlapped.first_step_calls == "pS0  W|");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_residual_block_is_one_bucket_of_its_layers) {
+  // conv1, a projection block (its convs and its shortcut: one op, one ready range spanning them), a
+  // block whose body ends with a max-pool (its winners kept per micro-batch slot), fc: 20 -> 10 -> 5.
+  const cnn::Network net = cnn::build_network(
+      "conv3x3:6/p1 relu res[conv3x3:8/s2/p1 relu conv3x3:8/p1] relu res[conv3x3:8/p1 relu maxpool2] fc:10", 0,
+      cnn::TensorShape{3, 20, 20}, 10);
+  for (const char* kind : {"seq", "threads"}) {
+    const Run plain = train(net, kind, cnn::OptimizerKind::kMomentum, -1);
+    // fc, the second block, the first block, conv1: each block's range is its whole span.
+    const std::vector<cnn::GradientReadyPoint>& points = plain.points;
+    BOOST_TEST_REQUIRE(points.size() == 4u);
+    BOOST_TEST(points[1].offset == net.layers[4].weight_offset);
+    BOOST_TEST(points[1].count == net.layers[4].param_count);
+    BOOST_TEST(points[2].offset == net.layers[2].weight_offset);
+    BOOST_TEST(points[2].count == net.layers[2].param_count);
+    BOOST_TEST(points[3].offset == 0);
+    std::string expected;
+    for (std::size_t p = 0; p + 1 < points.size(); ++p) expected += "S" + std::to_string(points[p].offset) + " p";
+    expected += "S0  W|";
+    const std::uint32_t every_cut = (1u << (points.size() - 1)) - 1u;
+    for (const std::uint32_t cuts : {every_cut, 0b010u, 0u}) {
+      const Run overlapped = train(net, kind, cnn::OptimizerKind::kMomentum, static_cast<int>(cuts));
+      expect_equal_runs(overlapped, plain, std::string("residual ") + kind + " cuts " + std::to_string(cuts));
       if (cuts == every_cut) {
         BOOST_TEST(overlapped.buckets == points.size());
         BOOST_TEST(overlapped.first_step_calls == expected);

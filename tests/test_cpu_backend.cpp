@@ -4,7 +4,10 @@
 //      progress only once something may be reducing;
 //   2. `threads` with its fused ops (the CPU plan) agrees with `seq` (the reference plan, nothing
 //      fused) to the design's 1e-5 on loss, every gradient and evaluation: the seed, cifar, a network
-//      whose conv_relu_pool is the first of several convs, and one where it stands after a pool.
+//      whose conv_relu_pool is the first of several convs, and one where it stands after a pool;
+//   3. both on residual networks (res[...]): identity and projection blocks, a block after a ReLU, a
+//      block first, bodies that start with a ReLU or hold a max-pool, and blocks that pass no
+//      gradient back whose body starts with a layer without parameters.
 #define BOOST_TEST_MODULE cpu_backend
 #include <algorithm>
 #include <string>
@@ -30,6 +33,33 @@ const std::vector<Case> kNetworks = {
     {"cifar", {3, 20, 20}},  // 18 -> 9 -> 7 -> 3 -> 1: every layer of the preset, small
     {"conv3x3:6 relu maxpool2 conv3x3:8 relu maxpool2 conv3x3:8 relu fc:10", {3, 20, 20}},
     {"maxpool2 conv3x3:6 relu maxpool2 fc:12 relu fc:10", {1, 28, 28}},  // conv_relu_pool after a pool
+};
+
+// Residual blocks (src/layers/residual.cpp): one op each, with parameters inside (one ready point per
+// block, its span), and a body whose ops the block runs over buffers of its own.
+const std::vector<Case> kResidualNetworks = {
+    // An identity block right after a ReLU.
+    {"conv3x3:6/p1 relu res[conv3x3:6/p1 relu conv3x3:6/p1] relu maxpool2 fc:10", {3, 20, 20}},
+    // A projection block (stride 2), then one with a max-pool in its body (its winners are the block's
+    // own data, kept per micro-batch slot by the overlapped step): 20 -> 10 -> 5.
+    {"conv3x3:6/p1 relu res[conv3x3:8/s2/p1 relu conv3x3:8/p1] relu res[conv3x3:8/p1 relu maxpool2] fc:10",
+     {3, 20, 20}},
+    // A block as the first layer: no input gradient out of its body or its shortcut.
+    {"res[conv3x3:6/s2/p1 relu conv3x3:6/p1] relu maxpool2 fc:10", {1, 28, 28}},
+    // A body that starts with a ReLU, after a conv with no ReLU of its own (its input has negatives).
+    {"conv3x3:6/p1 res[relu conv3x3:6/p1 relu conv3x3:6/p1] maxpool2 fc:10", {3, 20, 20}},
+    // A block without parameters, then the fused conv_relu_pool (nothing with parameters before it),
+    // then an identity block.
+    {"res[relu] conv3x3:6 relu maxpool2 res[conv3x3:6/p1] relu fc:10", {3, 20, 20}},
+};
+
+// Blocks that pass no gradient back (nothing with parameters before them) whose body starts with a
+// layer without parameters: the body's backward must stop at its first conv, as the network's does
+// (the ReLU or max-pool below it has no gradient to pass, and none is wanted).
+const std::vector<Case> kNoGradientBlocks = {
+    {"res[relu conv3x3:3/p1] relu conv3x3:6 relu maxpool2 fc:10", {3, 20, 20}},  // first, identity
+    {"maxpool2 res[relu conv3x3:6/p1 relu conv3x3:6/p1] fc:10", {3, 20, 20}},    // after a pool: projection
+    {"res[maxpool2 conv3x3:6/p1] relu fc:10", {1, 28, 28}},                      // a max-pool first in the body
 };
 
 cnn::Network network_of(const Case& c) { return cnn::build_network(c.model, c.filters, c.input, 10); }
@@ -86,66 +116,75 @@ std::int64_t layers_with_params(const cnn::Network& net) {
   return std::count_if(net.layers.begin(), net.layers.end(), [](const cnn::Layer& l) { return l.has_params(); });
 }
 
+// The overlapped step against the plain one on `seq` and `threads`, several batches (test 1).
+void check_overlapped_step(const Case& c, const cnn::Dataset& data, const cnn::Dataset& colour) {
+  const cnn::Network net = network_of(c);
+  const cnn::Dataset& train = c.input.channels == 3 ? colour : data;
+  const std::vector<float> params = params_of(net, 5);
+  const std::vector<std::int32_t> order = cnn::Sampler(3, train.count()).permutation(0);
+  for (const auto& [kind, threads] : {std::pair{cnn::BackendKind::kSeq, 1}, {cnn::BackendKind::kThreads, 2},
+                                      {cnn::BackendKind::kThreads, 3}}) {
+    // 150: several micro-batches per thread; 37: a short one; 5: threads with nothing or one sample.
+    for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 150}, {150, 37}, {3, 5}}) {
+      BOOST_TEST_CONTEXT(c.model << " " << cnn::backend_kind_name(kind) << " x" << threads << " batch " << first
+                                 << "+" << count) {
+        auto backend = backend_of(net, kind, threads);
+        backend->bind_data(train, train);
+        backend->upload_params(params);
+        backend->begin_epoch(order);
+        // Twice overlapped, then plain: kept buffers are reused and do not disturb the plain step.
+        for (int round = 0; round < 2; ++round) {
+          RecordingListener listener(backend->grads());
+          const Step overlapped = take_step(*backend, net, first, count, &listener);
+          const Step plain = take_step(*backend, net, first, count, nullptr);
+          BOOST_TEST((overlapped.grads == plain.grads));
+          BOOST_TEST(overlapped.stats.loss_sum == plain.stats.loss_sum);
+          BOOST_TEST(overlapped.stats.correct == plain.stats.correct);
+          BOOST_TEST(overlapped.stats.count == count);
+          BOOST_TEST(listener.all_ready);
+          // One ready range per layer with parameters, from the last layer down, covering the
+          // buffer; each held its final sums when it was reported.
+          BOOST_TEST_REQUIRE(static_cast<std::int64_t>(listener.ranges.size()) == layers_with_params(net));
+          std::int64_t end = net.layout.total();
+          for (std::size_t r = 0; r < listener.ranges.size(); ++r) {
+            const cnn::GradientReadyPoint range = listener.ranges[r];
+            BOOST_TEST(range.offset + range.count == end);
+            end = range.offset;
+            const std::vector<float> final_sums(plain.grads.begin() + range.offset,
+                                                plain.grads.begin() + range.offset + range.count);
+            BOOST_TEST((listener.snapshots[r] == final_sums), "range " << r << " changed after it was reported");
+          }
+          BOOST_TEST(end == 0);
+          BOOST_TEST(listener.progress_before_ready == 0);  // nothing can be reducing yet
+          if (count >= 2 * threads) BOOST_TEST(listener.progress_after_ready > 0);
+          // The points the planner reads name the same ranges, with measured times after them.
+          const std::vector<cnn::GradientReadyPoint> points = backend->gradient_ready_points();
+          BOOST_TEST_REQUIRE(points.size() == listener.ranges.size());
+          for (std::size_t p = 0; p < points.size(); ++p) {
+            BOOST_TEST(points[p].offset == listener.ranges[p].offset);
+            BOOST_TEST(points[p].count == listener.ranges[p].count);
+            BOOST_TEST(points[p].seconds_after >= 0.0);
+            if (p > 0) BOOST_TEST(points[p].seconds_after <= points[p - 1].seconds_after);
+          }
+          if (count >= 100) BOOST_TEST(points.front().seconds_after > 0.0);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(overlapped_step_gives_the_plain_steps_bits_and_final_ranges) {
   const cnn::Dataset data = cnn::test::random_dataset(200, {1, 28, 28}, 31);
   const cnn::Dataset colour = cnn::test::random_dataset(200, {3, 20, 20}, 32);
-  for (const Case& c : kNetworks) {
-    const cnn::Network net = network_of(c);
-    const cnn::Dataset& train = c.input.channels == 3 ? colour : data;
-    const std::vector<float> params = params_of(net, 5);
-    const std::vector<std::int32_t> order = cnn::Sampler(3, train.count()).permutation(0);
-    for (const auto& [kind, threads] : {std::pair{cnn::BackendKind::kSeq, 1}, {cnn::BackendKind::kThreads, 2},
-                                        {cnn::BackendKind::kThreads, 3}}) {
-      // 150: several micro-batches per thread; 37: a short one; 5: threads with nothing or one sample.
-      for (const auto& [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 150}, {150, 37}, {3, 5}}) {
-        BOOST_TEST_CONTEXT(c.model << " " << cnn::backend_kind_name(kind) << " x" << threads << " batch " << first
-                                   << "+" << count) {
-          auto backend = backend_of(net, kind, threads);
-          backend->bind_data(train, train);
-          backend->upload_params(params);
-          backend->begin_epoch(order);
-          // Twice overlapped, then plain: kept buffers are reused and do not disturb the plain step.
-          for (int round = 0; round < 2; ++round) {
-            RecordingListener listener(backend->grads());
-            const Step overlapped = take_step(*backend, net, first, count, &listener);
-            const Step plain = take_step(*backend, net, first, count, nullptr);
-            BOOST_TEST((overlapped.grads == plain.grads));
-            BOOST_TEST(overlapped.stats.loss_sum == plain.stats.loss_sum);
-            BOOST_TEST(overlapped.stats.correct == plain.stats.correct);
-            BOOST_TEST(overlapped.stats.count == count);
-            BOOST_TEST(listener.all_ready);
-            // One ready range per layer with parameters, from the last layer down, covering the
-            // buffer; each held its final sums when it was reported.
-            BOOST_TEST_REQUIRE(static_cast<std::int64_t>(listener.ranges.size()) == layers_with_params(net));
-            std::int64_t end = net.layout.total();
-            for (std::size_t r = 0; r < listener.ranges.size(); ++r) {
-              const cnn::GradientReadyPoint range = listener.ranges[r];
-              BOOST_TEST(range.offset + range.count == end);
-              end = range.offset;
-              const std::vector<float> final_sums(plain.grads.begin() + range.offset,
-                                                  plain.grads.begin() + range.offset + range.count);
-              BOOST_TEST((listener.snapshots[r] == final_sums), "range " << r << " changed after it was reported");
-            }
-            BOOST_TEST(end == 0);
-            BOOST_TEST(listener.progress_before_ready == 0);  // nothing can be reducing yet
-            if (count >= 2 * threads) BOOST_TEST(listener.progress_after_ready > 0);
-            // The points the planner reads name the same ranges, with measured times after them.
-            const std::vector<cnn::GradientReadyPoint> points = backend->gradient_ready_points();
-            BOOST_TEST_REQUIRE(points.size() == listener.ranges.size());
-            for (std::size_t p = 0; p < points.size(); ++p) {
-              BOOST_TEST(points[p].offset == listener.ranges[p].offset);
-              BOOST_TEST(points[p].count == listener.ranges[p].count);
-              BOOST_TEST(points[p].seconds_after >= 0.0);
-              if (p > 0) BOOST_TEST(points[p].seconds_after <= points[p - 1].seconds_after);
-            }
-            if (count >= 100) BOOST_TEST(points.front().seconds_after > 0.0);
-          }
-        }
-      }
-    }
-  }
+  for (const Case& c : kNetworks) check_overlapped_step(c, data, colour);
+}
+
+BOOST_AUTO_TEST_CASE(overlapped_step_of_residual_networks) {
+  const cnn::Dataset data = cnn::test::random_dataset(200, {1, 28, 28}, 33);
+  const cnn::Dataset colour = cnn::test::random_dataset(200, {3, 20, 20}, 34);
+  for (const Case& c : kResidualNetworks) check_overlapped_step(c, data, colour);
 }
 
 BOOST_AUTO_TEST_CASE(ready_points_are_known_before_the_first_step) {
@@ -163,6 +202,50 @@ BOOST_AUTO_TEST_CASE(ready_points_are_known_before_the_first_step) {
   }
 }
 
+namespace {
+
+// `threads` (the CPU plan, with conv_relu_pool where it fits when expect_fused) against `seq` (the
+// reference plan): one step's loss and every gradient, and evaluation, to 1e-5.
+void check_threads_against_seq(const Case& c, const cnn::Dataset& data, bool expect_fused) {
+  const cnn::Network net = network_of(c);
+  const std::vector<float> params = params_of(net, 7);
+  const std::vector<std::int32_t> order = cnn::Sampler(9, data.count()).permutation(1);
+  auto seq = backend_of(net, cnn::BackendKind::kSeq, 4);  // `seq` is one thread whatever it is asked
+  BOOST_TEST(seq->device_description().rfind("1 CPU thread, ops ", 0) == 0, seq->device_description());
+  BOOST_TEST(seq->device_description().find("conv_relu_pool") == std::string::npos, seq->device_description());
+  seq->bind_data(data, data);
+  seq->upload_params(params);
+  seq->begin_epoch(order);
+  const Step reference = take_step(*seq, net, 10, 100, nullptr);
+  const cnn::BatchStats reference_eval = seq->evaluate(0, data.count());
+  for (int threads : {1, 3}) {
+    BOOST_TEST_CONTEXT(c.model << ", threads x" << threads) {
+      auto fused = backend_of(net, cnn::BackendKind::kThreads, threads);
+      if (expect_fused)
+        BOOST_TEST(fused->device_description().find(" conv_relu_pool ") != std::string::npos, fused->device_description());
+      fused->bind_data(data, data);
+      fused->upload_params(params);
+      fused->begin_epoch(order);
+      const Step step = take_step(*fused, net, 10, 100, nullptr);
+      BOOST_TEST(step.stats.count == reference.stats.count);
+      BOOST_TEST(step.stats.correct == reference.stats.correct);
+      BOOST_TEST(std::fabs(step.stats.loss_sum - reference.stats.loss_sum) <= 1e-5 * reference.stats.loss_sum);
+      for (const cnn::ParamView& view : net.layout.views()) {
+        const std::vector<float> a(step.grads.begin() + view.offset, step.grads.begin() + view.offset + view.size);
+        const std::vector<float> b(reference.grads.begin() + view.offset,
+                                   reference.grads.begin() + view.offset + view.size);
+        const double error = cnn::test::relative_error(a, b);
+        BOOST_TEST(error <= 1e-5, view.name() << ": relative error " << error);
+      }
+      const cnn::BatchStats eval = fused->evaluate(0, data.count());
+      BOOST_TEST(eval.correct == reference_eval.correct);
+      BOOST_TEST(std::fabs(eval.loss_sum - reference_eval.loss_sum) <= 1e-5 * reference_eval.loss_sum);
+    }
+  }
+}
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(fused_ops_agree_with_the_reference_plan) {
   const cnn::Dataset grey = cnn::test::random_dataset(120, {1, 28, 28}, 41);
   const cnn::Dataset colour = cnn::test::random_dataset(120, {3, 32, 32}, 42);
@@ -173,43 +256,28 @@ BOOST_AUTO_TEST_CASE(fused_ops_agree_with_the_reference_plan) {
       // A 4x4 kernel: an odd conv output (25), whose last row and column no pool cell reads.
       {"conv4x4:6 relu maxpool2 conv3x3:8 relu maxpool2 fc:16 relu fc:10", {1, 28, 28}},
       {"maxpool2 conv3x3:6 relu maxpool2 fc:12 relu fc:10", {1, 28, 28}},
+      // conv_relu_pool, then a projection block and an identity block.
+      {"conv3x3:6 relu maxpool2 res[conv3x3:8/s2/p1 relu conv3x3:8/p1] relu res[conv3x3:8/p1 relu conv3x3:8/p1] relu "
+       "fc:10",
+       {1, 28, 28}},
   };
-  for (const Case& c : networks) {
-    const cnn::Network net = network_of(c);
-    const cnn::Dataset& data = c.input.channels == 3 ? colour : grey;
-    const std::vector<float> params = params_of(net, 7);
-    const std::vector<std::int32_t> order = cnn::Sampler(9, data.count()).permutation(1);
-    auto seq = backend_of(net, cnn::BackendKind::kSeq, 4);  // `seq` is one thread whatever it is asked
-    BOOST_TEST(seq->device_description().rfind("1 CPU thread, ops ", 0) == 0, seq->device_description());
-    BOOST_TEST(seq->device_description().find("conv_relu_pool") == std::string::npos, seq->device_description());
-    seq->bind_data(data, data);
-    seq->upload_params(params);
-    seq->begin_epoch(order);
-    const Step reference = take_step(*seq, net, 10, 100, nullptr);
-    const cnn::BatchStats reference_eval = seq->evaluate(0, data.count());
-    for (int threads : {1, 3}) {
-      BOOST_TEST_CONTEXT(c.model << ", threads x" << threads) {
-        auto fused = backend_of(net, cnn::BackendKind::kThreads, threads);
-        BOOST_TEST(fused->device_description().find(" conv_relu_pool ") != std::string::npos, fused->device_description());
-        fused->bind_data(data, data);
-        fused->upload_params(params);
-        fused->begin_epoch(order);
-        const Step step = take_step(*fused, net, 10, 100, nullptr);
-        BOOST_TEST(step.stats.count == reference.stats.count);
-        BOOST_TEST(step.stats.correct == reference.stats.correct);
-        BOOST_TEST(std::fabs(step.stats.loss_sum - reference.stats.loss_sum) <= 1e-5 * reference.stats.loss_sum);
-        for (const cnn::ParamView& view : net.layout.views()) {
-          const std::vector<float> a(step.grads.begin() + view.offset, step.grads.begin() + view.offset + view.size);
-          const std::vector<float> b(reference.grads.begin() + view.offset,
-                                     reference.grads.begin() + view.offset + view.size);
-          const double error = cnn::test::relative_error(a, b);
-          BOOST_TEST(error <= 1e-5, view.name() << ": relative error " << error);
-        }
-        const cnn::BatchStats eval = fused->evaluate(0, data.count());
-        BOOST_TEST(eval.correct == reference_eval.correct);
-        BOOST_TEST(std::fabs(eval.loss_sum - reference_eval.loss_sum) <= 1e-5 * reference_eval.loss_sum);
-      }
-    }
+  for (const Case& c : networks) check_threads_against_seq(c, c.input.channels == 3 ? colour : grey, true);
+}
+
+// Residual networks with no fused op: `threads` splits the batch into micro-batches over threads (the
+// blocks' inner buffers per thread), `seq` runs it whole on one.
+BOOST_AUTO_TEST_CASE(residual_networks_agree_with_seq) {
+  const cnn::Dataset grey = cnn::test::random_dataset(120, {1, 28, 28}, 44);
+  const cnn::Dataset colour = cnn::test::random_dataset(120, {3, 20, 20}, 45);
+  for (const Case& c : kResidualNetworks) check_threads_against_seq(c, c.input.channels == 3 ? colour : grey, false);
+}
+
+BOOST_AUTO_TEST_CASE(blocks_that_pass_no_gradient_back_and_start_without_parameters) {
+  const cnn::Dataset grey = cnn::test::random_dataset(200, {1, 28, 28}, 46);
+  const cnn::Dataset colour = cnn::test::random_dataset(200, {3, 20, 20}, 47);
+  for (const Case& c : kNoGradientBlocks) {
+    check_overlapped_step(c, grey, colour);
+    check_threads_against_seq(c, c.input.channels == 3 ? colour : grey, false);
   }
 }
 

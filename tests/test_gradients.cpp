@@ -190,3 +190,141 @@ BOOST_AUTO_TEST_CASE(fused_first_layer_under_more_convs_through_the_threads_back
     if (view.name() == "conv1.weight") BOOST_TEST(skew_caught >= checked / 2);
   }
 }
+
+// ---- residual blocks (res[...]) through the `seq` backend
+
+namespace {
+
+// How a network's gradient check is run: the batch, the steps, and the tolerances.
+struct GradientCheck {
+  std::int64_t samples = 3;
+  bool smooth = false;        // no ReLU or max-pool: no kinks, one step of 1e-2 for every coordinate
+  double element_rel = 2e-2;  // each coordinate: |analytic - numeric| <= rel * |numeric| + noise(h)
+  double view_rel = 1e-2;     // each view: ||analytic - numeric|| / ||numeric|| over its checked coordinates
+};
+
+// The finite-difference steps, largest first (least float noise), and the noise of a difference
+// quotient of the float loss at that step: 3e-5 at 1e-2 (measured: ~1e-5), growing as 1 / h.
+constexpr float kSteps[] = {1e-2f, 2e-3f, 5e-4f};
+double noise(float h) { return 3e-5 * (1e-2 / static_cast<double>(h)); }
+
+// Central differences of the backend's evaluate loss (the sum over the batch) against the gradient of
+// compute_gradients (the same sum), every coordinate of every view. Where the four slopes over
+// [x - h, x + h] in steps of h/2 disagree, the step crossed a ReLU or max-pool kink: the next smaller
+// step is tried, and a coordinate with a kink at every step is skipped. Each coordinate must agree to
+// element_rel (plus the noise of its step), and each view as a whole to view_rel (plus that noise
+// over the view's norm): a gradient that misses a branch's share or has a wrong sign is off by far more.
+void check_network_gradients(const std::string& spec, cnn::TensorShape shape, std::uint32_t seed,
+                             const GradientCheck& check) {
+  const int classes = 4;
+  const cnn::Dataset data = cnn::test::random_dataset(check.samples, shape, seed, classes);
+  const cnn::Network net = cnn::build_network(spec, 0, data.shape, classes);
+  BOOST_TEST_MESSAGE(net.describe());
+  cnn::BackendOptions options;
+  options.kind = cnn::BackendKind::kSeq;
+  auto backend = cnn::make_cpu_backend(net, options);
+  backend->bind_data(data, data);
+  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
+  cnn::initialize_params(params.data(), net.layout, seed + 1);
+  std::vector<std::int32_t> order(static_cast<std::size_t>(data.count()));
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+  backend->upload_params(params);
+  backend->begin_epoch(order);
+  backend->compute_gradients(0, data.count());
+  const std::vector<float> analytic(backend->grads(), backend->grads() + net.layout.total());
+  auto loss = [&] {
+    backend->upload_params(params);
+    return backend->evaluate(0, data.count()).loss_sum;
+  };
+  for (const cnn::ParamView& view : net.layout.views()) {
+    int checked = 0, kinks = 0;
+    double diff = 0.0, norm = 0.0, noise_sum = 0.0;
+    for (std::int64_t i = 0; i < view.size; ++i) {
+      float& x = params[static_cast<std::size_t>(view.offset + i)];
+      const float saved = x;
+      double numeric = 0.0, tolerance = -1.0, step_noise = 0.0;
+      for (const float h : kSteps) {
+        double at[5];
+        for (int k = 0; k < 5; ++k) {
+          x = saved + static_cast<float>(k - 2) * (h / 2);
+          at[k] = loss();
+        }
+        x = saved;
+        double low = INFINITY, high = -INFINITY;
+        for (int k = 0; k < 4; ++k) {
+          const double slope = (at[k + 1] - at[k]) / (h / 2);
+          low = std::min(low, slope);
+          high = std::max(high, slope);
+        }
+        numeric = (at[4] - at[0]) / (2.0 * h);
+        if (check.smooth || high - low <= 0.02 * std::fabs(numeric) + 4 * noise(h)) {
+          tolerance = check.element_rel * std::fabs(numeric) + noise(h);
+          step_noise = noise(h);
+          break;
+        }
+        if (check.smooth) break;
+      }
+      if (tolerance < 0.0) {
+        ++kinks;
+        continue;
+      }
+      const double g = analytic[static_cast<std::size_t>(view.offset + i)];
+      BOOST_TEST(std::fabs(g - numeric) <= tolerance,
+                 spec << ": " << view.name() << "[" << i << "]: analytic " << g << " vs numeric " << numeric);
+      diff += (g - numeric) * (g - numeric);
+      norm += numeric * numeric;
+      noise_sum += step_noise * step_noise;
+      ++checked;
+    }
+    // The view's error may exceed view_rel by the noise of the steps taken, relative to its norm (small
+    // gradients, checked at small steps near kinks).
+    const double error = norm > 0.0 ? std::sqrt(diff / norm) : INFINITY;
+    const double allowed = check.view_rel + (norm > 0.0 ? std::sqrt(noise_sum / norm) : 0.0);
+    BOOST_TEST_MESSAGE(view.name() << ": " << checked << " checked, " << kinks << " skipped at kinks, relative error "
+                                   << error << " (allowed " << allowed << "), norm " << std::sqrt(norm));
+    BOOST_TEST(checked >= view.size * 3 / 4, spec << ": " << view.name() << ": too many coordinates at kinks");
+    BOOST_TEST(error <= allowed, spec << ": " << view.name() << ": relative error " << error << " > " << allowed);
+  }
+}
+
+}  // namespace
+
+// No ReLU anywhere (the loss is smooth: a larger step, tight tolerances): an identity block, then a
+// projection block (its 1x1 conv's own gradient, and its share of the input gradient) whose input
+// gradient must reach conv1 through both branches of both blocks.
+BOOST_AUTO_TEST_CASE(residual_blocks_without_kinks) {
+  GradientCheck tight;
+  tight.smooth = true;
+  tight.element_rel = 1e-2;
+  tight.view_rel = 2e-3;
+  // 2x8x8 -> conv1 3x8x8 -> identity (conv2, conv3) -> projection 4x4x4 (conv4 stride 2, conv5;
+  // shortcut conv6, 1x1 stride 2) -> fc.
+  check_network_gradients("conv3x3:3/p1 res[conv3x3:3/p1 conv3x3:3/p1] res[conv3x3:4/s2/p1 conv3x3:4/p1] fc:4",
+                          {2, 8, 8}, 21, tight);
+  // The block first: no gradient passes out of it.
+  check_network_gradients("res[conv3x3:3/s2/p1 conv3x3:3/p1] fc:4", {2, 8, 8}, 22, tight);
+}
+
+// The same blocks with ReLUs: after one (the identity passes the gradient to where conv1's ReLU
+// masks it), inside the body, and after the sum.
+BOOST_AUTO_TEST_CASE(residual_identity_and_projection_blocks) {
+  check_network_gradients("conv3x3:3/p1 relu res[conv3x3:3/p1 relu conv3x3:3/p1] relu "
+                          "res[conv3x3:4/s2/p1 relu conv3x3:4/p1] relu fc:4",
+                          {2, 6, 6}, 23, GradientCheck{});
+}
+
+BOOST_AUTO_TEST_CASE(residual_block_first) {
+  check_network_gradients("res[conv3x3:3/s2/p1 relu conv3x3:3/p1] relu fc:4", {2, 8, 8}, 24, GradientCheck{});
+}
+
+BOOST_AUTO_TEST_CASE(residual_bodies_starting_with_a_relu_or_holding_a_pool) {
+  // After a conv with no ReLU: the body's ReLU masks its branch only, the identity passes everything.
+  check_network_gradients("conv3x3:3/p1 res[relu conv3x3:3/p1 relu conv3x3:3/p1] fc:4", {2, 6, 6}, 25, GradientCheck{});
+  // A max-pool ends the body (8 -> 4), the shortcut a 1x1 conv of stride 2.
+  check_network_gradients("conv3x3:3/p1 relu res[conv3x3:4/p1 relu maxpool2] fc:4", {2, 8, 8}, 26, GradientCheck{});
+}
+
+BOOST_AUTO_TEST_CASE(residual_block_first_whose_body_starts_with_a_relu) {
+  // Nothing before the block has parameters, and its body's first layer has none either.
+  check_network_gradients("res[relu conv3x3:2/p1] relu fc:4", {2, 8, 8}, 27, GradientCheck{});
+}

@@ -20,13 +20,19 @@ echo "build: $(($(date +%s) - start)) s"
 grep -E "CUDA backend|NCCL|Boost.Test" "$out/cmake.log"
 
 status=0
-echo "--- smoke: one short GPU training run, and compute-sanitizer memcheck, racecheck, initcheck on it (logs in \$OUT)"
-smoke=(--device gpu --data "$CNN_FASHION_DIR" --train-samples 300 --test-samples 100 --filters 32 --batch 100 --epochs 1)
-./build/cnn_mpi "${smoke[@]}" --out runs/smoke >"$out/smoke.log" 2>&1; echo "smoke exit $?"; tail -4 "$out/smoke.log"
-for tool in memcheck racecheck initcheck; do
-  compute-sanitizer --tool "$tool" "./build/cnn_mpi" "${smoke[@]}" --out "runs/smoke-$tool" >"$out/$tool.log" 2>&1
-  echo "$tool exit $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$tool.log" | tail -1)"
-  grep -E "=========" "$out/$tool.log" | grep -v SUMMARY | head -10
+echo "--- smoke: short GPU training runs (the seed's fused op; layer ops with residual blocks), and"
+echo "    compute-sanitizer memcheck, racecheck, initcheck on each (logs in \$OUT)"
+data=(--device gpu --data "$CNN_FASHION_DIR" --train-samples 300 --test-samples 100 --batch 100 --epochs 1)
+declare -A smoke_model=([seed]="seed" [residual]="conv3x3:16/p1 relu res[conv3x3:16/p1 relu conv3x3:16/p1] relu res[conv3x3:32/s2/p1 relu conv3x3:32/p1] relu maxpool2 fc:10")
+for name in seed residual; do
+  smoke=("${data[@]}" --filters 32 --model "${smoke_model[$name]}")
+  ./build/cnn_mpi "${smoke[@]}" --out "runs/smoke-$name" >"$out/smoke-$name.log" 2>&1; echo "smoke $name exit $?"
+  tail -2 "$out/smoke-$name.log"
+  for tool in memcheck racecheck initcheck; do
+    compute-sanitizer --tool "$tool" "./build/cnn_mpi" "${smoke[@]}" --out "runs/smoke-$name-$tool" >"$out/$name-$tool.log" 2>&1
+    echo "$name $tool exit $?: $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/$name-$tool.log" | tail -1)"
+    grep -E "=========" "$out/$name-$tool.log" | grep -v SUMMARY | head -10
+  done
 done
 
 (cd build && CNN_TEST_LOG_DIR="$log_dir" ctest -L gpu --output-on-failure --timeout 500) 2>&1 | tee "$out/ctest-gpu.log" | tail -40 || status=1

@@ -165,6 +165,8 @@ class ResidualOp final : public CpuOp {
                     const CpuBackward& t, float* grad, float* grad_in) {
     for (std::size_t j = ops.size(); j-- > 0;) {
       CpuOp& inner = *ops[j];
+      // Below the first op with parameters, nothing is left to compute when no gradient leaves the block.
+      if (!inner.needs_input_grad() && !inner.has_params()) break;
       const float* in = j == 0 ? t.in : output(outputs[j - 1], *ops[j - 1], t.slot);
       float* into = j == 0 ? grad_in : (grad == grad_a_.data() ? grad_b_.data() : grad_a_.data());
       if (!inner.needs_input_grad()) into = nullptr;

@@ -40,13 +40,16 @@ std::vector<Token> split(const std::string& spec, std::vector<std::string>& whol
     whole.push_back(text);
     const int index = static_cast<int>(whole.size());
     std::size_t begin = 0, end = text.size();
-    for (std::size_t k = 0; k < layer_def_count(); ++k) {
-      const LayerDef& def = layer_def(static_cast<LayerKind>(k));
-      const std::string keyword(def.keyword);
-      if (def.block && text.compare(0, keyword.size(), keyword) == 0) {
-        pieces.push_back({keyword, static_cast<int>(start), index});
-        begin = keyword.size();
-        break;
+    for (bool opened = true; opened;) {  // "res[res[" too, so that the builder can say why it is refused
+      opened = false;
+      for (std::size_t k = 0; k < layer_def_count() && !opened; ++k) {
+        const LayerDef& def = layer_def(static_cast<LayerKind>(k));
+        const std::string keyword(def.keyword);
+        if (def.block && text.compare(begin, keyword.size(), keyword) == 0) {
+          pieces.push_back({keyword, static_cast<int>(start + begin), index});
+          begin += keyword.size();
+          opened = true;
+        }
       }
     }
     std::size_t closes = 0;
