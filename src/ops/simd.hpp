@@ -3,6 +3,7 @@
 // memcpy, so they need no alignment.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 
 namespace cnn::simd {
@@ -24,6 +25,31 @@ inline Vec load(const float* p) {
 inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
 
 inline Vec splat(float x) { return Vec{} + x; }
+
+typedef std::int32_t IVec __attribute__((vector_size(kLanes * sizeof(std::int32_t))));
+typedef std::uint8_t ByteVec __attribute__((vector_size(kLanes)));
+
+// One step of transpose(): the off-diagonal d x d blocks of every 2d x 2d block swap, one two-input
+// shuffle per row (d a template argument, so that the shuffle masks are constants).
+template <int d>
+inline void transpose_blocks(Vec* rows) {
+  IVec low, high;  // lane l of the pair (a = rows[i], b = rows[i + d]); b's lanes are numbered from kLanes
+  for (int l = 0; l < kLanes; ++l) {
+    low[l] = (l & d) ? kLanes + l - d : l;
+    high[l] = (l & d) ? kLanes + l : l + d;
+  }
+  for (int i = 0; i < kLanes; ++i) {
+    if (i & d) continue;
+    const Vec a = rows[i], b = rows[i + d];
+    rows[i] = __builtin_shuffle(a, b, low);
+    rows[i + d] = __builtin_shuffle(a, b, high);
+  }
+  if constexpr (d > 1) transpose_blocks<d / 2>(rows);
+}
+
+// Transposes the kLanes x kLanes matrix whose rows are rows[0..kLanes), in registers:
+// kLanes * log2(kLanes) shuffles, against two scalar moves per element.
+inline void transpose(Vec* rows) { transpose_blocks<kLanes / 2>(rows); }
 
 inline float sum(Vec v) {
   float total = 0.0f;

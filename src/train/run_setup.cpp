@@ -85,8 +85,11 @@ Range bind_first_step(const TrainConfig& config, TrainingRun& run) {
 void print_settings(const TrainConfig& config, const MpiWorld& world, const TrainingRun& run,
                     const std::string& exchange_report) {
   if (world.rank() == 0) {
+    char work[64];
+    std::snprintf(work, sizeof(work), "%.4g", run.network.flops_per_image() / 1e6);
     std::cout << "cnn_mpi " << CNN_VERSION << "\n" << describe(config) << "  model_detail: " << run.network.describe()
               << "\n"
+              << "  model_work: " << work << " MFLOP per training image (forward and backward)\n"
               << "  train_images: " << run.data->train_count() << ", test_images: " << run.data->test_count() << "\n"
               << "  data_mode: " << run.data->mode() << "\n"
               << "  gradient allreduce: " << run.comm->name() << "\n" << exchange_report;
