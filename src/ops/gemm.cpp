@@ -29,12 +29,25 @@ inline void nn_block(float* c, const float* a, const float* b, std::int64_t n, s
     for (int v = 0; v < V; ++v) simd::store(c + (i0 + r) * n + j0 + v * kLanes, acc[r][v]);
 }
 
+// Register tiles: kRows x kVectors accumulators plus kVectors B vectors and a broadcast fit the
+// registers (32 with AVX-512: 6 x 4 = 24 accumulators; 16 with AVX2: 6 x 2 = 12), and each k step
+// is kRows * kVectors FMAs for kVectors loads and kRows broadcasts.
+constexpr int kRows = 6;
+constexpr int kVectors = kLanes == 16 ? 4 : 2;
+
 template <int V>
 inline void nn_rows(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k,
                     std::int64_t j0, bool accumulate) {
   std::int64_t i = 0;
-  for (; i + 4 <= m; i += 4) nn_block<4, V>(c, a, b, n, k, i, j0, accumulate);
-  for (; i < m; ++i) nn_block<1, V>(c, a, b, n, k, i, j0, accumulate);
+  for (; i + kRows <= m; i += kRows) nn_block<kRows, V>(c, a, b, n, k, i, j0, accumulate);
+  switch (m - i) {  // the last rows, in one tile
+    case 1: nn_block<1, V>(c, a, b, n, k, i, j0, accumulate); break;
+    case 2: nn_block<2, V>(c, a, b, n, k, i, j0, accumulate); break;
+    case 3: nn_block<3, V>(c, a, b, n, k, i, j0, accumulate); break;
+    case 4: nn_block<4, V>(c, a, b, n, k, i, j0, accumulate); break;
+    case 5: nn_block<5, V>(c, a, b, n, k, i, j0, accumulate); break;
+    default: break;
+  }
 }
 
 // Rows [i0, i0+R) x [j0, j0+S) of C += A*B^T: the dot products along k, R*S vector accumulators.
@@ -63,7 +76,7 @@ inline void nt_block(float* c, const float* a, const float* b, std::int64_t n, s
 
 void nn(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
   std::int64_t j = 0;
-  for (; j + 2 * kLanes <= n; j += 2 * kLanes) nn_rows<2>(c, a, b, m, n, k, j, accumulate);
+  for (; j + kVectors * kLanes <= n; j += kVectors * kLanes) nn_rows<kVectors>(c, a, b, m, n, k, j, accumulate);
   for (; j + kLanes <= n; j += kLanes) nn_rows<1>(c, a, b, m, n, k, j, accumulate);
   // The last columns, fewer than a vector.
   for (std::int64_t i = 0; i < m; ++i)
@@ -75,10 +88,12 @@ void nn(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n
 }
 
 void nt_accumulate(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k) {
+  // 4 x 6 dot products per tile with AVX-512 (24 accumulators), 4 x 2 with AVX2.
+  constexpr int kColumns = kLanes == 16 ? 6 : 2;
   std::int64_t i = 0;
   for (; i + 4 <= m; i += 4) {
     std::int64_t j = 0;
-    for (; j + 4 <= n; j += 4) nt_block<4, 4>(c, a, b, n, k, i, j);
+    for (; j + kColumns <= n; j += kColumns) nt_block<4, kColumns>(c, a, b, n, k, i, j);
     for (; j < n; ++j) nt_block<4, 1>(c, a, b, n, k, i, j);
   }
   for (; i < m; ++i)
