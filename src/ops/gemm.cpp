@@ -1,5 +1,8 @@
 #include "ops/gemm.hpp"
 
+#include <algorithm>
+#include <vector>
+
 #include "ops/simd.hpp"
 
 namespace cnn::gemm {
@@ -78,13 +81,21 @@ void nn(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n
   std::int64_t j = 0;
   for (; j + kVectors * kLanes <= n; j += kVectors * kLanes) nn_rows<kVectors>(c, a, b, m, n, k, j, accumulate);
   for (; j + kLanes <= n; j += kLanes) nn_rows<1>(c, a, b, m, n, k, j, accumulate);
-  // The last columns, fewer than a vector.
+  // The last columns, fewer than a vector (a conv's n is samples x output pixels, rarely a multiple
+  // of the lanes): as one vector of columns, through copies padded with zeros, since a scalar loop
+  // over them, with B read down its columns, cost as much as the vectors before it.
+  const std::int64_t tail = n - j;
+  if (tail == 0) return;
+  thread_local std::vector<float> b_tail, c_tail;
+  b_tail.assign(static_cast<std::size_t>(k * kLanes), 0.0f);
+  c_tail.assign(static_cast<std::size_t>(m * kLanes), 0.0f);
+  for (std::int64_t p = 0; p < k; ++p)
+    std::copy(b + p * n + j, b + p * n + n, b_tail.begin() + p * kLanes);
+  if (accumulate)
+    for (std::int64_t i = 0; i < m; ++i) std::copy(c + i * n + j, c + i * n + n, c_tail.begin() + i * kLanes);
+  nn_rows<1>(c_tail.data(), a, b_tail.data(), m, kLanes, k, 0, accumulate);
   for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t jj = j; jj < n; ++jj) {
-      float sum = accumulate ? c[i * n + jj] : 0.0f;
-      for (std::int64_t p = 0; p < k; ++p) sum += a[i * k + p] * b[p * n + jj];
-      c[i * n + jj] = sum;
-    }
+    std::copy(c_tail.begin() + i * kLanes, c_tail.begin() + i * kLanes + tail, c + i * n + j);
 }
 
 void nt_accumulate(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k) {
