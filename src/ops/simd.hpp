@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 namespace cnn::simd {
 
@@ -30,19 +31,25 @@ typedef std::int32_t IVec __attribute__((vector_size(kLanes * sizeof(std::int32_
 typedef std::uint8_t ByteVec __attribute__((vector_size(kLanes)));
 
 // One step of transpose(): the off-diagonal d x d blocks of every 2d x 2d block swap, one two-input
-// shuffle per row (d a template argument, so that the shuffle masks are constants).
+// shuffle per row. __builtin_shufflevector (GCC 12 and clang) takes constant lane indices: lane l of
+// the pair (a, b), b's lanes numbered from kLanes.
+template <int d, int... L>
+inline Vec low_half(Vec a, Vec b, std::integer_sequence<int, L...>) {
+  return __builtin_shufflevector(a, b, ((L & d) ? kLanes + L - d : L)...);
+}
+template <int d, int... L>
+inline Vec high_half(Vec a, Vec b, std::integer_sequence<int, L...>) {
+  return __builtin_shufflevector(a, b, ((L & d) ? kLanes + L : L + d)...);
+}
+
 template <int d>
 inline void transpose_blocks(Vec* rows) {
-  IVec low, high;  // lane l of the pair (a = rows[i], b = rows[i + d]); b's lanes are numbered from kLanes
-  for (int l = 0; l < kLanes; ++l) {
-    low[l] = (l & d) ? kLanes + l - d : l;
-    high[l] = (l & d) ? kLanes + l : l + d;
-  }
+  constexpr auto lanes = std::make_integer_sequence<int, kLanes>{};
   for (int i = 0; i < kLanes; ++i) {
     if (i & d) continue;
     const Vec a = rows[i], b = rows[i + d];
-    rows[i] = __builtin_shuffle(a, b, low);
-    rows[i + d] = __builtin_shuffle(a, b, high);
+    rows[i] = low_half<d>(a, b, lanes);
+    rows[i + d] = high_half<d>(a, b, lanes);
   }
   if constexpr (d > 1) transpose_blocks<d / 2>(rows);
 }
