@@ -32,7 +32,6 @@ struct BackwardSegment {
   std::size_t top, bottom;
 };
 
-std::int64_t micro_batches(std::int64_t samples) { return (samples + kCpuMicroBatch - 1) / kCpuMicroBatch; }
 
 class CpuBackend final : public Backend {
  public:
@@ -49,7 +48,7 @@ class CpuBackend final : public Backend {
         thread_times_(static_cast<std::size_t>(threads_)) {
     runners_.reserve(static_cast<std::size_t>(threads_));
     for (int t = 0; t < threads_; ++t) {
-      runners_.emplace_back(plan_, network_);
+      runners_.emplace_back(plan_, network_, kind != BackendKind::kSeq);
       thread_grads_.emplace_back(static_cast<std::size_t>(total_));
     }
     // The backward from the op below the loss, cut after each op with parameters.
@@ -91,8 +90,8 @@ class CpuBackend final : public Backend {
       const Range share = thread_share(count, t);
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
-      for (std::int64_t done = 0; done < share.count; done += kCpuMicroBatch)
-        train_micro_batch(t, first + share.begin + done, std::min(kCpuMicroBatch, share.count - done), 0, below_loss,
+      for (std::int64_t done = 0; done < share.count; done += micro_batch())
+        train_micro_batch(t, first + share.begin + done, std::min(micro_batch(), share.count - done), 0, below_loss,
                           first_param, nullptr, stats[static_cast<std::size_t>(t)]);
     });
     const double reduce_start = wall_seconds();
@@ -127,11 +126,11 @@ class CpuBackend final : public Backend {
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
       const Range share = thread_share(count, t);
-      runner.keep_slots(micro_batches(share.count));
+      runner.keep_slots((share.count + micro_batch() - 1) / micro_batch());
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
-      for (std::int64_t done = 0, slot = 0; done < share.count; done += kCpuMicroBatch, ++slot)
-        train_micro_batch(t, first + share.begin + done, std::min(kCpuMicroBatch, share.count - done), slot,
+      for (std::int64_t done = 0, slot = 0; done < share.count; done += micro_batch(), ++slot)
+        train_micro_batch(t, first + share.begin + done, std::min(micro_batch(), share.count - done), slot,
                           last_layer.top, last_layer.bottom, input_gradient_kept(runner, last_layer.bottom, slot),
                           stats[static_cast<std::size_t>(t)]);
     });
@@ -143,8 +142,8 @@ class CpuBackend final : public Backend {
         ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
         const Range share = thread_share(count, t);
         float* g = thread_gradients(t);
-        for (std::int64_t done = 0, slot = 0; done < share.count; done += kCpuMicroBatch, ++slot) {
-          const std::int64_t mb = std::min(kCpuMicroBatch, share.count - done);
+        for (std::int64_t done = 0, slot = 0; done < share.count; done += micro_batch(), ++slot) {
+          const std::int64_t mb = std::min(micro_batch(), share.count - done);
           const double t0 = wall_seconds();
           // The first op reads the samples: gathered again, cheaper than keeping them.
           if (segment.bottom == 0) runner.gather(*train_, permutation_.data() + first + share.begin + done, mb, true);
@@ -200,9 +199,9 @@ class CpuBackend final : public Backend {
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
       const Range share = thread_share(count, t);
-      std::vector<std::int32_t> indices(kCpuMicroBatch);
-      for (std::int64_t done = 0; done < share.count; done += kCpuMicroBatch) {
-        const std::int64_t mb = std::min(kCpuMicroBatch, share.count - done);
+      std::vector<std::int32_t> indices(static_cast<std::size_t>(micro_batch()));
+      for (std::int64_t done = 0; done < share.count; done += micro_batch()) {
+        const std::int64_t mb = std::min(micro_batch(), share.count - done);
         for (std::int64_t s = 0; s < mb; ++s) indices[s] = static_cast<std::int32_t>(first + share.begin + done + s);
         runner.gather(*test_, indices.data(), mb);
         runner.forward(params_.data(), mb, 0, false, stats[static_cast<std::size_t>(t)]);
@@ -267,6 +266,8 @@ class CpuBackend final : public Backend {
 
   // Op i's sizes and parameter range, the same in every thread's runner.
   const CpuOp& op(std::size_t i) const { return runners_.front().op(i); }
+  // Samples per micro-batch, the same in every thread's runner.
+  std::int64_t micro_batch() const { return runners_.front().micro_batch(); }
 
   // grads[begin, end) = thread_grads[0] + thread_grads[1] + ... in thread order. Split over the
   // threads by element; each element is summed in thread order whatever the split.

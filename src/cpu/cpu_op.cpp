@@ -43,6 +43,14 @@ std::unique_ptr<CpuOp> make_cpu_op(const Op& op, const Network& network) {
   throw std::logic_error("make_cpu_op: " + op.name() + " is no CPU op");
 }
 
+std::int64_t cpu_micro_batch(const std::vector<std::unique_ptr<CpuOp>>& ops) {
+  std::int64_t bytes_per_sample = 0;
+  for (const std::unique_ptr<CpuOp>& op : ops) bytes_per_sample += 2 * sizeof(float) * op->out_size();
+  std::int64_t samples = kCpuMicroBatchMax;
+  while (samples > 8 && samples * bytes_per_sample > kCpuMicroBatchBytes) samples /= 2;
+  return samples;
+}
+
 std::vector<std::unique_ptr<CpuOp>> make_cpu_ops(const std::vector<Op>& plan, const Network& network) {
   std::vector<std::unique_ptr<CpuOp>> ops;
   ops.reserve(plan.size());

@@ -22,13 +22,16 @@
 namespace cnn {
 
 // Samples processed together by one thread: the activations of a micro-batch stay in cache, and the
-// fc weight gradients are read and written once per micro-batch rather than once per sample.
-inline constexpr std::int64_t kCpuMicroBatch = 32;
+// fc weight gradients are read and written once per micro-batch rather than once per sample. At most
+// this many; cpu_micro_batch picks the size for a plan.
+inline constexpr std::int64_t kCpuMicroBatchMax = 32;
 
-// Slot `slot` of a buffer of micro-batches of `per_sample` values, or its only slot when not kept.
+// Slot `slot` of a buffer of micro-batches of `micro_batch` x `per_sample` values, or its only slot
+// when not kept.
 template <typename T>
-T* micro_batch_slot(std::vector<T>& buffer, bool kept, std::int64_t per_sample, std::int64_t slot) {
-  return buffer.data() + (kept ? slot : 0) * kCpuMicroBatch * per_sample;
+T* micro_batch_slot(std::vector<T>& buffer, bool kept, std::int64_t micro_batch, std::int64_t per_sample,
+                    std::int64_t slot) {
+  return buffer.data() + (kept ? slot : 0) * micro_batch * per_sample;
 }
 
 // One forward call: the micro-batch's tensors (float [mb, size] each).
@@ -79,6 +82,9 @@ class CpuOp {
     keeps_output_ = output;
     keeps_own_data_ = own_data && has_own_data_;
   }
+  // Samples per micro-batch (cpu_micro_batch), set before size_slots.
+  std::int64_t micro_batch() const { return micro_batch_; }
+  virtual void set_micro_batch(std::int64_t samples) { micro_batch_ = samples; }
 
   // Sizes what the op keeps of its own for `slots` micro-batches (1 when not kept).
   virtual void size_slots(std::int64_t /*slots*/) {}
@@ -91,7 +97,12 @@ class CpuOp {
   const Layer& layer() const { return *layer_; }
   // How many floats of its own data a micro-batch's slot holds, given set_kept.
   std::int64_t slot_values(std::int64_t slots) const {
-    return (keeps_own_data_ ? slots : 1) * kCpuMicroBatch * out_size_;
+    return (keeps_own_data_ ? slots : 1) * micro_batch_ * out_size_;
+  }
+  // Slot `slot` of a buffer of its own data (out_size values per sample).
+  template <typename T>
+  T* own_slot(std::vector<T>& buffer, std::int64_t slot) {
+    return micro_batch_slot(buffer, keeps_own_data_, micro_batch_, out_size_, slot);
   }
 
   bool backward_reads_output_ = false;  // set by the op's constructor
@@ -106,10 +117,19 @@ class CpuOp {
   std::int64_t param_count_ = 0;
   bool keeps_output_ = false;
   bool keeps_own_data_ = false;
+  std::int64_t micro_batch_ = kCpuMicroBatchMax;
 };
 
 // The table: the op for op.kind, running network's layers (which must outlive it).
 std::unique_ptr<CpuOp> make_cpu_op(const Op& op, const Network& network);
+
+// Samples per micro-batch for `ops`: the most, up to kCpuMicroBatchMax (halving, down to 8), whose
+// activations and their gradients (the ops' outputs, 8 bytes a value) fit kCpuMicroBatchBytes. The
+// seed at d 256 on `threads` (346 kB a sample) then runs 16 at a time: 19% less CPU time than 32 on
+// the development VM, where d 64 (87 kB) and the cifar preset (190 kB) keep 32, their fastest
+// (docs/PERFORMANCE.md). `seq` keeps kCpuMicroBatchMax: the reference's sums do not move.
+inline constexpr std::int64_t kCpuMicroBatchBytes = std::int64_t{8} << 20;
+std::int64_t cpu_micro_batch(const std::vector<std::unique_ptr<CpuOp>>& ops);
 
 // Every op of `plan` (plan_ops for a CPU target), with what each keeps per slot for the overlapped step.
 std::vector<std::unique_ptr<CpuOp>> make_cpu_ops(const std::vector<Op>& plan, const Network& network);

@@ -21,14 +21,16 @@ std::int64_t largest_gradient(const std::vector<std::unique_ptr<CpuOp>>& ops) {
 
 }  // namespace
 
-CpuOpRunner::CpuOpRunner(const std::vector<Op>& plan, const Network& network)
+CpuOpRunner::CpuOpRunner(const std::vector<Op>& plan, const Network& network, bool sized_micro_batch)
     : ops_(make_cpu_ops(plan, network)),
-      input_(static_cast<std::size_t>(kCpuMicroBatch * network.input.size())),
-      labels_(kCpuMicroBatch),
+      micro_batch_(sized_micro_batch ? cpu_micro_batch(ops_) : kCpuMicroBatchMax),
+      input_(static_cast<std::size_t>(micro_batch_ * network.input.size())),
+      labels_(static_cast<std::size_t>(micro_batch_)),
       outputs_(ops_.size()),
       input_gradients_(ops_.size()),
-      grad_a_(static_cast<std::size_t>(kCpuMicroBatch * largest_gradient(ops_))),
+      grad_a_(static_cast<std::size_t>(micro_batch_ * largest_gradient(ops_))),
       grad_b_(grad_a_.size()) {
+  for (const std::unique_ptr<CpuOp>& op : ops_) op->set_micro_batch(micro_batch_);
   size_buffers(1, false);
 }
 
@@ -42,15 +44,15 @@ void CpuOpRunner::keep_slots(std::int64_t slots) {
 void CpuOpRunner::size_buffers(std::int64_t slots, bool input_gradients) {
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     CpuOp& op = *ops_[i];
-    outputs_[i].resize(static_cast<std::size_t>((op.keeps_output() ? slots : 1) * kCpuMicroBatch * op.out_size()));
+    outputs_[i].resize(static_cast<std::size_t>((op.keeps_output() ? slots : 1) * micro_batch_ * op.out_size()));
     op.size_slots(slots);
     if (input_gradients && op.has_params() && op.needs_input_grad())
-      input_gradients_[i].resize(static_cast<std::size_t>(slots * kCpuMicroBatch * op.in_size()));
+      input_gradients_[i].resize(static_cast<std::size_t>(slots * micro_batch_ * op.in_size()));
   }
 }
 
 float* CpuOpRunner::kept_input_gradient(std::size_t i, std::int64_t slot) {
-  return micro_batch_slot(input_gradients_[i], true, ops_[i]->in_size(), slot);
+  return micro_batch_slot(input_gradients_[i], true, micro_batch_, ops_[i]->in_size(), slot);
 }
 
 void CpuOpRunner::gather(const Dataset& data, const std::int32_t* indices, std::int64_t mb, bool images_only) {

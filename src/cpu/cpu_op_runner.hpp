@@ -22,10 +22,13 @@ namespace cnn {
 
 class CpuOpRunner {
  public:
-  // plan: plan_ops for a CPU target; network must outlive the runner.
-  CpuOpRunner(const std::vector<Op>& plan, const Network& network);
+  // plan: plan_ops for a CPU target; network must outlive the runner. sized_micro_batch: micro-batches
+  // of cpu_micro_batch samples for these ops (`threads`), else kCpuMicroBatchMax (`seq`).
+  CpuOpRunner(const std::vector<Op>& plan, const Network& network, bool sized_micro_batch);
 
   std::size_t op_count() const { return ops_.size(); }
+  // Samples per micro-batch: gather, forward and backward take at most this many.
+  std::int64_t micro_batch() const { return micro_batch_; }
   const CpuOp& op(std::size_t i) const { return *ops_[i]; }
 
   // For the overlapped step: makes room to keep `slots` micro-batches of the outputs the backward
@@ -55,11 +58,12 @@ class CpuOpRunner {
  private:
   void size_buffers(std::int64_t slots, bool input_gradients);
   float* output(std::size_t i, std::int64_t slot) {
-    return micro_batch_slot(outputs_[i], ops_[i]->keeps_output(), ops_[i]->out_size(), slot);
+    return micro_batch_slot(outputs_[i], ops_[i]->keeps_output(), micro_batch_, ops_[i]->out_size(), slot);
   }
   const float* input_of(std::size_t i, std::int64_t slot) { return i == 0 ? input_.data() : output(i - 1, slot); }
 
   std::vector<std::unique_ptr<CpuOp>> ops_;
+  std::int64_t micro_batch_;
   std::vector<float> input_;                              // [mb, C, H, W]
   std::vector<std::uint8_t> labels_;                      // [mb]
   std::vector<std::vector<float>> outputs_;               // per op: [slots, mb, out_size]

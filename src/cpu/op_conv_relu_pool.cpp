@@ -38,7 +38,7 @@ class ConvReluPoolOp final : public CpuOp {
   }
 
  private:
-  std::uint8_t* argmax(std::int64_t slot) { return micro_batch_slot(argmax_, keeps_own_data(), out_size(), slot); }
+  std::uint8_t* argmax(std::int64_t slot) { return own_slot(argmax_, slot); }
 
   SeedModel shape_;                   // the shape conv_relu_pool_forward/backward take
   std::vector<std::uint8_t> argmax_;  // [slots, mb, out_size]: the winner in each 2x2 window

@@ -115,7 +115,7 @@ class MaxPoolOp final : public CpuOp {
   }
 
  private:
-  std::int32_t* argmax(std::int64_t slot) { return micro_batch_slot(argmax_, keeps_own_data(), out_size(), slot); }
+  std::int32_t* argmax(std::int64_t slot) { return own_slot(argmax_, slot); }
 
   std::vector<std::int32_t> argmax_;  // [slots, mb, out_size]
 };

@@ -86,23 +86,28 @@ class ResidualOp final : public CpuOp {
         body_out_(body_.size()),
         shortcut_out_(shortcut_.size()) {
     has_own_data_ = true;
-    std::int64_t largest = std::max(in_size(), out_size());
-    for (const auto* ops : {&body_, &shortcut_})
-      for (const std::unique_ptr<CpuOp>& inner : *ops) largest = std::max({largest, inner->in_size(), inner->out_size()});
-    for (std::vector<float>* buffer : {&top_grad_, &grad_a_, &grad_b_, &shortcut_grad_})
-      buffer->resize(static_cast<std::size_t>(kCpuMicroBatch * largest));
     size_slots(1);
+  }
+
+  void set_micro_batch(std::int64_t samples) override {
+    CpuOp::set_micro_batch(samples);
+    for (const auto* ops : {&body_, &shortcut_})
+      for (const std::unique_ptr<CpuOp>& inner : *ops) inner->set_micro_batch(samples);
   }
 
   void size_slots(std::int64_t slots) override {
     const std::int64_t kept = keeps_own_data() ? slots : 1;
+    std::int64_t largest = std::max(in_size(), out_size());
     for (auto [ops, outputs] : {std::pair{&body_, &body_out_}, std::pair{&shortcut_, &shortcut_out_}})
       for (std::size_t j = 0; j < ops->size(); ++j) {
         CpuOp& inner = *(*ops)[j];
         inner.set_kept(false, keeps_own_data());
         inner.size_slots(slots);
-        (*outputs)[j].resize(static_cast<std::size_t>(kept * kCpuMicroBatch * inner.out_size()));
+        (*outputs)[j].resize(static_cast<std::size_t>(kept * micro_batch() * inner.out_size()));
+        largest = std::max({largest, inner.in_size(), inner.out_size()});
       }
+    for (std::vector<float>* buffer : {&top_grad_, &grad_a_, &grad_b_, &shortcut_grad_})
+      buffer->resize(static_cast<std::size_t>(micro_batch() * largest));
   }
 
   void forward(const CpuForward& f) override {
@@ -142,7 +147,7 @@ class ResidualOp final : public CpuOp {
   }
 
   float* output(std::vector<float>& buffer, const CpuOp& inner, std::int64_t slot) {
-    return micro_batch_slot(buffer, keeps_own_data(), inner.out_size(), slot);
+    return micro_batch_slot(buffer, keeps_own_data(), micro_batch(), inner.out_size(), slot);
   }
 
   // The ops in order from the block's input; returns the last output (the input for no ops: the identity).
