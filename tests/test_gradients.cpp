@@ -6,6 +6,7 @@
 #define BOOST_TEST_MODULE gradients
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "boost_test.hpp"
@@ -136,6 +137,40 @@ BOOST_AUTO_TEST_CASE(seed_model_multi_channel_input) {
 // reaches the backend's buffer through the layers above it. Analytic gradients from
 // compute_gradients, numeric ones from evaluate's loss (the same fused forward); a step across a
 // ReLU or pool kink shows as one-sided slopes that disagree, and is skipped.
+namespace {
+
+// A backend's gradient of one batch's summed loss (every sample of data, in order) at parameters
+// initialised from `seed`, and that loss again at whatever params then holds: the two sides of a
+// finite-difference check through a whole backend.
+struct GradientProbe {
+  GradientProbe(const cnn::Network& net, const cnn::Dataset& data, const cnn::BackendOptions& options,
+                std::uint32_t seed)
+      : backend(cnn::make_cpu_backend(net, options)),
+        params(static_cast<std::size_t>(net.layout.total())),
+        samples(data.count()) {
+    backend->bind_data(data, data);
+    cnn::initialize_params(params.data(), net.layout, seed);
+    std::vector<std::int32_t> order(static_cast<std::size_t>(samples));
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
+    backend->upload_params(params);
+    backend->begin_epoch(order);
+    backend->compute_gradients(0, samples);
+    analytic.assign(backend->grads(), backend->grads() + net.layout.total());
+  }
+
+  double loss() {
+    backend->upload_params(params);
+    return backend->evaluate(0, samples).loss_sum;
+  }
+
+  std::unique_ptr<cnn::Backend> backend;
+  std::vector<float> params;    // change a coordinate, then loss()
+  std::vector<float> analytic;  // compute_gradients at the initial parameters
+  std::int64_t samples;
+};
+
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(fused_first_layer_under_more_convs_through_the_threads_backend) {
   const cnn::Dataset data = cnn::test::random_dataset(6, {2, 12, 12}, 14, 4);
   const cnn::Network net = cnn::build_network("conv3x3:4 relu maxpool2 conv3x3:5 relu maxpool2 fc:6 relu fc:4", 0,
@@ -143,21 +178,12 @@ BOOST_AUTO_TEST_CASE(fused_first_layer_under_more_convs_through_the_threads_back
   cnn::BackendOptions options;
   options.kind = cnn::BackendKind::kThreads;
   options.threads = 2;
-  auto backend = cnn::make_cpu_backend(net, options);
-  BOOST_TEST_REQUIRE(backend->device_description().find("ops conv_relu_pool conv relu maxpool") != std::string::npos);
-  backend->bind_data(data, data);
-  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
-  cnn::initialize_params(params.data(), net.layout, 19);
-  std::vector<std::int32_t> order(static_cast<std::size_t>(data.count()));
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
-  backend->upload_params(params);
-  backend->begin_epoch(order);
-  backend->compute_gradients(0, data.count());
-  const std::vector<float> analytic(backend->grads(), backend->grads() + net.layout.total());
-  auto loss = [&] {
-    backend->upload_params(params);
-    return backend->evaluate(0, data.count()).loss_sum;
-  };
+  GradientProbe probe(net, data, options, 19);
+  BOOST_TEST_REQUIRE(probe.backend->device_description().find("ops conv_relu_pool conv relu maxpool") !=
+                     std::string::npos);
+  std::vector<float>& params = probe.params;
+  const std::vector<float>& analytic = probe.analytic;
+  auto loss = [&] { return probe.loss(); };
   const float h = 1e-3f;  // small: a step moves every pre-activation the weight feeds
   for (const cnn::ParamView& view : net.layout.views()) {
     int checked = 0, kinks = 0, skew_caught = 0;
@@ -222,20 +248,10 @@ void check_network_gradients(const std::string& spec, cnn::TensorShape shape, st
   BOOST_TEST_MESSAGE(net.describe());
   cnn::BackendOptions options;
   options.kind = cnn::BackendKind::kSeq;
-  auto backend = cnn::make_cpu_backend(net, options);
-  backend->bind_data(data, data);
-  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
-  cnn::initialize_params(params.data(), net.layout, seed + 1);
-  std::vector<std::int32_t> order(static_cast<std::size_t>(data.count()));
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
-  backend->upload_params(params);
-  backend->begin_epoch(order);
-  backend->compute_gradients(0, data.count());
-  const std::vector<float> analytic(backend->grads(), backend->grads() + net.layout.total());
-  auto loss = [&] {
-    backend->upload_params(params);
-    return backend->evaluate(0, data.count()).loss_sum;
-  };
+  GradientProbe probe(net, data, options, seed + 1);
+  std::vector<float>& params = probe.params;
+  const std::vector<float>& analytic = probe.analytic;
+  auto loss = [&] { return probe.loss(); };
   for (const cnn::ParamView& view : net.layout.views()) {
     int checked = 0, kinks = 0;
     double diff = 0.0, norm = 0.0, noise_sum = 0.0;

@@ -123,6 +123,7 @@ double measure_clock_hz(int threads, double seconds) {
 
 // kChains independent FMA chains for `iterations` rounds, in registers (named locals: an array would
 // live on the stack, and a load and a store per FMA would be what this measures). Returns their sum.
+static_assert(kChains == 12, "fma_chains runs 12 named chains: change both together");
 __attribute__((noinline)) float fma_chains(std::int64_t iterations) {
   // x <- x * (1 - 2^-23) + 2^-24 stays near 1: no overflow, no denormals.
   const Vec scale = cnn::simd::splat(1.0f - 1.0f / 8388608.0f), shift = cnn::simd::splat(1.0f / 16777216.0f);

@@ -32,7 +32,6 @@ struct BackwardSegment {
   std::size_t top, bottom;
 };
 
-
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Network& network, BackendKind kind, int threads, OptimizerKind optimizer)
@@ -126,7 +125,7 @@ class CpuBackend final : public Backend {
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
       const Range share = thread_share(count, t);
-      runner.keep_slots((share.count + micro_batch() - 1) / micro_batch());
+      runner.keep_slots(micro_batches(share.count));
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
       for (std::int64_t done = 0, slot = 0; done < share.count; done += micro_batch(), ++slot)
@@ -266,8 +265,9 @@ class CpuBackend final : public Backend {
 
   // Op i's sizes and parameter range, the same in every thread's runner.
   const CpuOp& op(std::size_t i) const { return runners_.front().op(i); }
-  // Samples per micro-batch, the same in every thread's runner.
+  // Samples per micro-batch, the same in every thread's runner, and how many micro-batches hold `samples`.
   std::int64_t micro_batch() const { return runners_.front().micro_batch(); }
+  std::int64_t micro_batches(std::int64_t samples) const { return (samples + micro_batch() - 1) / micro_batch(); }
 
   // grads[begin, end) = thread_grads[0] + thread_grads[1] + ... in thread order. Split over the
   // threads by element; each element is summed in thread order whatever the split.

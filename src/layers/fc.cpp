@@ -98,6 +98,16 @@ void forward_tile(float* out, const float* in, const float* weight, const float*
     }
 }
 
+// Calls f(std::integral_constant<int, count>) for a count in 1 .. kMax known only at run time (the
+// last rows of a product, fewer than a whole tile); nothing for 0.
+template <int kMax, typename F>
+void with_count(std::int64_t count, F&& f) {
+  if constexpr (kMax > 0) {
+    if (count == kMax) return f(std::integral_constant<int, kMax>{});
+    with_count<kMax - 1>(count, f);
+  }
+}
+
 // Every output of kSamples samples from s0, kTileOutputs at a time.
 template <int kSamples>
 void forward_samples(float* out, const float* in, const float* weight, const float* bias, std::int64_t in_features,
@@ -107,13 +117,7 @@ void forward_samples(float* out, const float* in, const float* weight, const flo
     forward_tile<kSamples, decltype(outputs)::value>(out, in, weight, bias, in_features, out_features, s0, o, begin, end);
   };
   for (; o + kTileOutputs <= out_features; o += kTileOutputs) tile(std::integral_constant<int, kTileOutputs>{});
-  switch (out_features - o) {
-    case 1: tile(std::integral_constant<int, 1>{}); break;
-    case 2: tile(std::integral_constant<int, 2>{}); break;
-    case 3: tile(std::integral_constant<int, 3>{}); break;
-    case 4: tile(std::integral_constant<int, 4>{}); break;
-    default: break;
-  }
+  with_count<kTileOutputs - 1>(out_features - o, tile);
 }
 
 // grad_in[s] = sum over o of grad_out[s][o] * weight[o], for kSamples samples from s0.
@@ -163,15 +167,6 @@ void weight_grad_rows(float* grad_weight, const float* grad_out, const float* in
     }
 }
 
-template <int kOutputs>
-void weight_grad_remainder(float* grad_weight, const float* grad_out, const float* in, std::int64_t n,
-                           std::int64_t in_features, std::int64_t out_features, std::int64_t o0, std::int64_t rows) {
-  if constexpr (kOutputs > 0) {
-    if (rows == kOutputs) return weight_grad_rows<kOutputs>(grad_weight, grad_out, in, n, in_features, out_features, o0);
-    weight_grad_remainder<kOutputs - 1>(grad_weight, grad_out, in, n, in_features, out_features, o0, rows);
-  }
-}
-
 }  // namespace
 
 void fc_forward(float* out, const float* in, const float* weight, const float* bias, std::int64_t n,
@@ -204,8 +199,9 @@ void fc_backward(float* grad_in, float* grad_weight, float* grad_bias, const flo
   std::int64_t o = 0;
   for (; o + kGradOutputs <= out_features; o += kGradOutputs)
     weight_grad_rows<kGradOutputs>(grad_weight, grad_out, in, n, in_features, out_features, o);
-  weight_grad_remainder<kGradOutputs - 1>(grad_weight, grad_out, in, n, in_features, out_features, o,
-                                          out_features - o);
+  with_count<kGradOutputs - 1>(out_features - o, [&](auto rows) {
+    weight_grad_rows<decltype(rows)::value>(grad_weight, grad_out, in, n, in_features, out_features, o);
+  });
 }
 
 // ---- the CPU op
