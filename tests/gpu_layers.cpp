@@ -360,8 +360,10 @@ std::vector<float> initial_params(const cnn::Network& net, std::uint64_t seed) {
 // kind: "seq" or "cuda"; for cuda, `ops` (another plan of the network) or, when empty, the ops
 // make_cuda_backend picks (plan_ops for FusionTarget::kCuda). graphs: BackendOptions::cuda_graphs.
 std::unique_ptr<cnn::Backend> make(const std::string& kind, const cnn::Network& net, cnn::OptimizerKind optimizer,
-                                   bool graphs = true, const std::vector<cnn::Op>& ops = {}) {
+                                   bool graphs = true, const std::vector<cnn::Op>& ops = {},
+                                   cnn::Precision precision = cnn::Precision::kFp32) {
   cnn::BackendOptions options;
+  options.precision = precision;
   options.kind = kind == "seq" ? cnn::BackendKind::kSeq : cnn::BackendKind::kCuda;
   options.optimizer = optimizer;
   options.cuda_graphs = graphs;
@@ -785,18 +787,33 @@ BOOST_AUTO_TEST_CASE(overlapped_residual_step_gives_the_plain_bits) {
 
 // ---- 5. measurement ---------------------------------------------------------------------------------
 
+// The precisions a measurement runs: CNN_MEASURE_PRECISIONS, a comma-separated list of fp32, tf32,
+// bf16 (default fp32, what the before/after scripts of kernels/bench compare).
+std::vector<cnn::Precision> measured_precisions() {
+  const char* env = std::getenv("CNN_MEASURE_PRECISIONS");
+  const std::string list = env != nullptr ? env : "fp32";
+  std::vector<cnn::Precision> precisions;
+  for (const cnn::Precision p : {cnn::Precision::kFp32, cnn::Precision::kTf32, cnn::Precision::kBf16})
+    if (("," + list + ",").find("," + std::string(cnn::precision_name(p)) + ",") != std::string::npos)
+      precisions.push_back(p);
+  return precisions;
+}
+
 // The cifar preset on CIFAR-shaped random data (50000 images of 3x32x32), Adam, train steps only
-// (compute_gradients + apply_update, one rank); one warm-up epoch, then the median of 3. Run with
-//   ./gpu_layers --run_test=measure_cifar_epoch_time
+// (compute_gradients + apply_update, one rank); one warm-up epoch, then the median of 3, in each of
+// measured_precisions(); the step eagerly too in fp32. Run with
+//   CNN_MEASURE_PRECISIONS=fp32,tf32,bf16 ./gpu_layers --run_test=measure_cifar_epoch_time
 BOOST_AUTO_TEST_CASE(measure_cifar_epoch_time, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
   constexpr std::int64_t kImages = 50000;
   const cnn::Network net = cnn::build_network("cifar", 32, {3, 32, 32}, 10);
   const RandomData data = random_data(net.input, kImages, 1000, 2024);
-  std::printf("%s\n%-6s %-7s %10s %9s %10s  %s\n", net.describe().c_str(), "batch", "graphs", "ms/epoch", "us/step",
-              "train loss", "phases of the last epoch, ms (data/forward/backward/update)");
-  for (std::int64_t batch : {32, 128, 512}) {
+  std::printf("%s\n%-6s %-9s %-7s %10s %9s %10s  %s\n", net.describe().c_str(), "batch", "precision", "graphs",
+              "ms/epoch", "us/step", "train loss", "phases of the last epoch, ms (data/forward/backward/update)");
+  for (const cnn::Precision precision : measured_precisions())
+  for (std::int64_t batch : {32, 128, 512, 2048}) {
     for (bool graphs : {true, false}) {
-      auto gpu = make("cuda", net, cnn::OptimizerKind::kAdam, graphs);
+      if (!graphs && precision != cnn::Precision::kFp32) continue;
+      auto gpu = make("cuda", net, cnn::OptimizerKind::kAdam, graphs, {}, precision);
       gpu->bind_data(data.train, data.test);
       gpu->upload_params(initial_params(net, 1));
       const cnn::Sampler sampler(11, kImages);
@@ -828,8 +845,8 @@ BOOST_AUTO_TEST_CASE(measure_cifar_epoch_time, *boost::unit_test::disabled() * b
       std::sort(ms.begin(), ms.end());
       const double median = ms[ms.size() / 2];
       const double steps = std::ceil(static_cast<double>(kImages) / static_cast<double>(batch));
-      std::printf("%-6lld %-7s %10.2f %9.1f %10.4f  %.2f/%.2f/%.2f/%.2f\n", static_cast<long long>(batch),
-                  graphs ? "on" : "off", median, 1000.0 * median / steps, loss, 1e3 * phases.get(cnn::Phase::kData),
+      std::printf("%-6lld %-9s %-7s %10.2f %9.1f %10.4f  %.2f/%.2f/%.2f/%.2f\n", static_cast<long long>(batch),
+                  cnn::precision_name(precision), graphs ? "on" : "off", median, 1000.0 * median / steps, loss, 1e3 * phases.get(cnn::Phase::kData),
                   1e3 * phases.get(cnn::Phase::kForward), 1e3 * phases.get(cnn::Phase::kBackward),
                   1e3 * phases.get(cnn::Phase::kUpdate));
       std::fflush(stdout);
@@ -838,13 +855,14 @@ BOOST_AUTO_TEST_CASE(measure_cifar_epoch_time, *boost::unit_test::disabled() * b
   }
 }
 
-// A few eager steps per batch, for a kernel profiler:
+// A few eager steps per batch and precision (measured_precisions), for a kernel profiler:
 //   ncu --clock-control none --print-summary per-kernel ./gpu_layers --run_test=profile_cifar_steps
 BOOST_AUTO_TEST_CASE(profile_cifar_steps, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
   const cnn::Network net = cnn::build_network("cifar", 32, {3, 32, 32}, 10);
-  const RandomData data = random_data(net.input, 2048, 100, 99);
-  for (std::int64_t batch : {32, 128, 512}) {
-    auto gpu = make("cuda", net, cnn::OptimizerKind::kAdam, false);
+  const RandomData data = random_data(net.input, 4096, 100, 99);
+  for (const cnn::Precision precision : measured_precisions())
+  for (std::int64_t batch : {512, 2048}) {
+    auto gpu = make("cuda", net, cnn::OptimizerKind::kAdam, false, {}, precision);
     gpu->bind_data(data.train, data.test);
     gpu->upload_params(initial_params(net, 1));
     gpu->begin_epoch(cnn::Sampler(1, data.train.count()).permutation(0));

@@ -141,6 +141,9 @@ void edit_file(const std::string& path, void (*edit)(hid_t file), bool seal = tr
   if (seal) reseal_checkpoint(path);
 }
 
+const char* const kUnknownPrecision = "fp16";
+
+// Replaces attribute `name` of `file` (the file, or any object in it).
 void replace_root_attr(hid_t file, const char* name, hid_t type, const void* value) {
   BOOST_REQUIRE(H5Adelete(file, name) >= 0);
   const hid_t space = H5Screate(H5S_SCALAR);
@@ -246,7 +249,8 @@ BOOST_AUTO_TEST_SUITE(round_trip)
 
 void check_round_trip(const std::string& optimizer) {
   Fixture f;
-  const CheckpointState saved = make_state(f.layout, optimizer, kFilters);
+  CheckpointState saved = make_state(f.layout, optimizer, kFilters);
+  saved.config.precision = optimizer == "adam" ? "bf16" : "tf32";
   write_checkpoint(f.path, saved, f.layout);
   BOOST_CHECK(!fs::exists(f.path + ".tmp"));
 
@@ -280,6 +284,7 @@ void check_round_trip(const std::string& optimizer) {
   BOOST_CHECK_EQUAL(a.dataset, b.dataset);
   BOOST_CHECK_EQUAL(a.dataset_digest, b.dataset_digest);
   BOOST_CHECK_EQUAL(a.train_samples, b.train_samples);
+  BOOST_CHECK_EQUAL(a.precision, b.precision);
 
   BOOST_CHECK_EQUAL(loaded.progress.epoch, saved.progress.epoch);
   BOOST_CHECK_EQUAL(loaded.progress.step_in_epoch, saved.progress.step_in_epoch);
@@ -309,10 +314,11 @@ BOOST_AUTO_TEST_CASE(same_state_gives_same_data_bytes) {
   BOOST_CHECK(std::equal(first.begin() + offset, first.begin() + offset + bytes, second.begin() + offset));
 }
 
-// Files written before specs (and adam) existed have no spec, beta1, beta2 or eps attributes.
+// Files written before specs (and adam, and --precision) existed have no spec, beta1, beta2, eps or
+// precision attributes.
 void remove_new_config_attrs(hid_t file) {
   const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
-  for (const char* name : {"spec", "beta1", "beta2", "eps"}) BOOST_REQUIRE(H5Adelete(config, name) >= 0);
+  for (const char* name : {"spec", "beta1", "beta2", "eps", "precision"}) BOOST_REQUIRE(H5Adelete(config, name) >= 0);
   H5Gclose(config);
 }
 
@@ -323,6 +329,7 @@ BOOST_AUTO_TEST_CASE(checkpoints_without_a_spec_derive_it_from_model_and_filters
   const CheckpointConfig c = read_checkpoint_config(f.path);
   BOOST_CHECK_EQUAL(c.spec, "conv3x3:" + std::to_string(kFilters) + " relu maxpool2 fc:10");
   BOOST_CHECK_EQUAL(c.beta1, 0.9);
+  BOOST_CHECK_EQUAL(c.precision, "fp32");
   BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).params.size(), static_cast<std::size_t>(f.layout.total()));
 }
 
@@ -455,6 +462,23 @@ BOOST_AUTO_TEST_CASE(missing_dataset) {
   // The config alone is still readable: the caller needs it to build the layout.
   BOOST_CHECK_EQUAL(read_checkpoint_config(f.path).filters, kFilters);
   expect_failure<InputError>(f.path, "missing dataset /model/fc/weight", [&] { read_checkpoint(f.path, f.layout); });
+}
+
+void set_unknown_precision(hid_t file) {
+  const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  replace_root_attr(config, "precision", type, &kUnknownPrecision);
+  H5Tclose(type);
+  H5Gclose(config);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_precision_is_refused) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  edit_file(f.path, set_unknown_precision);
+  expect_failure<InputError>(f.path, "/config precision 'fp16' is not fp32, tf32 or bf16",
+                             [&] { read_checkpoint_config(f.path); });
 }
 
 BOOST_AUTO_TEST_CASE(missing_attribute) {

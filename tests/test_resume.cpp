@@ -102,6 +102,15 @@ BOOST_AUTO_TEST_CASE(lr_and_epochs_may_change_and_are_printed) {
   BOOST_TEST(v.notes[1] == "resume: epochs 3 -> 5");
 }
 
+BOOST_AUTO_TEST_CASE(another_precision_is_allowed_and_printed) {
+  CheckpointConfig now = saved_config();
+  now.precision = "bf16";
+  const ResumeVerdict v = check_resume(saved_config(), now);
+  BOOST_TEST(v.refusal.empty());
+  BOOST_REQUIRE(v.notes.size() == 1u);
+  BOOST_TEST(v.notes[0] == "resume: precision fp32 -> bf16 (the continuation is not bitwise the run it would have been)");
+}
+
 BOOST_AUTO_TEST_CASE(training_digest_matches_the_data_sets_own) {
   DataSplits splits;
   splits.train.labels = {1, 2, 3};

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cnn/choices.hpp"
 #include "cnn/dataset.hpp"
 #include "cnn/gradient_ready.hpp"
 #include "cnn/network.hpp"
@@ -111,6 +112,11 @@ class Backend {
   // Loss and correct count over test samples [first, first + count).
   virtual BatchStats evaluate(std::int64_t first, std::int64_t count) = 0;
 
+  // How each op's convolutions and matrix products run for a slice of n samples, one line per op that
+  // has any ("conv3x3:64+relu: forward mma.bf16 128x64; ..."), for the settings block. Empty: the
+  // backend's kernels are described by its name (the CPU backends, fp32 only).
+  virtual std::vector<std::string> implementation_lines(std::int64_t /*n*/) const { return {}; }
+
   // Waits for queued work (cuda); timing brackets use it so phases are measured honestly.
   virtual void synchronize() {}
 
@@ -131,6 +137,7 @@ struct BackendOptions {
   int threads = 1;                  // for `threads` (`seq` is one thread by definition)
   int local_rank = 0;               // for `cuda`: device = local_rank % visible devices
   OptimizerKind optimizer = OptimizerKind::kSgd;
+  Precision precision = Precision::kFp32;  // cuda only: the layer products' precision (choices.hpp)
   bool cuda_graphs = true;          // cuda: replay each step as one CUDA graph (the knob CNN_CUDA_GRAPHS=0: eager, for A/B)
 };
 

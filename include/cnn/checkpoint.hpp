@@ -51,6 +51,7 @@ struct CheckpointConfig {
   std::uint64_t dataset_digest = 0;
   std::int64_t train_samples = 0;  // training images per epoch actually used
   std::int64_t epochs = 0;         // --epochs of the run that wrote it (0: not recorded)
+  std::string precision = "fp32";  // --precision (files written before it existed: fp32)
 };
 
 struct CheckpointProgress {

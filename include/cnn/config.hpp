@@ -52,6 +52,7 @@ struct TrainConfig {
   int threads = 0;                      // threads per rank for `threads`; 0: all cores this rank may use
   OverlapChoice overlap = OverlapChoice::kAuto;  // allreduce under the backward (scaling_advisor.hpp)
   AllreducePath allreduce = AllreducePath::kAuto;  // the gradient path (GPU ranks; CPU ranks: mpi)
+  Precision precision = Precision::kFp32;  // the general layers' products; CPU backends: fp32 only
 
   // Output
   std::string out_dir;                  // empty: runs/<UTC timestamp> (or the run of --resume PATH)

@@ -60,7 +60,19 @@ CudaBackend::CudaBackend(const BackendOptions& options, const Network& network, 
   shared_.params = mutable_params();
   shared_.grads = mutable_grads();
   shared_.multiprocessors = multiprocessor_count();
-  for (const Op& op : ops) ops_.push_back(make_device_op(op, network_, shared_));
+  shared_.precision = options.precision;
+  if (options.precision != Precision::kFp32) {
+    int major = 0;
+    CNN_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_queue()->device));
+    if (major < 8)
+      throw UsageError(std::string("--precision ") + precision_name(options.precision) +
+                       " needs tensor cores with tf32 and bf16 (compute capability 8.0 or newer); this GPU has " +
+                       std::to_string(major) + ".x (use --precision fp32)");
+  }
+  for (const Op& op : ops) {
+    ops_.push_back(make_device_op(op, network_, shared_));
+    op_names_.push_back(op.name());
+  }
   if (std::any_of(ops_.begin(), ops_.end(), [](const auto& op) { return op->uses_side_stream(); }))
     shared_.make_side_stream();
   activations_.resize(ops_.size() + 1);
@@ -145,6 +157,15 @@ std::vector<GradientReadyPoint> CudaBackend::gradient_ready_points() {
   for (std::size_t p = 0; p < points.size(); ++p)
     if (after_ready_[p]->measured()) points[p].seconds_after = after_ready_[p]->seconds();
   return points;
+}
+
+std::vector<std::string> CudaBackend::implementation_lines(std::int64_t n) const {
+  std::vector<std::string> lines;
+  for (std::size_t k = 0; k < ops_.size(); ++k) {
+    const std::string text = ops_[k]->implementation(n);
+    if (!text.empty()) lines.push_back("op " + std::to_string(k) + " " + op_names_[k] + ": " + text);
+  }
+  return lines;
 }
 
 }  // namespace cnn::cuda

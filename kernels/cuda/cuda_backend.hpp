@@ -53,6 +53,7 @@ class CudaBackend final : public DeviceBackend {
   // The ranges of each op with parameters, in the order the backward finishes them, with the compute
   // after each as measured by the last timed step that reported it (0 when not measured).
   std::vector<GradientReadyPoint> gradient_ready_points() override;
+  std::vector<std::string> implementation_lines(std::int64_t n) const override;
 
  protected:
   bool prepare_batch(std::int64_t n) override;
@@ -67,6 +68,7 @@ class CudaBackend final : public DeviceBackend {
   Network network_;  // the ops hold references to its layers
   OpShared shared_;
   std::vector<std::unique_ptr<DeviceOp>> ops_;
+  std::vector<std::string> op_names_;  // Op::name() of each
   // activations_[k] is op k's input (activations_[0] the gathered images, unless the first op reads
   // the data set itself), gradients_[k] dL/d(activations_[k]) (for a ReLU's output, taken before it).
   std::vector<DeviceBuffer<float>> activations_, gradients_;

@@ -72,6 +72,14 @@ DeviceOp::Prepared ProductOp::prepare(std::int64_t n) {
   return Prepared{false, found->second.workspace_floats()};
 }
 
+std::string ProductOp::implementation(std::int64_t n) const {
+  const LayerPlans plans = plan(n);
+  std::string text = "forward " + plans.forward.describe();
+  if (needs_input_grad())
+    text += "; input gradient " + plans.dgrad.describe() + (plans.dgrad_by_columns ? " + col2im (fp32)" : "");
+  return text + "; weight gradient " + plans.wgrad.describe();
+}
+
 void ProductOp::report_ready(ReadyReporter& ready, const OpShared::Place& weight_grad_place) const {
   const GradientReadyPoint range = param_range(layer_);
   ready.ready(range.offset, range.count, weight_grad_place.stream != shared_.stream);

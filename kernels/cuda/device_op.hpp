@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cnn/gradient_ready.hpp"
@@ -48,6 +49,7 @@ struct OpShared {
   float* params = nullptr;             // the flat buffers (they never move)
   float* grads = nullptr;
   int multiprocessors = 0;
+  Precision precision = Precision::kFp32;  // of the conv and fc products (--precision)
 
   // Makes the side stream, at the highest priority (cuda_backend.hpp), and its two events.
   void make_side_stream();
@@ -135,6 +137,9 @@ class DeviceOp {
   virtual void backward(const DeviceBatch& /*batch*/, const OpTensors& /*t*/, ReadyReporter& /*ready*/) {}
   // The ranges of the gradient buffer its backward finishes, in that order (offset, count).
   virtual std::vector<GradientReadyPoint> ready_ranges() const { return {}; }
+  // How its convolutions and matrix products run for a batch of n, per pass, for the settings block
+  // ("forward mma.bf16 128x64, ..."); empty for an op with none (ReLU, pooling, the loss).
+  virtual std::string implementation(std::int64_t /*n*/) const { return ""; }
 
  protected:
   std::int64_t out_size_ = 0;
@@ -159,6 +164,7 @@ class ProductOp : public DeviceOp {
 
   Prepared prepare(std::int64_t n) override;
   std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
+  std::string implementation(std::int64_t n) const override;
 
  protected:
   // The launch shapes of the layer's three products for a batch of n.

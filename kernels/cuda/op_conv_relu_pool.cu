@@ -28,6 +28,11 @@ class ConvReluPoolOp final : public DeviceOp {
     model_.classes = network.classes;
   }
 
+  // A 3x3 kernel on 1 or 3 channels is too thin a product for tensor cores (k = 9 or 27).
+  std::string implementation(std::int64_t /*n*/) const override {
+    return "fused direct conv + ReLU + pool, fma.fp32 in every precision";
+  }
+
   Prepared prepare(std::int64_t n) override {
     auto found = plans_.find(n);
     if (found == plans_.end()) found = plans_.emplace(n, plan_conv_relu_pool(model_, n, reads_data())).first;

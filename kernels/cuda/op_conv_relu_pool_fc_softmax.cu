@@ -22,6 +22,10 @@ class SeedOp final : public DeviceOp {
     check_seed_shape(model_);
   }
 
+  std::string implementation(std::int64_t /*n*/) const override {
+    return "the seed step, fused, fma.fp32 in every precision";
+  }
+
   Prepared prepare(std::int64_t n) override {
     const SeedStepPlan& plan = plan_for(n);
     const std::int64_t columns = model_.fc_inputs();

@@ -418,7 +418,9 @@ class ConvOp final : public ProductOp {
   }
 
  private:
-  LayerPlans plan(std::int64_t n) const override { return plan_conv(layer_.conv, n, shared_.multiprocessors); }
+  LayerPlans plan(std::int64_t n) const override {
+    return plan_conv(layer_.conv, n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision);
+  }
 };
 
 }  // namespace

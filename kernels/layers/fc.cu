@@ -179,7 +179,7 @@ class FcOp final : public ProductOp {
 
  private:
   LayerPlans plan(std::int64_t n) const override {
-    return plan_fc(layer_.in.size(), layer_.fc_out, n, shared_.multiprocessors);
+    return plan_fc(layer_.in.size(), layer_.fc_out, n, shared_.multiprocessors, shared_.precision);
   }
 };
 

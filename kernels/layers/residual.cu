@@ -109,6 +109,17 @@ class ResidualOp final : public DeviceOp {
     if (shortcut_grad != nullptr) add_gradient(t.grad_in, shortcut_grad, nullptr, batch.n * block_.in.size(), shared_.stream);
   }
 
+  std::string implementation(std::int64_t n) const override {
+    std::string text;
+    for (const Branch* branch : {&body_, &shortcut_})
+      for (const auto& inner : branch->ops) {
+        const std::string part = inner->implementation(n);
+        if (part.empty()) continue;
+        text += (text.empty() ? "" : " | ") + std::string(branch == &body_ ? "body: " : "shortcut: ") + part;
+      }
+    return text;
+  }
+
   // In the order backward() finishes them: the body's ops from the last, then the shortcut's.
   std::vector<GradientReadyPoint> ready_ranges() const override {
     std::vector<GradientReadyPoint> ranges;

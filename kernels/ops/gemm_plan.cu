@@ -1,9 +1,11 @@
-// plan_gemm (implicit_gemm.cuh): the tile and the split of one matrix product. A function of the
-// shape and the GPU's multiprocessor count only, so the order of every sum is fixed.
+// plan_gemm (gemm_plan.hpp): the tile and the split of one matrix product. A function of the
+// shape, the precision and the GPU's multiprocessor count only, so the order of every sum is fixed.
 #include <algorithm>
 #include <array>
+#include <string>
+#include <vector>
 
-#include "ops/implicit_gemm.cuh"
+#include "ops/gemm_plan.hpp"
 
 namespace cnn::cuda {
 namespace {
@@ -22,35 +24,55 @@ constexpr int kMaxSplits = 4096;
 constexpr int kMinTilesPerSplit = 4;
 }  // namespace
 
-GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split) {
-  // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
-  constexpr std::array<std::array<int, 2>, 5> kTiles = {{{64, 64}, {128, 32}, {64, 32}, {32, 64}, {32, 32}}};
+std::string GemmPlan::describe() const {
+  std::string text = std::string(tensor_cores() ? "mma." : "fma.") + precision_name(precision) + " " +
+                     std::to_string(bm) + "x" + std::to_string(bn);
+  if (splits > 1) text += ", " + std::to_string(splits) + " splits";
+  return text;
+}
+
+GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision, int bm,
+                        int bn) {
+  GemmPlan plan;
+  plan.precision = precision;
+  plan.bm = bm;
+  plan.bn = bn;
+  plan.m = m;
+  plan.n = n;
+  plan.k = k;
   const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;
-  const int k_tiles = std::max(1, static_cast<int>(ceil_div(k, kGemmBK)));
+  const int k_tiles = std::max(1, static_cast<int>(ceil_div(k, plan.k_tile())));
+  const std::int64_t threads_per_split = ceil_div(std::max(m, 1), bm) * ceil_div(std::max(n, 1), bn) * plan.threads();
+  int splits = 1;
+  if (allow_split) {
+    const int max_splits = std::min(kMaxSplits, std::max(1, k_tiles / kMinTilesPerSplit));
+    splits = static_cast<int>(std::clamp<std::int64_t>(ceil_div(target_threads, threads_per_split), 1, max_splits));
+  }
+  // Even splits of whole k-tiles; recount so that no split is empty.
+  const int tiles_per_split = static_cast<int>(ceil_div(k_tiles, splits));
+  plan.k_per_split = tiles_per_split * plan.k_tile();
+  plan.splits = static_cast<int>(ceil_div(k_tiles, tiles_per_split));
+  return plan;
+}
+
+GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision) {
+  // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
+  constexpr std::array<std::array<int, 2>, 5> kFp32Tiles = {{{64, 64}, {128, 32}, {64, 32}, {32, 64}, {32, 32}}};
+  std::vector<std::array<int, 2>> tiles;
+  if (precision == Precision::kFp32)
+    tiles.assign(kFp32Tiles.begin(), kFp32Tiles.end());
+  else
+    for (const MmaTile& tile : kMmaTiles) tiles.push_back({tile.bm, tile.bn});
+  const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;
   GemmPlan best;
   std::int64_t best_threads = -1;
-  for (const auto& [bm, bn] : kTiles) {
+  for (const auto& [bm, bn] : tiles) {
     // No tile more than half padding (the smallest tile is always allowed).
     const bool smallest = bm == 32 && bn == 32;
     if (!smallest && (bm > 32 * ceil_div(m, 32) || bn > 32 * ceil_div(n, 32))) continue;
-    GemmPlan plan;
-    plan.bm = bm;
-    plan.bn = bn;
-    plan.m = m;
-    plan.n = n;
-    plan.k = k;
-    const std::int64_t tiles = ceil_div(std::max(m, 1), bm) * ceil_div(std::max(n, 1), bn);
-    const std::int64_t threads_per_split = tiles * plan.threads();
-    int splits = 1;
-    if (allow_split) {
-      const int max_splits = std::min(kMaxSplits, std::max(1, k_tiles / kMinTilesPerSplit));
-      splits = static_cast<int>(std::clamp<std::int64_t>(ceil_div(target_threads, threads_per_split), 1, max_splits));
-    }
-    // Even splits of whole k-tiles; recount so that no split is empty.
-    const int tiles_per_split = static_cast<int>(ceil_div(k_tiles, splits));
-    plan.k_per_split = tiles_per_split * kGemmBK;
-    plan.splits = static_cast<int>(ceil_div(k_tiles, tiles_per_split));
-    const std::int64_t threads = std::min(target_threads, threads_per_split * plan.splits);
+    const GemmPlan plan = plan_gemm_tile(m, n, k, multiprocessors, allow_split, precision, bm, bn);
+    const std::int64_t threads =
+        std::min(target_threads, plan.grid().x * std::int64_t{plan.grid().y} * plan.splits * plan.threads());
     if (threads >= target_threads) return plan;
     if (threads > best_threads) {
       best = plan;

@@ -1,4 +1,4 @@
-// One tiled fp32 matrix product, C[M,N] = sum_k A[m,k] * B[k,n], behind every convolution and fully
+// One tiled matrix product, C[M,N] = sum_k A[m,k] * B[k,n], behind every convolution and fully
 // connected layer of a general network (kernels/layers/conv.cu, fc.cu). A and B are never
 // materialised: a loader computes each element from the layer's tensors (implicit im2col), and a store
 // functor puts each result where the layer wants it (with bias, ReLU, a ReLU mask or += as the layer
@@ -9,7 +9,8 @@
 //   conv wgrad     M = F                 N = C*KH*KW + 1  K = n*OH*OW  (the +1 column of ones: bias)
 //   fc forward     M = n   N = O   K = I;   fc dgrad  M = n  N = I  K = O;   fc wgrad  M = O  N = I+1  K = n
 //
-// Tiles of BM x BN outputs per block, BK = 8 deep, 4x4 outputs per thread, double-buffered in shared
+// In fp32 (this file's kernel; mma_gemm.cuh has the tensor-core form of tf32 and bf16, with the same
+// loaders and stores): tiles of BM x BN outputs per block, BK = 8 deep, 4x4 outputs per thread, double-buffered in shared
 // memory with the next tile's loads in flight during the current tile's FMAs (one barrier per tile).
 // Split-K (gridDim.z > 1) gives small outputs with long reductions (weight gradients, small batches)
 // enough blocks: each split writes its partial product to a workspace and gemm_finalize adds the
@@ -27,36 +28,13 @@
 #include "cuda/dependent_launch.cuh"
 #include "ops/fast_div.cuh"
 #include "cuda/launch.hpp"
+#include "ops/gemm_plan.hpp"
 #ifdef __CUDACC__
 #include "dist/reduce.cuh"
+#include "ops/mma_gemm.cuh"
 #endif
 
 namespace cnn::cuda {
-
-// The k depth of a tile. Deeper tiles put more loads in flight per barrier, at the price of
-// registers: 16 was slower than 8 at every cifar batch (docs/PERFORMANCE.md, the GEMM sweep; the
-// build-time switch CNN_GEMM_BK that compared them is retired since, issue 23).
-constexpr int kGemmBK = 8;
-constexpr int kGemmThreadTile = 4;
-
-// A launch of the product: tile config, split-K, and the order-fixing numbers.
-struct GemmPlan {
-  int bm = 64, bn = 64;
-  int splits = 1;
-  int k_per_split = 0;  // a multiple of kGemmBK
-  int m = 0, n = 0, k = 0;
-  int threads() const { return bm * bn / (kGemmThreadTile * kGemmThreadTile); }
-  dim3 grid() const {
-    return dim3(static_cast<unsigned>(ceil_div(m, bm)), static_cast<unsigned>(ceil_div(n, bn)),
-                static_cast<unsigned>(splits));
-  }
-  std::int64_t workspace_floats() const { return splits > 1 ? std::int64_t{splits} * m * n : 0; }
-};
-
-// Picks the tile and the split count: the largest tile that, with at most 4096 splits of at least 4
-// k-tiles each, puts about 512 threads on every multiprocessor; otherwise whichever comes closest
-// (ties to the larger tile, which re-reads less). The three numbers are constants in gemm_plan.cu.
-GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split);
 
 #ifdef __CUDACC__
 
@@ -223,27 +201,38 @@ __global__ void gemm_finalize_kernel(Store store, const float* __restrict__ work
   }
 }
 
-// Queues the product on `stream`. `workspace` holds plan.workspace_floats() (null when splits == 1).
+// Queues the fp32 product's main kernel for plan's tile.
 template <class LoadA, class LoadB, class Store>
-void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
-                 cudaStream_t stream) {
-  if (plan.m <= 0 || plan.n <= 0) return;
+void launch_fp32_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
+                      cudaStream_t stream) {
   const dim3 grid = plan.grid();
-  const int threads = plan.threads();
-#define CNN_GEMM_CASE(BM_, BN_)                                                                                 \
-  if (plan.bm == BM_ && plan.bn == BN_) {                                                                       \
-    launch_dependent(gemm_kernel<BM_, BN_, LoadA, LoadB, Store>, grid, threads, 0, stream, a, b, store, plan.m, \
-                     plan.n, plan.k, plan.k_per_split, workspace);                                              \
-  } else
+#define CNN_GEMM_CASE(BM_, BN_)                                                                               \
+  if (plan.bm == BM_ && plan.bn == BN_) {                                                                     \
+    launch_dependent(gemm_kernel<BM_, BN_, LoadA, LoadB, Store>, grid, plan.threads(), 0, stream, a, b, store, \
+                     plan.m, plan.n, plan.k, plan.k_per_split, workspace);                                    \
+    return;                                                                                                   \
+  }
   CNN_GEMM_CASE(128, 32)
   CNN_GEMM_CASE(64, 64)
   CNN_GEMM_CASE(64, 32)
   CNN_GEMM_CASE(32, 64)
-  CNN_GEMM_CASE(32, 32) {
-    throw Error(ExitCode::kFailure, "internal error: no gemm tile " + std::to_string(plan.bm) + "x" +
-                                        std::to_string(plan.bn));
-  }
+  CNN_GEMM_CASE(32, 32)
 #undef CNN_GEMM_CASE
+  throw Error(ExitCode::kFailure, "internal error: no gemm tile " + std::to_string(plan.bm) + "x" +
+                                      std::to_string(plan.bn));
+}
+
+// Queues the product on `stream`, in plan's precision. `workspace` holds plan.workspace_floats()
+// (null when splits == 1).
+template <class LoadA, class LoadB, class Store>
+void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
+                 cudaStream_t stream) {
+  if (plan.m <= 0 || plan.n <= 0) return;
+  switch (plan.precision) {
+    case Precision::kFp32: launch_fp32_tile(plan, a, b, store, workspace, stream); break;
+    case Precision::kTf32: launch_mma_tile<Precision::kTf32>(plan, a, b, store, workspace, stream); break;
+    case Precision::kBf16: launch_mma_tile<Precision::kBf16>(plan, a, b, store, workspace, stream); break;
+  }
   CNN_CHECK_LAUNCH();
   if (plan.splits > 1) {
     const std::int64_t outputs = std::int64_t{plan.m} * plan.n;

@@ -57,9 +57,12 @@ struct LayerPlans {
   std::int64_t workspace_floats() const;
 };
 constexpr std::int64_t kMaxColumnFloats = std::int64_t{1} << 26;  // 256 MiB
+// `precision` is every product's (gemm_plan.hpp); the col2im gather of the input gradient by columns
+// adds in fp32 whatever it is.
 LayerPlans plan_conv(const ConvShape& shape, std::int64_t n, int multiprocessors,
-                     std::int64_t max_column_floats = kMaxColumnFloats);
-LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors);
+                     std::int64_t max_column_floats = kMaxColumnFloats, Precision precision = Precision::kFp32);
+LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors,
+                   Precision precision = Precision::kFp32);
 
 // out = conv(in) + bias, then max(0, .) when `relu`.
 void conv2d_forward_planned(const GemmPlan& plan, float* out, const float* in, const float* weight, const float* bias,

@@ -22,35 +22,37 @@ std::int64_t LayerPlans::workspace_floats() const {
                    wgrad.workspace_floats()});
 }
 
-LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, std::int64_t max_column_floats) {
+LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, std::int64_t max_column_floats,
+                     Precision precision) {
   check_int_range(n * s.out_size(), "a convolution's output");
   check_int_range(n * s.in_size(), "a convolution's input");
   const int positions = static_cast<int>(n * s.out_h() * s.out_w());
   const int taps = s.channels * s.kernel * s.kernel;
   LayerPlans p;
-  p.forward = plan_gemm(positions, s.filters, taps, multiprocessors, true);
+  p.forward = plan_gemm(positions, s.filters, taps, multiprocessors, true, precision);
   const std::int64_t column_floats = std::int64_t{taps} * positions;
   p.dgrad_by_columns = column_floats <= max_column_floats;
   if (p.dgrad_by_columns) {
     // k = F is short and the columns are the output: no split-K, no workspace beyond the columns.
     p.column_floats = column_floats;
-    p.dgrad = plan_gemm(positions, taps, s.filters, multiprocessors, false);
+    p.dgrad = plan_gemm(positions, taps, s.filters, multiprocessors, false, precision);
   } else {
     p.dgrad = plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, s.filters * s.kernel * s.kernel,
-                        multiprocessors, true);
+                        multiprocessors, true, precision);
   }
-  p.wgrad = plan_gemm(s.filters, taps + 1, positions, multiprocessors, true);
+  p.wgrad = plan_gemm(s.filters, taps + 1, positions, multiprocessors, true, precision);
   return p;
 }
 
-LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors) {
+LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors,
+                   Precision precision) {
   check_int_range(n * in_features, "a fully connected layer's input");
   check_int_range(out_features * (in_features + 1), "a fully connected layer's weights");
   const int I = static_cast<int>(in_features), O = static_cast<int>(out_features), N = static_cast<int>(n);
   LayerPlans p;
-  p.forward = plan_gemm(N, O, I, multiprocessors, true);
-  p.dgrad = plan_gemm(N, I, O, multiprocessors, true);
-  p.wgrad = plan_gemm(O, I + 1, N, multiprocessors, true);
+  p.forward = plan_gemm(N, O, I, multiprocessors, true, precision);
+  p.dgrad = plan_gemm(N, I, O, multiprocessors, true, precision);
+  p.wgrad = plan_gemm(O, I + 1, N, multiprocessors, true, precision);
   return p;
 }
 

@@ -51,6 +51,15 @@ const char* allreduce_name(AllreducePath path) {
   return "?";
 }
 
+const char* precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
 const char* nonfinite_policy_name(NonFinitePolicy policy) {
   switch (policy) {
     case NonFinitePolicy::kStop: return "stop";

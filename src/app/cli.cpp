@@ -86,6 +86,7 @@ struct ChoiceTexts {
   std::string overlap = overlap_name(OverlapChoice::kAuto);
   std::string allreduce = allreduce_name(AllreducePath::kAuto);
   std::string on_nonfinite = nonfinite_policy_name(NonFinitePolicy::kStop);
+  std::string precision = precision_name(Precision::kFp32);
 };
 
 // `text` as one of `choices` (named by `name`); otherwise "OPTION: unknown NOUN 'TEXT' (available: ...)".
@@ -106,6 +107,7 @@ constexpr DatasetKind kDatasets[] = {DatasetKind::kMnist, DatasetKind::kFashion,
 constexpr DataMode kDataModes[] = {DataMode::kAuto, DataMode::kMemory, DataMode::kStream};
 constexpr DeviceChoice kDevices[] = {DeviceChoice::kCpu, DeviceChoice::kGpu, DeviceChoice::kAuto};
 constexpr OverlapChoice kOverlaps[] = {OverlapChoice::kOn, OverlapChoice::kOff, OverlapChoice::kAuto};
+constexpr Precision kPrecisions[] = {Precision::kFp32, Precision::kTf32, Precision::kBf16};
 constexpr AllreducePath kAllreducePaths[] = {AllreducePath::kNccl, AllreducePath::kPeer, AllreducePath::kMpi,
                                              AllreducePath::kAuto};
 
@@ -140,6 +142,7 @@ void validate(TrainConfig& c, const ChoiceTexts& t) {
   }
   c.overlap = parse_choice(t.overlap, kOverlaps, overlap_name, "--overlap", "value");
   c.allreduce = parse_choice(t.allreduce, kAllreducePaths, allreduce_name, "--allreduce", "path");
+  c.precision = parse_choice(t.precision, kPrecisions, precision_name, "--precision", "precision");
   require(c.threads >= 0, "--threads must be at least 1, or 0 for automatic (got " + str(c.threads) + ")");
   require(c.train_samples >= 0, "--train-samples must be 0 (all) or positive (got " + str(c.train_samples) + ")");
   require(c.test_samples >= 0, "--test-samples must be 0 (all) or positive (got " + str(c.test_samples) + ")");
@@ -246,6 +249,11 @@ CliResult parse_command_line(int argc, char** argv) {
                  "cores this rank may use)")
       ->group("Execution");
 
+  app.add_option("--precision", choices.precision,
+                 "fp32 | tf32 | bf16: what the conv and fc products of a layer network multiply in on the GPU "
+                 "(tensor cores for tf32 and bf16; fp32 sums, weights, gradients and optimizer state always). "
+                 "CPU backends: fp32 only")
+      ->group("Execution");
   app.add_option("--overlap", choices.overlap,
                  "on | off | auto: run the gradient allreduce under the backward (auto: measured at start-up)")
       ->group("Execution");
@@ -330,6 +338,9 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
     }
   }
   if (c.backend == BackendKind::kSeq) c.threads = 1;
+  if (c.precision != Precision::kFp32 && c.backend != BackendKind::kCuda)
+    throw UsageError(std::string("--precision ") + precision_name(c.precision) + ": the " +
+                     backend_kind_name(*c.backend) + " backend computes in fp32 only (tf32 and bf16 need --device gpu)");
   if (c.command == Command::kTrain && c.resume == kResumeAuto && c.out_dir.empty())
     throw UsageError("--resume auto looks in the run directory: give it with --out RUN_DIR");
   if (c.out_dir.empty() && !c.resume.empty()) c.out_dir = run_dir_of_checkpoint(c.resume);
@@ -358,6 +369,7 @@ std::string describe(const TrainConfig& c) {
        << "  backend: " << (c.backend ? backend_kind_name(*c.backend) : "") << "\n"
        << "  threads_per_rank: " << c.threads << "\n"
        << "  ranks: " << c.world_size << "\n"
+       << "  precision: " << precision_name(c.precision) << "\n"
        << "  overlap: " << overlap_name(c.overlap) << ", allreduce: " << allreduce_name(c.allreduce) << "\n"
        << "  out: " << c.out_dir << "\n"
        << "  checkpoint_every: " << (c.checkpoint_every ? str(c.checkpoint_every) + " epoch(s)" : std::string("final only"));

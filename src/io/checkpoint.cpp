@@ -152,6 +152,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, config, "dataset_digest", c.dataset_digest);
   h5::write_attr(file, config, "train_samples", c.train_samples);
   h5::write_attr(file, config, "epochs", c.epochs);
+  h5::write_attr(file, config, "precision", c.precision);
 
   h5::create_group(file, fid, schema::kModelGroup);
   for (const ParamView& view : layout.views()) {

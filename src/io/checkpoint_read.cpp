@@ -128,6 +128,11 @@ CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
   c.dataset_digest = h5::read_uint64_attr(file, group, "dataset_digest");
   c.train_samples = h5::read_int64_attr(file, group, "train_samples");
   if (has_attr(file, group, "epochs")) c.epochs = h5::read_int64_attr(file, group, "epochs");
+  if (has_attr(file, group, "precision")) {
+    c.precision = h5::read_string_attr(file, group, "precision");
+    if (c.precision != "fp32" && c.precision != "tf32" && c.precision != "bf16")
+      file.fail("/config precision '" + c.precision + "' is not fp32, tf32 or bf16");
+  }
   if (has_attr(file, group, "beta1")) c.beta1 = h5::read_double_attr(file, group, "beta1");
   if (has_attr(file, group, "beta2")) c.beta2 = h5::read_double_attr(file, group, "beta2");
   if (has_attr(file, group, "eps")) c.eps = h5::read_double_attr(file, group, "eps");

@@ -152,6 +152,10 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
     if (saved.beta2 != now.beta2) v.notes.push_back("resume: beta2 " + text(saved.beta2) + " -> " + text(now.beta2));
     if (saved.eps != now.eps) v.notes.push_back("resume: eps " + text(saved.eps) + " -> " + text(now.eps));
   }
+  // Another precision changes the rounding of the products from here on, not the state: allowed, and said.
+  if (saved.precision != now.precision)
+    v.notes.push_back("resume: precision " + saved.precision + " -> " + now.precision +
+                      " (the continuation is not bitwise the run it would have been)");
   if (saved.epochs != 0 && saved.epochs != now.epochs)
     v.notes.push_back("resume: epochs " + text(saved.epochs) + " -> " + text(now.epochs));
   return v;

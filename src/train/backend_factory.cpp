@@ -26,7 +26,13 @@ BackendKind parse_backend_kind(const std::string& text) {
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Network& network) {
-  if (options.kind == BackendKind::kSeq || options.kind == BackendKind::kThreads) return make_cpu_backend(network, options);
+  if (options.kind == BackendKind::kSeq || options.kind == BackendKind::kThreads) {
+    // seq is the reference every precision is measured against: it never rounds to tf32 or bf16.
+    if (options.precision != Precision::kFp32)
+      throw UsageError(std::string("--precision ") + precision_name(options.precision) + ": the " +
+                       backend_kind_name(options.kind) + " backend computes in fp32 only");
+    return make_cpu_backend(network, options);
+  }
   if (options.kind == BackendKind::kCuda) {
 #ifdef CNN_HAVE_CUDA
     return make_cuda_backend(options, network);

@@ -44,6 +44,7 @@ BackendOptions backend_options(const TrainConfig& config, int local_rank) {
   o.threads = config.threads;
   o.local_rank = local_rank;
   o.optimizer = config.optimizer;
+  o.precision = config.precision;
   return o;
 }
 
@@ -78,6 +79,7 @@ CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network&
   c.dataset_digest = data_digest;
   c.train_samples = train_samples;
   c.epochs = config.epochs;
+  c.precision = precision_name(config.precision);
   return c;
 }
 

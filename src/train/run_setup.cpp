@@ -93,6 +93,14 @@ void print_settings(const TrainConfig& config, const MpiWorld& world, const Trai
               << "  train_images: " << run.data->train_count() << ", test_images: " << run.data->test_count() << "\n"
               << "  data_mode: " << run.data->mode() << "\n"
               << "  gradient allreduce: " << run.comm->name() << "\n" << exchange_report;
+    // Rank 0's share of a global batch: every rank's ops run the same kernels, tiled for its share.
+    const Range share = rank_slice(Range{0, config.batch}, 0, world.size());
+    const std::vector<std::string> kernels = run.backend->implementation_lines(share.count);
+    if (!kernels.empty()) {
+      std::cout << "  kernels (" << precision_name(config.precision) << ", rank 0's " << share.count
+                << " samples per step):\n";
+      for (const std::string& line : kernels) std::cout << "    " << line << "\n";
+    }
     std::cout.flush();
   }
   world.barrier();

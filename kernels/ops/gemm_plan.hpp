@@ -1,0 +1,73 @@
+// The launch of one implicit matrix product (implicit_gemm.cuh): its precision, tile, and split-K.
+// A function of the shape, the precision and the GPU's multiprocessor count only (plan_gemm,
+// gemm_plan.cu), so the order of every sum is fixed and a rerun repeats bit for bit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cnn/choices.hpp"
+#include "cuda/launch.hpp"
+
+namespace cnn::cuda {
+
+// fp32 (CUDA cores): the k depth of a tile, and the outputs per thread (4x4). Deeper tiles put more
+// loads in flight per barrier, at the price of registers: 16 was slower than 8 at every cifar batch
+// (docs/PERFORMANCE.md, the GEMM sweep; the build-time switch CNN_GEMM_BK that compared them is
+// retired since, issue 23).
+constexpr int kGemmBK = 8;
+constexpr int kGemmThreadTile = 4;
+// tf32 and bf16 (tensor cores, mma_gemm.cuh): 8 warps per block, whatever the tile, and a k tile of
+// 16 shared-memory words per row: 16 tf32 or 32 bf16 elements.
+constexpr int kMmaThreads = 256;
+constexpr int kMmaTileWords = 16;
+
+// The tensor-core tiles plan_gemm may pick, in its order of preference, with their warp layouts
+// (warps_m of the 8 warps along m). launch_mma_tile (mma_gemm.cuh) has a case for each. The order is
+// measured, not the fp32 kernel's fewest-loads-first: each product of the cifar preset's conv2 and
+// conv3 timed alone with every tile (tests/gpu_precision.cpp, measure_layer_products; nvidia-h100-x1,
+// 2026-11-26, docs/PERFORMANCE.md) ran fastest with 64x128 or 64x64, never 128x128, whose 160-odd
+// registers leave one block per multiprocessor (conv2's bf16 forward at batch 2048: 64x64 419 us,
+// 128x64 454, 128x128 851; its weight gradient: 64x128 531 us, 64x64 579, 128x128 1031).
+struct MmaTile {
+  int bm, bn, warps_m;
+};
+inline constexpr MmaTile kMmaTiles[] = {{64, 128, 2}, {64, 64, 2}, {128, 64, 4}, {128, 32, 4},
+                                        {64, 32, 4},  {32, 64, 2}, {32, 32, 2},  {128, 128, 2}};
+
+// A launch of the product: precision, tile config, split-K, and the order-fixing numbers.
+struct GemmPlan {
+  Precision precision = Precision::kFp32;
+  int bm = 64, bn = 64;
+  int splits = 1;
+  int k_per_split = 0;  // a multiple of k_tile()
+  int m = 0, n = 0, k = 0;
+  bool tensor_cores() const { return precision != Precision::kFp32; }
+  int threads() const { return tensor_cores() ? kMmaThreads : bm * bn / (kGemmThreadTile * kGemmThreadTile); }
+  // Elements of k per tile.
+  int k_tile() const {
+    return precision == Precision::kFp32 ? kGemmBK : precision == Precision::kTf32 ? kMmaTileWords : 2 * kMmaTileWords;
+  }
+  dim3 grid() const {
+    return dim3(static_cast<unsigned>(ceil_div(m, bm)), static_cast<unsigned>(ceil_div(n, bn)),
+                static_cast<unsigned>(splits));
+  }
+  std::int64_t workspace_floats() const { return splits > 1 ? std::int64_t{splits} * m * n : 0; }
+  // "mma.bf16 128x64, 3 splits": the settings block's and the tests' name for the launch.
+  std::string describe() const;
+};
+
+// Picks the tile and the split count: the first tile of the precision's list (fp32: largest first,
+// gemm_plan.cu; tf32 and bf16: kMmaTiles) that is at most half padding and, with at most 4096 splits
+// of at least 4 k-tiles each, puts about 512 threads on every multiprocessor; otherwise whichever
+// comes closest (ties to the earlier tile). The three numbers are constants in gemm_plan.cu.
+GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split,
+                   Precision precision = Precision::kFp32);
+// The same for one given tile (one of the precision's): what plan_gemm weighs for each, and what the
+// tile sweeps of tests/gpu_precision.cpp time.
+GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision, int bm,
+                        int bn);
+
+}  // namespace cnn::cuda

@@ -1,0 +1,272 @@
+// The tensor-core form of the implicit matrix product (implicit_gemm.cuh), for --precision tf32 and
+// bf16: the same loaders (implicit im2col and friends) and the same stores (bias, ReLU, mask, split-K
+// workspace), so every fusion of the fp32 product holds in every precision. Only the multiply
+// changes: each loaded fp32 element is rounded once, to tf32 (cvt.rna) or bf16 (round to nearest
+// even), when it goes to shared memory, and warps multiply tiles with mma.sync (m16n8k8 tf32, or
+// m16n8k16 bf16), accumulating in fp32.
+//
+// A block is 8 warps over a BM x BN tile; each warp owns a (BM/WARPS_M) x (BN/(8/WARPS_M)) piece of
+// 16x8 mma tiles. Shared memory holds the A and B tiles k-contiguous per row, as 32-bit words (one
+// tf32 element, or a bf16 pair k, k+1), kMmaTileWords (16) words per row, padded to 20 so that the
+// fragment reads (lane = 4 * row + word) hit 32 distinct banks. Two stages: the next tile's loads are
+// in flight during the current tile's mma, one barrier per tile, as in the fp32 kernel.
+//
+// Which elements a thread loads (TileUnits): where consecutive k are adjacent in memory, 16 lanes
+// walk the 16 words of a row; otherwise a warp covers 8 rows x 4 words, lanes walking the rows, so
+// that each 8 rows of one k are a 32-byte sector and the shared-memory stores hit 32 banks.
+//
+// The order of every sum is fixed by the tile (the plan) and the mma instruction: results repeat bit
+// for bit on the same GPU model.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "cnn/choices.hpp"
+#include "cnn/errors.hpp"
+#include "cuda/dependent_launch.cuh"
+#include "ops/gemm_plan.hpp"
+
+namespace cnn::cuda {
+
+// The rounding and the mma instruction of each tensor-core precision. mma.sync with tf32 and bf16
+// needs sm_80; the backend refuses these precisions on older GPUs (cuda_backend.cu), and older
+// architectures compile the kernel to a trap.
+template <Precision P>
+struct MmaFormat;
+
+template <>
+struct MmaFormat<Precision::kTf32> {
+  static constexpr int kPerWord = 1;  // elements of k per shared-memory word
+  static __device__ __forceinline__ std::uint32_t pack(float v, float /*unused*/) {
+    std::uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+#else
+    (void)v;
+#endif
+    return r;
+  }
+  // d += a[16x8] * b[8x8]: one k step of 8 words.
+  static __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+  }
+};
+
+template <>
+struct MmaFormat<Precision::kBf16> {
+  static constexpr int kPerWord = 2;
+  // k in the low half, k+1 in the high half: the mma's register order.
+  static __device__ __forceinline__ std::uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&pair);
+  }
+  // d += a[16x16] * b[16x8]: one k step of 8 words.
+  static __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    (void)d, (void)a, (void)b;
+    __trap();
+#endif
+  }
+};
+
+// The (row, word) units of a kRowsInTile x kMmaTileWords tile that thread t loads: kRows rows times
+// kWords words each (see the header comment for the two lane layouts).
+template <int kRowsInTile, bool kKContiguous>
+struct TileUnits {
+  static constexpr int kUnits = kRowsInTile * kMmaTileWords / kMmaThreads;
+  static constexpr int kWords = kKContiguous ? 1 : (kUnits < 4 ? kUnits : 4);
+  static constexpr int kRows = kUnits / kWords;
+  // Rows-walking layout: 4 / kWords groups of words, each covered by kWarpsPerGroup warps.
+  static constexpr int kWarpsPerGroup = kMmaThreads / 32 / (4 / kWords);
+  static_assert(kUnits >= 1 && kUnits * kMmaThreads == kRowsInTile * kMmaTileWords, "tile rows: 32, 64 or 128");
+
+  static __device__ __forceinline__ int row(int t, int i) {
+    const int lane = t & 31, warp = t >> 5;
+    if constexpr (kKContiguous) return 2 * (warp + 8 * i) + (lane >> 4);
+    return 8 * (warp % kWarpsPerGroup + kWarpsPerGroup * i) + (lane & 7);
+  }
+  static __device__ __forceinline__ int word(int t, int j) {
+    const int lane = t & 31, warp = t >> 5;
+    if constexpr (kKContiguous) return lane & 15;
+    return (lane >> 3) + 4 * ((warp / kWarpsPerGroup) * kWords + j);
+  }
+};
+
+template <Precision P, int BM, int BN, int WARPS_M, class LoadA, class LoadB, class Store>
+__global__ void __launch_bounds__(kMmaThreads)
+    mma_gemm_kernel(LoadA load_a, LoadB load_b, Store store, int M, int N, int K, int k_per_split,
+                    float* __restrict__ workspace /*[splits, N, M] when gridDim.z > 1*/) {
+  start_after_previous_kernel();
+  using Format = MmaFormat<P>;
+  constexpr int kPerWord = Format::kPerWord;
+  constexpr int BK = kMmaTileWords * kPerWord;
+  constexpr int kStride = kMmaTileWords + 4;  // words per shared row: conflict-free fragment reads
+  constexpr int WARPS_N = kMmaThreads / 32 / WARPS_M;
+  constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+  constexpr int MI = WM / 16, NJ = WN / 8;  // mma tiles per warp
+  static_assert(MI >= 1 && NJ >= 1 && MI * 16 == WM && NJ * 8 == WN, "warp tile: multiples of 16 x 8");
+  using UnitsA = TileUnits<BM, LoadA::kKContiguous>;
+  using UnitsB = TileUnits<BN, LoadB::kKContiguous>;
+  __shared__ __align__(16) std::uint32_t As[2][BM][kStride];
+  __shared__ __align__(16) std::uint32_t Bs[2][BN][kStride];
+
+  const int t = threadIdx.x;
+  const int m0 = blockIdx.x * BM;
+  const int n0 = blockIdx.y * BN;
+  const int k_begin = blockIdx.z * k_per_split;
+  const int k_end = min(K, k_begin + k_per_split);
+  const int tiles = (k_end - k_begin + BK - 1) / BK;
+
+  typename LoadA::Fixed a_fixed[UnitsA::kRows];
+  typename LoadB::Fixed b_fixed[UnitsB::kRows];
+#pragma unroll
+  for (int i = 0; i < UnitsA::kRows; ++i) a_fixed[i] = load_a.fixed(m0 + UnitsA::row(t, i));
+#pragma unroll
+  for (int i = 0; i < UnitsB::kRows; ++i) b_fixed[i] = load_b.fixed(n0 + UnitsB::row(t, i));
+
+  std::uint32_t a_next[UnitsA::kRows][UnitsA::kWords], b_next[UnitsB::kRows][UnitsB::kWords];
+  // Loads and rounds one operand's units of the tile at k0 (elements past k_end read 0).
+  auto fetch_operand = [&](const auto& loader, const auto& fixed, auto& next, auto units, int k0) {
+    using Units = decltype(units);
+    using Loader = std::remove_cv_t<std::remove_reference_t<decltype(loader)>>;
+#pragma unroll
+    for (int j = 0; j < Units::kWords; ++j) {
+      const int k = k0 + Units::word(t, j) * kPerWord;
+      typename Loader::Step step[kPerWord];
+#pragma unroll
+      for (int e = 0; e < kPerWord; ++e) step[e] = loader.step(k + e);
+#pragma unroll
+      for (int i = 0; i < Units::kRows; ++i) {
+        float v[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int e = 0; e < kPerWord; ++e) v[e] = k + e < k_end ? loader.load(fixed[i], step[e]) : 0.0f;
+        next[i][j] = Format::pack(v[0], v[1]);
+      }
+    }
+  };
+  auto fetch = [&](int k0) {
+    fetch_operand(load_a, a_fixed, a_next, UnitsA{}, k0);
+    fetch_operand(load_b, b_fixed, b_next, UnitsB{}, k0);
+  };
+  auto stash = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < UnitsA::kRows; ++i)
+#pragma unroll
+      for (int j = 0; j < UnitsA::kWords; ++j) As[buf][UnitsA::row(t, i)][UnitsA::word(t, j)] = a_next[i][j];
+#pragma unroll
+    for (int i = 0; i < UnitsB::kRows; ++i)
+#pragma unroll
+      for (int j = 0; j < UnitsB::kWords; ++j) Bs[buf][UnitsB::row(t, i)][UnitsB::word(t, j)] = b_next[i][j];
+  };
+
+  const int warp = t >> 5, lane = t & 31;
+  const int group = lane >> 2, quad = lane & 3;  // the mma fragments' row (column) and k index
+  const int wm0 = (warp % WARPS_M) * WM;
+  const int wn0 = (warp / WARPS_M) * WN;
+  float acc[MI][NJ][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int h = 0; h < 4; ++h) acc[i][j][h] = 0.0f;
+
+  if (tiles > 0) {
+    fetch(k_begin);
+    stash(0);
+  }
+  __syncthreads();
+  int buf = 0;
+  for (int tile = 0; tile < tiles; ++tile) {
+    const bool more = tile + 1 < tiles;
+    if (more) fetch(k_begin + (tile + 1) * BK);
+#pragma unroll
+    for (int s = 0; s < kMmaTileWords / 8; ++s) {  // mma k steps of 8 words
+      const int w = 8 * s + quad;
+      std::uint32_t a[MI][4], b[NJ][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) {
+        const int r = wm0 + 16 * i + group;
+        a[i][0] = As[buf][r][w];
+        a[i][1] = As[buf][r + 8][w];
+        a[i][2] = As[buf][r][w + 4];
+        a[i][3] = As[buf][r + 8][w + 4];
+      }
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) {
+        const int c = wn0 + 8 * j + group;
+        b[j][0] = Bs[buf][c][w];
+        b[j][1] = Bs[buf][c][w + 4];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) Format::mma(acc[i][j], a[i], b[j]);
+    }
+    if (more) stash(buf ^ 1);
+    __syncthreads();
+    buf ^= 1;
+  }
+
+  // Accumulator h of mma tile (i, j): row group (+8 for h >= 2), column 2 * quad (+1 for odd h).
+  float* split_out = gridDim.z == 1 ? nullptr : workspace + static_cast<std::int64_t>(blockIdx.z) * N * M;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int h = 0; h < 4; ++h) {
+        const int m = m0 + wm0 + 16 * i + group + (h >= 2 ? 8 : 0);
+        const int n = n0 + wn0 + 8 * j + 2 * quad + (h & 1);
+        if (m >= M || n >= N) continue;
+        if (split_out == nullptr)
+          store(m, n, acc[i][j][h]);
+        else
+          split_out[static_cast<std::int64_t>(n) * M + m] = acc[i][j][h];
+      }
+}
+
+// Queues the product's main kernel for plan's tile, one of kMmaTiles (gemm_plan.hpp); launch_gemm
+// queues the split-K sum after it.
+template <Precision P, class LoadA, class LoadB, class Store>
+void launch_mma_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
+                     cudaStream_t stream) {
+  const dim3 grid = plan.grid();
+#define CNN_MMA_CASE(BM_, BN_, WM_)                                                                             \
+  if (plan.bm == BM_ && plan.bn == BN_) {                                                                      \
+    launch_dependent(mma_gemm_kernel<P, BM_, BN_, WM_, LoadA, LoadB, Store>, grid, kMmaThreads, 0, stream, a, b, \
+                     store, plan.m, plan.n, plan.k, plan.k_per_split, workspace);                              \
+    return;                                                                                                    \
+  }
+  CNN_MMA_CASE(128, 128, 2)
+  CNN_MMA_CASE(128, 64, 4)
+  CNN_MMA_CASE(64, 128, 2)
+  CNN_MMA_CASE(64, 64, 2)
+  CNN_MMA_CASE(128, 32, 4)
+  CNN_MMA_CASE(64, 32, 4)
+  CNN_MMA_CASE(32, 64, 2)
+  CNN_MMA_CASE(32, 32, 2)
+#undef CNN_MMA_CASE
+  throw Error(ExitCode::kFailure, "internal error: no tensor-core gemm tile " + std::to_string(plan.bm) + "x" +
+                                      std::to_string(plan.bn));
+}
+
+}  // namespace cnn::cuda
