@@ -2,8 +2,9 @@
 # One device call for --precision (issue 24): builds this tree ("after") and BEFORE_DIR (an export of
 # the commit before, e.g. `git archive REV | tar -x -C .carry/before`) in parallel, then
 #   1. gpu_precision (tf32 and bf16 against seq, odd shapes, determinism, plans);
-#   2. the cifar preset's ms/epoch at batch 32, 128, 512 and 2048 in tf32 and bf16; with STEPS
-#      including ab, also fp32 after and before, alternated (before, after, before, after fp32);
+#   2. (STEPS includes epochs) the cifar preset's ms/epoch at batch 32, 128, 512 and 2048 in tf32 and
+#      bf16; (STEPS includes ab) those and fp32 after and before, alternated (before, after, before,
+#      after fp32);
 #   3. (STEPS includes torch) PyTorch's best (../shared/anchors/torch_cifar_best.py, copied into
 #      .carry/anchors) in tf32 and bf16, in the same call;
 #   4. (STEPS includes script) tests/gpu_precision_test.sh on the after tree;
@@ -30,7 +31,7 @@ fi
 wait; echo "built at $(($(date +%s) - start)) s"
 
 run 240 precision build-after/tests/gpu_precision --log_level=test_suite
-grep -E "worst tensor|direct input|error|failure|No errors" "$out/precision.log" | head -20
+grep -E "worst tensor|staged [0-9]|error|failure|No errors|SKIP" "$out/precision.log" | head -30
 
 measure() {  # NAME TREE PRECISIONS
   CNN_MEASURE_PRECISIONS=$3 run 200 "$1" "$2/tests/gpu_layers" --run_test=measure_cifar_epoch_time
@@ -41,7 +42,7 @@ if [[ $steps == *" ab "* ]]; then
   measure cifar-after-1 build-after fp32,tf32,bf16
   measure cifar-before-2 "$before/build-before" fp32
   measure cifar-after-2 build-after fp32
-else
+elif [[ $steps == *" epochs "* ]]; then
   measure cifar-after-1 build-after tf32,bf16
 fi
 echo "measured at $(($(date +%s) - start)) s"
@@ -62,7 +63,7 @@ if [[ $steps == *" ncu "* ]] && command -v ncu >/dev/null; then
   metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active
   metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
   metrics+=,l1tex__throughput.avg.pct_of_peak_sustained_active
-  CNN_MEASURE_PRECISIONS=fp32,bf16 timeout 400 ncu --clock-control none --metrics "$metrics" --csv \
+  CNN_MEASURE_PRECISIONS=${NCU_PRECISIONS:-fp32,bf16} timeout 400 ncu --clock-control none --metrics "$metrics" --csv \
     build-after/tests/gpu_layers --run_test=profile_cifar_steps >"$out/ncu.csv" 2>"$out/ncu.err"
   echo "ncu exit $?"
   python3 kernels/bench/ncu_durations.py "$out/ncu.csv" >"$out/ncu.txt" 2>&1; tail -3 "$out/ncu.txt"

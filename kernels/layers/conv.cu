@@ -16,6 +16,7 @@
 #include "cuda/launch.hpp"
 #include "cuda/stream_scratch.hpp"
 #include "ops/layer_ops.hpp"
+#include "ops/conv_products.cuh"
 #include "ops/layer_ops_gemm.cuh"
 
 namespace cnn::cuda {
@@ -23,23 +24,6 @@ namespace cnn::cuda {
 // ---- the kernels
 
 namespace {
-
-// Marks an out-of-range row or k: a window origin or tap of kFar fails every bounds test below, also
-// when both are out of range (2 * kFar still fits an int).
-constexpr int kFar = 1 << 29;
-
-// ConvShape with the dividers the index decoding needs.
-struct ConvGeometry {
-  int C, H, W, F, KS, stride, pad, OH, OW;
-  int KK, OHW, HW;
-  std::int64_t CHW, FOHW;
-  FastDiv by_ohw, by_ow, by_kk, by_ks, by_hw, by_w;
-
-  explicit ConvGeometry(const ConvShape& s)
-      : C(s.channels), H(s.height), W(s.width), F(s.filters), KS(s.kernel), stride(s.stride), pad(s.pad),
-        OH(s.out_h()), OW(s.out_w()), KK(s.kernel * s.kernel), OHW(s.out_h() * s.out_w()), HW(s.height * s.width),
-        CHW(s.in_size()), FOHW(s.out_size()), by_ohw(OHW), by_ow(OW), by_kk(KK), by_ks(KS), by_hw(HW), by_w(W) {}
-};
 
 // An output position (s, oy, ox) of the convolution: the top-left input pixel of its window.
 struct Position {
@@ -211,36 +195,6 @@ struct ColumnsGradA {
 
 // ---- stores ---------------------------------------------------------------------------------------
 
-// out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox).
-template <bool kRelu>
-struct ConvForwardStore {
-  float* out;
-  const float* bias;
-  FastDiv by_ohw;
-  int ohw, filters;
-  __device__ __forceinline__ void operator()(int m, int f, float v) const {
-    const int s = by_ohw.div(m);
-    float y = v + bias[f];
-    if (kRelu) y = fmaxf(y, 0.0f);
-    out[(static_cast<std::int64_t>(s) * filters + f) * ohw + (m - s * ohw)] = y;
-  }
-};
-
-// grad_in[s, c, h, w] = v, zeroed where relu_out <= 0 when kMask. m = (s, h*W + w).
-template <bool kMask>
-struct ConvDgradStore {
-  float* grad_in;
-  const float* relu_out;
-  FastDiv by_hw;
-  int hw, channels;
-  __device__ __forceinline__ void operator()(int m, int c, float v) const {
-    const int s = by_hw.div(m);
-    const std::int64_t e = (static_cast<std::int64_t>(s) * channels + c) * hw + (m - s * hw);
-    if (kMask && !(relu_out[e] > 0.0f)) v = 0.0f;
-    grad_in[e] = v;
-  }
-};
-
 // dcol[n = (c,i,j), m = (s,oy,ox)]: tap-major, so the gather below reads consecutive positions.
 struct ColumnsStore {
   float* columns;
@@ -401,9 +355,25 @@ class ConvOp final : public ProductOp {
  public:
   using ProductOp::ProductOp;
 
+  // In tf32 and bf16, the staged copies of conv_tensor_core.cu, sized for the largest batch so far.
+  Prepared prepare(std::int64_t n) override {
+    Prepared prepared = ProductOp::prepare(n);
+    const LayerPlans& plans = plans_for(n);
+    if (plans.staged) {
+      prepared.moved |= staged_activation_.reserve(plans.staged_activation_words);
+      prepared.moved |= staged_weight_.reserve(plans.staged_weight_words);
+    }
+    return prepared;
+  }
+
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
-    conv2d_forward_planned(plans_for(batch.n).forward, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_,
-                           shared_.workspace.get(), shared_.stream);
+    const LayerPlans& plans = plans_for(batch.n);
+    if (plans.staged)
+      conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_, staged(),
+                            shared_.workspace.get(), shared_.stream);
+    else
+      conv2d_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_,
+                             shared_.workspace.get(), shared_.stream);
   }
 
   void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter& ready) override {
@@ -411,9 +381,15 @@ class ConvOp final : public ProductOp {
     const OpShared::Place place = shared_.weight_grad_place(t.grad_in != nullptr);
     conv2d_backward_weights(plans.wgrad, grad_weight(), grad_bias(), t.grad_out, t.in, batch.n, layer_.conv, false,
                             place.workspace, place.stream);
-    if (t.grad_in != nullptr)
-      conv2d_backward_data(plans, t.grad_in, t.grad_out, weight(), t.input_is_relu ? t.in : nullptr, batch.n,
-                           layer_.conv, shared_.workspace.get(), shared_.stream);
+    if (t.grad_in != nullptr) {
+      const float* relu_out = t.input_is_relu ? t.in : nullptr;
+      if (plans.staged)
+        conv2d_backward_data_staged(plans, t.grad_in, t.grad_out, weight(), relu_out, batch.n, layer_.conv, staged(),
+                                    shared_.workspace.get(), shared_.stream);
+      else
+        conv2d_backward_data(plans, t.grad_in, t.grad_out, weight(), relu_out, batch.n, layer_.conv,
+                             shared_.workspace.get(), shared_.stream);
+    }
     report_ready(ready, place);
   }
 
@@ -421,6 +397,10 @@ class ConvOp final : public ProductOp {
   LayerPlans plan(std::int64_t n) const override {
     return plan_conv(layer_.conv, n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision);
   }
+  StagedBuffers staged() const { return StagedBuffers{staged_activation_.get(), staged_weight_.get()}; }
+
+  // The forward's staged input, then (in the backward) the staged output gradient; the staged weights.
+  DeviceBuffer<std::uint32_t> staged_activation_, staged_weight_;
 };
 
 }  // namespace

@@ -228,10 +228,18 @@ template <class LoadA, class LoadB, class Store>
 void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
                  cudaStream_t stream) {
   if (plan.m <= 0 || plan.n <= 0) return;
-  switch (plan.precision) {
-    case Precision::kFp32: launch_fp32_tile(plan, a, b, store, workspace, stream); break;
-    case Precision::kTf32: launch_mma_tile<Precision::kTf32>(plan, a, b, store, workspace, stream); break;
-    case Precision::kBf16: launch_mma_tile<Precision::kBf16>(plan, a, b, store, workspace, stream); break;
+  if constexpr (is_chunked_loader<LoadA>::value || is_chunked_loader<LoadB>::value) {
+    // Chunks are staged in tf32 or bf16 (conv_tensor_core.cu): tensor cores only.
+    if (plan.precision == Precision::kBf16)
+      launch_mma_tile<Precision::kBf16>(plan, a, b, store, workspace, stream);
+    else
+      launch_mma_tile<Precision::kTf32>(plan, a, b, store, workspace, stream);
+  } else {
+    switch (plan.precision) {
+      case Precision::kFp32: launch_fp32_tile(plan, a, b, store, workspace, stream); break;
+      case Precision::kTf32: launch_mma_tile<Precision::kTf32>(plan, a, b, store, workspace, stream); break;
+      case Precision::kBf16: launch_mma_tile<Precision::kBf16>(plan, a, b, store, workspace, stream); break;
+    }
   }
   CNN_CHECK_LAUNCH();
   if (plan.splits > 1) {

@@ -54,6 +54,11 @@ struct LayerPlans {
   GemmPlan forward, dgrad, wgrad;
   bool dgrad_by_columns = false;
   std::int64_t column_floats = 0;  // C*KH*KW x n*OH*OW when dgrad_by_columns
+  // A convolution in tf32 or bf16: the forward and the input gradient are the staged forms below
+  // (conv2d_forward_staged, conv2d_backward_data_staged), and the op keeps these 32-bit words for
+  // the staged activation and the staged weights.
+  bool staged = false;
+  std::int64_t staged_activation_words = 0, staged_weight_words = 0;
   std::int64_t workspace_floats() const;
 };
 constexpr std::int64_t kMaxColumnFloats = std::int64_t{1} << 26;  // 256 MiB
@@ -86,6 +91,26 @@ void fc_backward_data(const GemmPlan& plan, float* grad_in, const float* grad_ou
 void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_bias, const float* grad_out,
                          const float* in, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
                          bool accumulate, float* workspace, cudaStream_t stream);
+
+// The convolution's tensor-core forms (tf32, bf16; conv_tensor_core.cu). The element loaders above
+// spend a dozen instructions on each operand element (its window decoded, bounds tested, loaded
+// alone, rounded); these read 16-byte chunks of 4 or 8 channels instead. Before each product the op
+// stages its activation as an NHWC copy in the precision's format, channels padded to whole chunks
+// (the forward: the input, [n,H,W,Cp]; the input gradient: the output's gradient, [n,OH,OW,Fp]),
+// and the weights in the matching order (k = (i,j,channel)), all into `staged`. The weight gradient
+// keeps the element form, on the fp32 tensors.
+struct StagedBuffers {
+  std::uint32_t* activation = nullptr;  // LayerPlans::staged_activation_words
+  std::uint32_t* weight = nullptr;      // LayerPlans::staged_weight_words
+};
+void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
+                           const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
+                           const StagedBuffers& staged, float* workspace, cudaStream_t stream);
+void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
+                                 const float* relu_out, std::int64_t n, const ConvShape& shape,
+                                 const StagedBuffers& staged, float* workspace, cudaStream_t stream);
+// The channels of a staged tensor: c rounded up to whole 16-byte chunks of the precision.
+int staged_channels(int c, Precision precision);
 
 // maxpool_backward with the backward of a ReLU before the pool folded in (when pooled_out, the
 // pool's output, is given): zero wherever the pool's input <= 0. Only winners get gradient, and a

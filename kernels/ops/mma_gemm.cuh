@@ -110,23 +110,109 @@ struct TileUnits {
   }
 };
 
+// Words per shared-memory row of a k tile, padded so that the fragment reads (lane = 4 * row + word)
+// hit 32 distinct banks; rows stay 16-byte aligned for the chunk stores.
+constexpr int kMmaRowStride = kMmaTileWords + 4;
+
+// A loader of 16-byte chunks (kChunked, e.g. the staged NHWC tensors of conv_tensor_core.cu) hands
+// over whole words already in the precision's format; any other loader hands over single floats.
+template <class Loader, class = void>
+struct is_chunked_loader : std::false_type {};
+template <class Loader>
+struct is_chunked_loader<Loader, std::void_t<decltype(Loader::kChunked)>> : std::bool_constant<Loader::kChunked> {};
+
+// One operand's share of each k tile: the units this thread loads, their loads in flight (next), and
+// their store into shared memory. kRows rows of the tile start at row0.
+template <Precision P, int kRows, class Loader, bool kChunked = is_chunked_loader<Loader>::value>
+struct OperandPipe;
+
+// Single floats, rounded here: TileUnits' rows x words per thread.
+template <Precision P, int kRows, class Loader>
+struct OperandPipe<P, kRows, Loader, false> {
+  using Units = TileUnits<kRows, Loader::kKContiguous>;
+  using Format = MmaFormat<P>;
+  typename Loader::Fixed fixed[Units::kRows];
+  std::uint32_t next[Units::kRows][Units::kWords];
+
+  __device__ __forceinline__ OperandPipe(const Loader& loader, int row0, int t) {
+#pragma unroll
+    for (int i = 0; i < Units::kRows; ++i) fixed[i] = loader.fixed(row0 + Units::row(t, i));
+  }
+  // Loads and rounds this thread's units of the tile at k0 (elements past k_end read 0).
+  __device__ __forceinline__ void fetch(const Loader& loader, int t, int k0, int k_end) {
+#pragma unroll
+    for (int j = 0; j < Units::kWords; ++j) {
+      const int k = k0 + Units::word(t, j) * Format::kPerWord;
+      typename Loader::Step step[Format::kPerWord];
+#pragma unroll
+      for (int e = 0; e < Format::kPerWord; ++e) step[e] = loader.step(k + e);
+#pragma unroll
+      for (int i = 0; i < Units::kRows; ++i) {
+        float v[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int e = 0; e < Format::kPerWord; ++e) v[e] = k + e < k_end ? loader.load(fixed[i], step[e]) : 0.0f;
+        next[i][j] = Format::pack(v[0], v[1]);
+      }
+    }
+  }
+  __device__ __forceinline__ void stash(std::uint32_t (*tile)[kMmaRowStride], int t) const {
+#pragma unroll
+    for (int i = 0; i < Units::kRows; ++i)
+#pragma unroll
+      for (int j = 0; j < Units::kWords; ++j) tile[Units::row(t, i)][Units::word(t, j)] = next[i][j];
+  }
+};
+
+// 16-byte chunks (4 words) in the precision's format: a row of the tile is 4 chunks, and lanes take
+// the chunks of a row, then the next row (a warp: 8 rows). Loader concept:
+//   kChunked = true;  Fixed fixed(int mn) const;  uint4 load_chunk(const Fixed&, int k) const
+//   (the chunk of k .. k + 4 * kPerWord - 1, zeros out of range).
+template <Precision P, int kRows, class Loader>
+struct OperandPipe<P, kRows, Loader, true> {
+  static constexpr int kChunks = kRows * kMmaTileWords / 4;
+  static constexpr int kUnits = (kChunks + kMmaThreads - 1) / kMmaThreads;
+  static constexpr int kChunkElements = 4 * MmaFormat<P>::kPerWord;
+  typename Loader::Fixed fixed[kUnits];
+  uint4 next[kUnits];
+
+  static __device__ __forceinline__ bool active(int unit) { return kChunks % kMmaThreads == 0 || unit < kChunks; }
+  __device__ __forceinline__ OperandPipe(const Loader& loader, int row0, int t) {
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = t + u * kMmaThreads;
+      if (active(unit)) fixed[u] = loader.fixed(row0 + unit / 4);
+    }
+  }
+  __device__ __forceinline__ void fetch(const Loader& loader, int t, int k0, int k_end) {
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = t + u * kMmaThreads;
+      const int k = k0 + (unit % 4) * kChunkElements;
+      if (active(unit)) next[u] = k < k_end ? loader.load_chunk(fixed[u], k) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __device__ __forceinline__ void stash(std::uint32_t (*tile)[kMmaRowStride], int t) const {
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = t + u * kMmaThreads;
+      if (active(unit)) *reinterpret_cast<uint4*>(&tile[unit / 4][4 * (unit % 4)]) = next[u];
+    }
+  }
+};
+
 template <Precision P, int BM, int BN, int WARPS_M, class LoadA, class LoadB, class Store>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_gemm_kernel(LoadA load_a, LoadB load_b, Store store, int M, int N, int K, int k_per_split,
                     float* __restrict__ workspace /*[splits, N, M] when gridDim.z > 1*/) {
   start_after_previous_kernel();
   using Format = MmaFormat<P>;
-  constexpr int kPerWord = Format::kPerWord;
-  constexpr int BK = kMmaTileWords * kPerWord;
-  constexpr int kStride = kMmaTileWords + 4;  // words per shared row: conflict-free fragment reads
+  constexpr int BK = kMmaTileWords * Format::kPerWord;
   constexpr int WARPS_N = kMmaThreads / 32 / WARPS_M;
   constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   constexpr int MI = WM / 16, NJ = WN / 8;  // mma tiles per warp
   static_assert(MI >= 1 && NJ >= 1 && MI * 16 == WM && NJ * 8 == WN, "warp tile: multiples of 16 x 8");
-  using UnitsA = TileUnits<BM, LoadA::kKContiguous>;
-  using UnitsB = TileUnits<BN, LoadB::kKContiguous>;
-  __shared__ __align__(16) std::uint32_t As[2][BM][kStride];
-  __shared__ __align__(16) std::uint32_t Bs[2][BN][kStride];
+  __shared__ __align__(16) std::uint32_t As[2][BM][kMmaRowStride];
+  __shared__ __align__(16) std::uint32_t Bs[2][BN][kMmaRowStride];
 
   const int t = threadIdx.x;
   const int m0 = blockIdx.x * BM;
@@ -135,46 +221,15 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int k_end = min(K, k_begin + k_per_split);
   const int tiles = (k_end - k_begin + BK - 1) / BK;
 
-  typename LoadA::Fixed a_fixed[UnitsA::kRows];
-  typename LoadB::Fixed b_fixed[UnitsB::kRows];
-#pragma unroll
-  for (int i = 0; i < UnitsA::kRows; ++i) a_fixed[i] = load_a.fixed(m0 + UnitsA::row(t, i));
-#pragma unroll
-  for (int i = 0; i < UnitsB::kRows; ++i) b_fixed[i] = load_b.fixed(n0 + UnitsB::row(t, i));
-
-  std::uint32_t a_next[UnitsA::kRows][UnitsA::kWords], b_next[UnitsB::kRows][UnitsB::kWords];
-  // Loads and rounds one operand's units of the tile at k0 (elements past k_end read 0).
-  auto fetch_operand = [&](const auto& loader, const auto& fixed, auto& next, auto units, int k0) {
-    using Units = decltype(units);
-    using Loader = std::remove_cv_t<std::remove_reference_t<decltype(loader)>>;
-#pragma unroll
-    for (int j = 0; j < Units::kWords; ++j) {
-      const int k = k0 + Units::word(t, j) * kPerWord;
-      typename Loader::Step step[kPerWord];
-#pragma unroll
-      for (int e = 0; e < kPerWord; ++e) step[e] = loader.step(k + e);
-#pragma unroll
-      for (int i = 0; i < Units::kRows; ++i) {
-        float v[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int e = 0; e < kPerWord; ++e) v[e] = k + e < k_end ? loader.load(fixed[i], step[e]) : 0.0f;
-        next[i][j] = Format::pack(v[0], v[1]);
-      }
-    }
-  };
+  OperandPipe<P, BM, LoadA> a(load_a, m0, t);
+  OperandPipe<P, BN, LoadB> b(load_b, n0, t);
   auto fetch = [&](int k0) {
-    fetch_operand(load_a, a_fixed, a_next, UnitsA{}, k0);
-    fetch_operand(load_b, b_fixed, b_next, UnitsB{}, k0);
+    a.fetch(load_a, t, k0, k_end);
+    b.fetch(load_b, t, k0, k_end);
   };
   auto stash = [&](int buf) {
-#pragma unroll
-    for (int i = 0; i < UnitsA::kRows; ++i)
-#pragma unroll
-      for (int j = 0; j < UnitsA::kWords; ++j) As[buf][UnitsA::row(t, i)][UnitsA::word(t, j)] = a_next[i][j];
-#pragma unroll
-    for (int i = 0; i < UnitsB::kRows; ++i)
-#pragma unroll
-      for (int j = 0; j < UnitsB::kWords; ++j) Bs[buf][UnitsB::row(t, i)][UnitsB::word(t, j)] = b_next[i][j];
+    a.stash(As[buf], t);
+    b.stash(Bs[buf], t);
   };
 
   const int warp = t >> 5, lane = t & 31;

@@ -1,0 +1,265 @@
+// The convolution's tensor-core forms (tf32, bf16; layer_ops.hpp, conv2d_forward_staged and
+// conv2d_backward_data_staged): the staging kernels, and the chunk loaders (mma_gemm.cuh) that read
+// what they staged.
+//
+// Staged layouts, in the precision's 32-bit words (a tf32 value, or a bf16 pair c, c+1):
+//   activation  NHWC, channels padded with zeros to whole 16-byte chunks (Cp: 4 tf32 or 8 bf16)
+//   weight      the forward's [F][(i,j,c) of KK*Cp], then the input gradient's [C][(i,j,f) of KK*Fp]
+// so that one chunk of k = (i,j,channel) is one tap's 4 or 8 consecutive channels: one bounds test
+// and one 16-byte load, where the element loaders of conv.cu take a dozen instructions per element.
+//
+//   forward     M = n*OH*OW (s,oy,ox)   N = F   K = KK*Cp (i,j,c)   A = the staged input's windows
+//   input grad  M = n*H*W   (s,h,w)     N = C   K = KK*Fp (i,j,f)   A = the staged output gradient
+//                                                                    at ((h+pad-i)/S, (w+pad-j)/S)
+// The stores are the element forms' (conv_products.cuh): bias and ReLU, or the ReLU mask.
+#include <cstdint>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
+#include "cuda/launch.hpp"
+#include "ops/conv_products.cuh"
+#include "ops/layer_ops.hpp"
+#include "ops/layer_ops_gemm.cuh"
+
+namespace cnn::cuda {
+
+namespace {
+
+// Elements of a 16-byte chunk, and of a 32-bit word.
+constexpr int chunk_elements(Precision p) { return p == Precision::kBf16 ? 8 : 4; }
+constexpr int word_elements(Precision p) { return p == Precision::kBf16 ? 2 : 1; }
+
+// ---- staging --------------------------------------------------------------------------------------
+
+// dst[s, p, c] = round(src[s, c, p]) for c < C, 0 for C <= c < Cp: one thread per pixel (s, p), its
+// Cp channels written a 16-byte chunk at a time; neighbouring lanes read neighbouring p of a plane.
+template <Precision P>
+__global__ void stage_nhwc_kernel(uint4* __restrict__ dst, const float* __restrict__ src, int pixels, FastDiv by_hw,
+                                  int C, int Cp) {
+  start_after_previous_kernel();
+  using Format = MmaFormat<P>;
+  constexpr int kPerChunk = 4 * Format::kPerWord;
+  const int hw = static_cast<int>(by_hw.divisor);
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < pixels; e += gridDim.x * blockDim.x) {
+    const int s = by_hw.div(e);
+    const float* plane0 = src + static_cast<std::int64_t>(s) * C * hw + (e - s * hw);
+    uint4* out = dst + static_cast<std::int64_t>(e) * (Cp / kPerChunk);
+    for (int c0 = 0; c0 < Cp; c0 += kPerChunk) {
+      float v[kPerChunk];
+#pragma unroll
+      for (int q = 0; q < kPerChunk; ++q) v[q] = c0 + q < C ? __ldg(plane0 + static_cast<std::int64_t>(c0 + q) * hw) : 0.0f;
+      std::uint32_t w[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        w[q] = Format::kPerWord == 2 ? Format::pack(v[2 * q], v[2 * q + 1]) : Format::pack(v[q], 0.0f);
+      out[c0 / kPerChunk] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+// dst[r, tap, col] = round(w[r * row_stride + col * col_stride + tap]) for col < cols, 0 up to
+// cols_padded: the weights [F,C,KK] as [F][KK][Cp] (r = f, col = c) or as [C][KK][Fp] (r = c,
+// col = f). One thread per (r, tap, chunk).
+template <Precision P>
+__global__ void stage_weights_kernel(uint4* __restrict__ dst, const float* __restrict__ w, int rows, int kk, int cols,
+                                     int cols_padded, int row_stride, int col_stride) {
+  start_after_previous_kernel();
+  using Format = MmaFormat<P>;
+  constexpr int kPerChunk = 4 * Format::kPerWord;
+  const int chunks_per_tap = cols_padded / kPerChunk;
+  const int chunks = rows * kk * chunks_per_tap;
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < chunks; e += gridDim.x * blockDim.x) {
+    const int rt = e / chunks_per_tap;  // r * kk + tap
+    const int col0 = (e - rt * chunks_per_tap) * kPerChunk;
+    const int r = rt / kk;
+    const int tap = rt - r * kk;
+    float v[kPerChunk];
+#pragma unroll
+    for (int q = 0; q < kPerChunk; ++q)
+      v[q] = col0 + q < cols ? __ldg(w + r * row_stride + (col0 + q) * col_stride + tap) : 0.0f;
+    std::uint32_t word[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      word[q] = Format::kPerWord == 2 ? Format::pack(v[2 * q], v[2 * q + 1]) : Format::pack(v[q], 0.0f);
+    dst[e] = make_uint4(word[0], word[1], word[2], word[3]);
+  }
+}
+
+template <Precision P>
+void stage_nhwc(std::uint32_t* dst, const float* src, std::int64_t n, int channels, int hw, int channels_padded,
+                cudaStream_t stream) {
+  const int pixels = static_cast<int>(n * hw);
+  launch_dependent(stage_nhwc_kernel<P>, grid_for(pixels), kBlockThreads, 0, stream, reinterpret_cast<uint4*>(dst),
+                   src, pixels, FastDiv(hw), channels, channels_padded);
+  CNN_CHECK_LAUNCH();
+}
+
+template <Precision P>
+void stage_weights(std::uint32_t* dst, const float* w, int rows, int kk, int cols, int cols_padded, int row_stride,
+                   int col_stride, cudaStream_t stream) {
+  const int chunks = rows * kk * (cols_padded / chunk_elements(P));
+  launch_dependent(stage_weights_kernel<P>, grid_for(chunks), kBlockThreads, 0, stream, reinterpret_cast<uint4*>(dst),
+                   w, rows, kk, cols, cols_padded, row_stride, col_stride);
+  CNN_CHECK_LAUNCH();
+}
+
+// ---- chunk loaders --------------------------------------------------------------------------------
+
+// A tap (i, j) and channel c of a chunk's first k = (i*KS + j)*channels + c.
+struct ChunkTap {
+  int i, j, c;
+};
+__device__ __forceinline__ ChunkTap decode_chunk(int k, const FastDiv& by_channels, const FastDiv& by_ks) {
+  const int tap = by_channels.div(k);
+  const int i = by_ks.div(tap);
+  return {i, tap - i * static_cast<int>(by_ks.divisor), k - tap * static_cast<int>(by_channels.divisor)};
+}
+
+__device__ __forceinline__ uint4 chunk_at(const std::uint32_t* words, std::int64_t element, int word_shift) {
+  return __ldg(reinterpret_cast<const uint4*>(words + (element >> word_shift)));
+}
+
+// Forward A[m = (s,oy,ox), k = (i,j,c)] over the staged input [n,H,W,Cp].
+struct StagedWindowA {
+  static constexpr bool kChunked = true;
+  const std::uint32_t* in;
+  int word_shift;  // log2 of elements per word
+  int H, W, Cp, K, stride, pad, positions;
+  FastDiv by_ohw, by_ow, by_cp, by_ks;
+  struct Fixed {
+    std::int64_t sample;  // s*H*W*Cp
+    int y0, x0;           // oy*stride - pad, ox*stride - pad (kFar: none)
+  };
+  __device__ __forceinline__ Fixed fixed(int m) const {
+    if (m >= positions) return {0, kFar, kFar};
+    const int s = by_ohw.div(m);
+    const int r = m - s * static_cast<int>(by_ohw.divisor);
+    const int oy = by_ow.div(r);
+    const int ox = r - oy * static_cast<int>(by_ow.divisor);
+    return {static_cast<std::int64_t>(s) * H * W * Cp, oy * stride - pad, ox * stride - pad};
+  }
+  __device__ __forceinline__ uint4 load_chunk(const Fixed& p, int k) const {
+    const ChunkTap t = decode_chunk(k, by_cp, by_ks);
+    const int y = p.y0 + t.i;
+    const int x = p.x0 + t.j;
+    if (k >= K || static_cast<unsigned>(y) >= static_cast<unsigned>(H) ||
+        static_cast<unsigned>(x) >= static_cast<unsigned>(W))
+      return make_uint4(0, 0, 0, 0);
+    return chunk_at(in, p.sample + (static_cast<std::int64_t>(y) * W + x) * Cp + t.c, word_shift);
+  }
+};
+
+// Input-gradient A[m = (s,h,w), k = (i,j,f)] over the staged output gradient [n,OH,OW,Fp]: the
+// output position whose window puts tap (i,j) on pixel (h,w), when there is a whole one.
+struct StagedGradA {
+  static constexpr bool kChunked = true;
+  const std::uint32_t* grad_out;
+  int word_shift;
+  int OH, OW, Fp, K, stride, pixels;
+  int pad;
+  FastDiv by_hw, by_w, by_fp, by_ks;
+  struct Fixed {
+    std::int64_t sample;  // s*OH*OW*Fp
+    int yp, xp;           // h + pad, w + pad (-kFar: none)
+  };
+  __device__ __forceinline__ Fixed fixed(int m) const {
+    if (m >= pixels) return {0, -kFar, -kFar};
+    const int s = by_hw.div(m);
+    const int r = m - s * static_cast<int>(by_hw.divisor);
+    const int h = by_w.div(r);
+    return {static_cast<std::int64_t>(s) * OH * OW * Fp, h + pad, r - h * static_cast<int>(by_w.divisor) + pad};
+  }
+  __device__ __forceinline__ uint4 load_chunk(const Fixed& p, int k) const {
+    const ChunkTap t = decode_chunk(k, by_fp, by_ks);
+    int oy = p.yp - t.i;
+    int ox = p.xp - t.j;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    if (k >= K || oy < 0 || ox < 0) return zero;
+    if (stride != 1) {
+      if (oy % stride != 0 || ox % stride != 0) return zero;
+      oy /= stride;
+      ox /= stride;
+    }
+    if (oy >= OH || ox >= OW) return zero;
+    return chunk_at(grad_out, p.sample + (static_cast<std::int64_t>(oy) * OW + ox) * Fp + t.c, word_shift);
+  }
+};
+
+// B[k, n] = staged weight row n, [rows][K] (the forward's filters, or the input gradient's channels).
+struct StagedRowsB {
+  static constexpr bool kChunked = true;
+  const std::uint32_t* weight;
+  int word_shift;
+  int rows, K;
+  using Fixed = int;  // n*K, or -1
+  __device__ __forceinline__ Fixed fixed(int n) const { return n < rows ? n * K : -1; }
+  __device__ __forceinline__ uint4 load_chunk(Fixed row, int k) const {
+    return row >= 0 && k < K ? chunk_at(weight, std::int64_t{row} + k, word_shift) : make_uint4(0, 0, 0, 0);
+  }
+};
+
+template <Precision P>
+void forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight, const float* bias,
+                    std::int64_t n, const ConvShape& s, bool relu, const StagedBuffers& staged, float* workspace,
+                    cudaStream_t stream) {
+  const ConvGeometry g(s);
+  const int cp = staged_channels(g.C, P);
+  stage_nhwc<P>(staged.activation, in, n, g.C, g.HW, cp, stream);
+  stage_weights<P>(staged.weight, weight, g.F, g.KK, g.C, cp, g.C * g.KK, g.KK, stream);
+  const int shift = word_elements(P) == 2 ? 1 : 0;
+  const StagedWindowA a{staged.activation, shift, g.H, g.W, cp, g.KK * cp, g.stride, g.pad,
+                        static_cast<int>(n * g.OHW), g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
+  const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
+  launch_either(relu, plans.forward, a, b, ConvForwardStore<true>{out, bias, g.by_ohw, g.OHW, g.F},
+                ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
+}
+
+template <Precision P>
+void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
+                          const float* relu_out, std::int64_t n, const ConvShape& s, const StagedBuffers& staged,
+                          float* workspace, cudaStream_t stream) {
+  const ConvGeometry g(s);
+  const int cp = staged_channels(g.C, P);
+  const int fp = staged_channels(g.F, P);
+  stage_nhwc<P>(staged.activation, grad_out, n, g.F, g.OHW, fp, stream);
+  // After the forward's weights [F][KK*Cp], in words.
+  std::uint32_t* dgrad_weight = staged.weight + std::int64_t{g.F} * g.KK * cp / word_elements(P);
+  stage_weights<P>(dgrad_weight, weight, g.C, g.KK, g.F, fp, g.KK, g.C * g.KK, stream);
+  const int shift = word_elements(P) == 2 ? 1 : 0;
+  const StagedGradA a{staged.activation, shift, g.OH, g.OW, fp, g.KK * fp, g.stride,
+                      static_cast<int>(n * g.HW), g.pad, g.by_hw, g.by_w, FastDiv(fp), g.by_ks};
+  const StagedRowsB b{dgrad_weight, shift, g.C, g.KK * fp};
+  launch_either(relu_out != nullptr, plans.dgrad, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
+                ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
+}
+
+}  // namespace
+
+int staged_channels(int c, Precision precision) {
+  const int chunk = chunk_elements(precision);
+  return (c + chunk - 1) / chunk * chunk;
+}
+
+void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
+                           const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
+                           const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (plans.forward.precision == Precision::kBf16)
+    forward_staged<Precision::kBf16>(plans, out, in, weight, bias, n, shape, relu, staged, workspace, stream);
+  else
+    forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, workspace, stream);
+}
+
+void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
+                                 const float* relu_out, std::int64_t n, const ConvShape& shape,
+                                 const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (plans.dgrad.precision == Precision::kBf16)
+    backward_data_staged<Precision::kBf16>(plans, grad_in, grad_out, weight, relu_out, n, shape, staged, workspace,
+                                           stream);
+  else
+    backward_data_staged<Precision::kTf32>(plans, grad_in, grad_out, weight, relu_out, n, shape, staged, workspace,
+                                           stream);
+}
+
+}  // namespace cnn::cuda
