@@ -199,10 +199,11 @@ std::string fashion_dir() {
 
 // Skips a real-data test case (reported as skipped, not passed) when the data set is absent.
 struct FashionInstalled {
+  std::string dir = fashion_dir();
   boost::test_tools::assertion_result operator()(boost::unit_test::test_unit_id) const {
     struct stat info {};
-    if (::stat(fashion_dir().c_str(), &info) == 0 && S_ISDIR(info.st_mode)) return true;
-    const std::string message = "SKIP: Fashion-MNIST not installed at " + fashion_dir() + " (set CNN_FASHION_DIR)";
+    if (::stat(dir.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) return true;
+    const std::string message = "SKIP: Fashion-MNIST not installed at " + dir + " (set CNN_FASHION_DIR)";
     std::cout << message << std::endl;
     boost::test_tools::assertion_result result(false);
     result.message() << message;
@@ -267,9 +268,9 @@ BOOST_AUTO_TEST_CASE(odd_shapes_within_bounds) {
 }
 
 BOOST_AUTO_TEST_CASE(staged_products_match_the_cpu_twins) {
-  // The staged forward and input gradient alone, against the CPU's conv2d_forward and
-  // conv2d_backward: channels padded to whole chunks (6, 19; 5, 13), a stride, a 5x5 kernel, ReLU
-  // folded into the forward and the mask into the input gradient.
+  // The staged products alone, against the CPU's conv2d_forward and conv2d_backward: channels
+  // padded to whole chunks (6, 19; 5, 13), a stride, a 5x5 kernel, ReLU folded into the forward and
+  // the mask into the input gradient; the weight gradient with its bias.
   const cnn::ConvShape shapes[] = {{6, 11, 11, 19, 3, 1, 1}, {5, 12, 9, 13, 5, 2, 2}};
   const std::int64_t n = 9;
   for (const cnn::ConvShape& shape : shapes)
@@ -282,11 +283,11 @@ BOOST_AUTO_TEST_CASE(staged_products_match_the_cpu_twins) {
       const auto weight = cnn::test::random_vector(static_cast<std::size_t>(shape.weight_size()), 4, 0.5f);
       const auto bias = cnn::test::random_vector(static_cast<std::size_t>(shape.filters), 5, 0.5f);
       std::vector<float> want_out(grad_out.size()), want_grad_in(in.size());
-      std::vector<float> grad_weight(weight.size()), grad_bias(bias.size());
+      std::vector<float> want_grad_weight(weight.size()), want_grad_bias(bias.size());
       cnn::conv2d_forward(want_out.data(), in.data(), weight.data(), bias.data(), n, shape);
       for (float& v : want_out) v = std::max(v, 0.0f);
-      cnn::conv2d_backward(want_grad_in.data(), grad_weight.data(), grad_bias.data(), grad_out.data(), in.data(),
-                           weight.data(), n, shape);
+      cnn::conv2d_backward(want_grad_in.data(), want_grad_weight.data(), want_grad_bias.data(), grad_out.data(),
+                           in.data(), weight.data(), n, shape);
       for (std::size_t i = 0; i < in.size(); ++i)
         if (!(in[i] > 0.0f)) want_grad_in[i] = 0.0f;  // `in` as the ReLU output that masks it
       auto upload = [](const std::vector<float>& host) {
@@ -301,28 +302,45 @@ BOOST_AUTO_TEST_CASE(staged_products_match_the_cpu_twins) {
       float* d_bias = upload(bias);
       float* d_out = upload(std::vector<float>(want_out.size(), NAN));
       float* d_grad_in = upload(std::vector<float>(want_grad_in.size(), NAN));
+      float* d_grad_weight = upload(std::vector<float>(weight.size(), NAN));
+      float* d_grad_bias = upload(std::vector<float>(bias.size(), NAN));
       float* d_workspace = upload(std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(1, plans.workspace_floats()))));
       cnn::cuda::StagedBuffers staged;
-      CNN_CHECK_CUDA(cudaMalloc(&staged.activation, plans.staged_activation_words * sizeof(std::uint32_t)));
-      CNN_CHECK_CUDA(cudaMalloc(&staged.weight, plans.staged_weight_words * sizeof(std::uint32_t)));
+      for (auto [buffer, words] : {std::pair{&staged.input, plans.staged_input_words},
+                                   std::pair{&staged.output_grad, plans.staged_grad_words},
+                                   std::pair{&staged.weight, plans.staged_weight_words}})
+        CNN_CHECK_CUDA(cudaMalloc(buffer, words * sizeof(std::uint32_t)));
       cnn::cuda::conv2d_forward_staged(plans, d_out, d_in, d_weight, d_bias, n, shape, true, staged, d_workspace,
                                        nullptr);
-      cnn::cuda::conv2d_backward_data_staged(plans, d_grad_in, d_grad_out, d_weight, d_in, n, shape, staged,
-                                             d_workspace, nullptr);
-      std::vector<float> got_out(want_out.size()), got_grad_in(want_grad_in.size());
-      CNN_CHECK_CUDA(cudaMemcpy(got_out.data(), d_out, got_out.size() * sizeof(float), cudaMemcpyDeviceToHost));
-      CNN_CHECK_CUDA(cudaMemcpy(got_grad_in.data(), d_grad_in, got_grad_in.size() * sizeof(float),
-                                cudaMemcpyDeviceToHost));
-      for (float* p : {d_in, d_grad_out, d_weight, d_bias, d_out, d_grad_in, d_workspace}) CNN_CHECK_CUDA(cudaFree(p));
-      CNN_CHECK_CUDA(cudaFree(staged.activation));
-      CNN_CHECK_CUDA(cudaFree(staged.weight));
+      cnn::cuda::conv2d_stage_backward(plans, d_grad_out, d_weight, true, n, shape, staged, nullptr);
+      cnn::cuda::conv2d_backward_data_staged(plans, d_grad_in, d_in, n, shape, staged, d_workspace, nullptr);
+      cnn::cuda::conv2d_backward_weights_staged(plans, d_grad_weight, d_grad_bias, n, shape, false, staged,
+                                                d_workspace, nullptr);
+      auto download = [](const float* d, std::size_t count) {
+        std::vector<float> host(count);
+        CNN_CHECK_CUDA(cudaMemcpy(host.data(), d, count * sizeof(float), cudaMemcpyDeviceToHost));
+        return host;
+      };
+      const std::vector<float> got_out = download(d_out, want_out.size());
+      const std::vector<float> got_grad_in = download(d_grad_in, want_grad_in.size());
+      const std::vector<float> got_grad_weight = download(d_grad_weight, weight.size());
+      const std::vector<float> got_grad_bias = download(d_grad_bias, bias.size());
+      for (float* p : {d_in, d_grad_out, d_weight, d_bias, d_out, d_grad_in, d_grad_weight, d_grad_bias, d_workspace})
+        CNN_CHECK_CUDA(cudaFree(p));
+      for (std::uint32_t* p : {staged.input, staged.output_grad, staged.weight}) CNN_CHECK_CUDA(cudaFree(p));
       const double forward = relative_difference(got_out.data(), want_out.data(), want_out.size());
       const double input_grad = relative_difference(got_grad_in.data(), want_grad_in.data(), want_grad_in.size());
-      std::printf("  staged %dx%d/s%d on %d channels, %s: forward %.2e (%s), input gradient %.2e (%s)\n",
-                  shape.kernel, shape.kernel, shape.stride, shape.channels, cnn::precision_name(precision), forward,
-                  plans.forward.describe().c_str(), input_grad, plans.dgrad.describe().c_str());
+      const double weight_grad = relative_difference(got_grad_weight.data(), want_grad_weight.data(), weight.size());
+      const double bias_grad = relative_difference(got_grad_bias.data(), want_grad_bias.data(), bias.size());
+      std::printf("  staged %dx%d/s%d, %d->%d channels, %s: forward %.2e (%s), input gradient %.2e (%s), weight "
+                  "gradient %.2e, bias %.2e (%s)\n",
+                  shape.kernel, shape.kernel, shape.stride, shape.channels, shape.filters,
+                  cnn::precision_name(precision), forward, plans.forward.describe().c_str(), input_grad,
+                  plans.dgrad.describe().c_str(), weight_grad, bias_grad, plans.wgrad.describe().c_str());
       BOOST_TEST(forward <= bound(precision));
       BOOST_TEST(input_grad <= bound(precision));
+      BOOST_TEST(weight_grad <= bound(precision));
+      BOOST_TEST(bias_grad <= bound(precision));
     }
 }
 
@@ -409,8 +427,9 @@ float* device_random(std::int64_t count, std::uint32_t seed) {
 
 // Each product of the cifar preset's conv2 and conv3 (on 3x32x32 input) alone, at batch 128, 512
 // and 2048, in each precision, in microseconds and TFLOP/s (2*M*N*K of the layer, whatever the
-// padding): in tf32 and bf16 the staged forms (the staging kernels included) against the element
-// forms, and the staged forward and the weight gradient with every tile (plan_gemm_tile).
+// padding): in tf32 and bf16 the staged forms against the element forms, with every tile
+// (plan_gemm_tile) at 512 and 2048. The forward's time includes its staging; the backward's staging
+// is timed on its own line.
 //   ./gpu_precision --run_test=measure_layer_products
 BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
   struct Layer {
@@ -434,8 +453,9 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
       CNN_CHECK_CUDA(cudaMalloc(&grad_bias, s.filters * sizeof(float)));
       const std::int64_t workspace_floats = std::int64_t{1} << 28;  // 1 GiB: any plan's split-K or columns
       CNN_CHECK_CUDA(cudaMalloc(&workspace, workspace_floats * sizeof(float)));
-      cnn::cuda::StagedBuffers staged;
-      CNN_CHECK_CUDA(cudaMalloc(&staged.activation, n * std::max(s.in_size(), s.out_size()) * 2 * sizeof(float)));
+      cnn::cuda::StagedBuffers staged;  // room for tf32, channels padded
+      CNN_CHECK_CUDA(cudaMalloc(&staged.input, 2 * n * s.in_size() * sizeof(float)));
+      CNN_CHECK_CUDA(cudaMalloc(&staged.output_grad, 2 * n * s.out_size() * sizeof(float)));
       CNN_CHECK_CUDA(cudaMalloc(&staged.weight, 4 * s.weight_size() * sizeof(float)));
       const double flops = 2.0 * n * s.out_h() * s.out_w() * s.filters * s.channels * s.kernel * s.kernel;
       const int positions = static_cast<int>(n * s.out_h() * s.out_w());
@@ -466,11 +486,19 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
         cnn::cuda::LayerPlans element;
         element.forward = cnn::cuda::plan_gemm(positions, s.filters, taps, sms, true, p);
         element.dgrad = cnn::cuda::plan_gemm(pixels, s.channels, s.filters * s.kernel * s.kernel, sms, true, p);
+        element.wgrad = cnn::cuda::plan_gemm(s.filters, taps + 1, positions, sms, true, p);
         report(p, "forward element (" + element.forward.describe() + ")", time_us([&] {
                  cnn::cuda::conv2d_forward_planned(element.forward, out, in, weight, bias, n, s, true, workspace, nullptr);
                }));
         report(p, "dgrad element direct (" + element.dgrad.describe() + ")", time_us([&] {
                  cnn::cuda::conv2d_backward_data(element, grad_in, grad_out, weight, in, n, s, workspace, nullptr);
+               }));
+        report(p, "wgrad element (" + element.wgrad.describe() + ")", time_us([&] {
+                 cnn::cuda::conv2d_backward_weights(element.wgrad, grad_weight, grad_bias, grad_out, in, n, s, false,
+                                                    workspace, nullptr);
+               }));
+        report(p, "stage backward (grad_out, weights)", time_us([&] {
+                 cnn::cuda::conv2d_stage_backward(plans, grad_out, weight, true, n, s, staged, nullptr);
                }));
         std::vector<std::pair<std::string, cnn::cuda::LayerPlans>> variants = {{"planned", plans}};
         if (sweep)
@@ -490,19 +518,17 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
                  }));
         for (const auto& [name, v] : variants)
           report(p, "dgrad staged " + name + " (" + v.dgrad.describe() + ")", time_us([&] {
-                   cnn::cuda::conv2d_backward_data_staged(v, grad_in, grad_out, weight, in, n, s, staged, workspace,
-                                                          nullptr);
+                   cnn::cuda::conv2d_backward_data_staged(v, grad_in, in, n, s, staged, workspace, nullptr);
                  }));
         for (const auto& [name, v] : variants)
-          report(p, "wgrad " + name + " (" + v.wgrad.describe() + ")", time_us([&] {
-                   cnn::cuda::conv2d_backward_weights(v.wgrad, grad_weight, grad_bias, grad_out, in, n, s, false,
-                                                      workspace, nullptr);
+          report(p, "wgrad staged " + name + " (" + v.wgrad.describe() + ")", time_us([&] {
+                   cnn::cuda::conv2d_backward_weights_staged(v, grad_weight, grad_bias, n, s, false, staged, workspace,
+                                                             nullptr);
                  }));
         std::fflush(stdout);
       }
       for (float* ptr : {in, weight, bias, grad_out, out, grad_in, grad_weight, grad_bias, workspace})
         CNN_CHECK_CUDA(cudaFree(ptr));
-      CNN_CHECK_CUDA(cudaFree(staged.activation));
-      CNN_CHECK_CUDA(cudaFree(staged.weight));
+      for (std::uint32_t* ptr : {staged.input, staged.output_grad, staged.weight}) CNN_CHECK_CUDA(cudaFree(ptr));
     }
 }

@@ -360,7 +360,8 @@ class ConvOp final : public ProductOp {
     Prepared prepared = ProductOp::prepare(n);
     const LayerPlans& plans = plans_for(n);
     if (plans.staged) {
-      prepared.moved |= staged_activation_.reserve(plans.staged_activation_words);
+      prepared.moved |= staged_input_.reserve(plans.staged_input_words);
+      prepared.moved |= staged_grad_.reserve(plans.staged_grad_words);
       prepared.moved |= staged_weight_.reserve(plans.staged_weight_words);
     }
     return prepared;
@@ -378,18 +379,26 @@ class ConvOp final : public ProductOp {
 
   void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter& ready) override {
     const LayerPlans& plans = plans_for(batch.n);
-    const OpShared::Place place = shared_.weight_grad_place(t.grad_in != nullptr);
+    const bool input_grad = t.grad_in != nullptr;
+    const float* relu_out = t.input_is_relu ? t.in : nullptr;
+    if (plans.staged) {
+      // Staged on the main stream before the weight gradient forks off it: both products read them.
+      conv2d_stage_backward(plans, t.grad_out, weight(), input_grad, batch.n, layer_.conv, staged(), shared_.stream);
+      const OpShared::Place place = shared_.weight_grad_place(input_grad);
+      conv2d_backward_weights_staged(plans, grad_weight(), grad_bias(), batch.n, layer_.conv, false, staged(),
+                                     place.workspace, place.stream);
+      if (input_grad)
+        conv2d_backward_data_staged(plans, t.grad_in, relu_out, batch.n, layer_.conv, staged(),
+                                    shared_.workspace.get(), shared_.stream);
+      report_ready(ready, place);
+      return;
+    }
+    const OpShared::Place place = shared_.weight_grad_place(input_grad);
     conv2d_backward_weights(plans.wgrad, grad_weight(), grad_bias(), t.grad_out, t.in, batch.n, layer_.conv, false,
                             place.workspace, place.stream);
-    if (t.grad_in != nullptr) {
-      const float* relu_out = t.input_is_relu ? t.in : nullptr;
-      if (plans.staged)
-        conv2d_backward_data_staged(plans, t.grad_in, t.grad_out, weight(), relu_out, batch.n, layer_.conv, staged(),
-                                    shared_.workspace.get(), shared_.stream);
-      else
-        conv2d_backward_data(plans, t.grad_in, t.grad_out, weight(), relu_out, batch.n, layer_.conv,
-                             shared_.workspace.get(), shared_.stream);
-    }
+    if (input_grad)
+      conv2d_backward_data(plans, t.grad_in, t.grad_out, weight(), relu_out, batch.n, layer_.conv,
+                           shared_.workspace.get(), shared_.stream);
     report_ready(ready, place);
   }
 
@@ -397,10 +406,13 @@ class ConvOp final : public ProductOp {
   LayerPlans plan(std::int64_t n) const override {
     return plan_conv(layer_.conv, n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision);
   }
-  StagedBuffers staged() const { return StagedBuffers{staged_activation_.get(), staged_weight_.get()}; }
+  StagedBuffers staged() const {
+    return StagedBuffers{staged_input_.get(), staged_grad_.get(), staged_weight_.get()};
+  }
 
-  // The forward's staged input, then (in the backward) the staged output gradient; the staged weights.
-  DeviceBuffer<std::uint32_t> staged_activation_, staged_weight_;
+  // The forward's staged input (read again by the weight gradient), the staged output gradient, the
+  // staged weights.
+  DeviceBuffer<std::uint32_t> staged_input_, staged_grad_, staged_weight_;
 };
 
 }  // namespace

@@ -1,17 +1,21 @@
-// The convolution's tensor-core forms (tf32, bf16; layer_ops.hpp, conv2d_forward_staged and
-// conv2d_backward_data_staged): the staging kernels, and the chunk loaders (mma_gemm.cuh) that read
-// what they staged.
+// The convolution's tensor-core forms (tf32, bf16; layer_ops.hpp, conv2d_forward_staged and the
+// staged backward): the staging kernels, and the chunk loaders (mma_gemm.cuh) that read what they
+// staged.
 //
 // Staged layouts, in the precision's 32-bit words (a tf32 value, or a bf16 pair c, c+1):
-//   activation  NHWC, channels padded with zeros to whole 16-byte chunks (Cp: 4 tf32 or 8 bf16)
-//   weight      the forward's [F][(i,j,c) of KK*Cp], then the input gradient's [C][(i,j,f) of KK*Fp]
-// so that one chunk of k = (i,j,channel) is one tap's 4 or 8 consecutive channels: one bounds test
-// and one 16-byte load, where the element loaders of conv.cu take a dozen instructions per element.
+//   input        NHWC [n,H,W,Cp], channels padded with zeros to whole 16-byte chunks (4 tf32, 8 bf16)
+//   output grad  NHWC [n,OH,OW,Fp]
+//   weight       the forward's [F][(i,j,c) of KK*Cp], then the input gradient's [C][(i,j,f) of KK*Fp]
+// so that one chunk is one tap's 4 or 8 consecutive channels: one bounds test and one 16-byte load,
+// where the element loaders of conv.cu take a dozen instructions per element.
 //
-//   forward     M = n*OH*OW (s,oy,ox)   N = F   K = KK*Cp (i,j,c)   A = the staged input's windows
-//   input grad  M = n*H*W   (s,h,w)     N = C   K = KK*Fp (i,j,f)   A = the staged output gradient
-//                                                                    at ((h+pad-i)/S, (w+pad-j)/S)
-// The stores are the element forms' (conv_products.cuh): bias and ReLU, or the ReLU mask.
+//   forward      M = n*OH*OW (s,oy,ox)  N = F              K = KK*Cp (i,j,c)   chunks along k
+//   input grad   M = n*H*W   (s,h,w)    N = C              K = KK*Fp (i,j,f)   chunks along k
+//   weight grad  M = F                  N = KK*Cp + chunk  K = n*OH*OW         chunks across m and n
+// The input gradient's A is the staged output gradient at ((h+pad-i)/S, (w+pad-j)/S). The weight
+// gradient's A is the staged output gradient, f contiguous at each position; its B the staged
+// input's windows, c contiguous at each (position, tap), plus one chunk whose first column is 1
+// (the bias). The forward and input-gradient stores are the element forms' (conv_products.cuh).
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
@@ -198,39 +202,142 @@ struct StagedRowsB {
   }
 };
 
+// Weight-gradient A[m = f, k = p]: the staged output gradient [n*OH*OW][Fp], chunks of f.
+struct StagedGradAcross {
+  static constexpr bool kChunkedAcross = true;
+  const std::uint32_t* grad_out;
+  int word_shift;
+  int Fp, positions;
+  using Fixed = int;           // f0, the chunk's first filter (>= Fp: none)
+  using Step = std::int64_t;   // p*Fp (-1: none)
+  __device__ __forceinline__ Fixed fixed(int f0) const { return f0; }
+  __device__ __forceinline__ Step step(int p) const { return p < positions ? std::int64_t{p} * Fp : -1; }
+  __device__ __forceinline__ uint4 load_chunk(Fixed f0, Step p) const {
+    return p >= 0 && f0 < Fp ? chunk_at(grad_out, p + f0, word_shift) : make_uint4(0, 0, 0, 0);
+  }
+};
+
+// Weight-gradient B[k = p, n = (i,j,c)] over the staged input [n,H,W,Cp], chunks of c; the chunk at
+// n = KK*Cp is (1, 0, ...) for the bias.
+struct StagedWindowAcross {
+  static constexpr bool kChunkedAcross = true;
+  const std::uint32_t* in;
+  int word_shift;
+  std::uint32_t one;  // the first word of the bias chunk: 1 in the precision's format (low half for bf16)
+  int H, W, Cp, taps_cp, stride, pad, positions;  // taps_cp = KK*Cp
+  FastDiv by_ohw, by_ow, by_cp, by_ks;
+  struct Fixed {
+    int i, j, c;  // the chunk's tap and first channel
+    int kind;     // 0 data, 1 the bias chunk, 2 nothing
+  };
+  struct Step {
+    std::int64_t sample;  // s*H*W*Cp
+    int y0, x0;           // oy*stride - pad, ox*stride - pad (kFar: none)
+  };
+  __device__ __forceinline__ Fixed fixed(int n0) const {
+    if (n0 >= taps_cp) return {0, 0, 0, n0 == taps_cp ? 1 : 2};
+    const ChunkTap t = decode_chunk(n0, by_cp, by_ks);
+    return {t.i, t.j, t.c, 0};
+  }
+  __device__ __forceinline__ Step step(int p) const {
+    if (p >= positions) return {0, kFar, kFar};
+    const int s = by_ohw.div(p);
+    const int r = p - s * static_cast<int>(by_ohw.divisor);
+    const int oy = by_ow.div(r);
+    const int ox = r - oy * static_cast<int>(by_ow.divisor);
+    return {static_cast<std::int64_t>(s) * H * W * Cp, oy * stride - pad, ox * stride - pad};
+  }
+  __device__ __forceinline__ uint4 load_chunk(const Fixed& f, const Step& p) const {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    if (f.kind != 0) return f.kind == 1 && p.y0 != kFar ? make_uint4(one, 0, 0, 0) : zero;
+    const int y = p.y0 + f.i;
+    const int x = p.x0 + f.j;
+    if (static_cast<unsigned>(y) >= static_cast<unsigned>(H) || static_cast<unsigned>(x) >= static_cast<unsigned>(W))
+      return zero;
+    return chunk_at(in, p.sample + (static_cast<std::int64_t>(y) * W + x) * Cp + f.c, word_shift);
+  }
+};
+
+// grad_weight[f, c, i, j] (+)= v for column n = (i,j,c) with c < C; column KK*Cp is the bias; the
+// padded channels and the rest of the bias chunk are dropped.
+struct StagedWeightGradStore {
+  float* grad_weight;
+  float* grad_bias;
+  int C, KK, Cp;
+  FastDiv by_cp;
+  bool accumulate;
+  __device__ __forceinline__ void operator()(int f, int n, float v) const {
+    float* dst = nullptr;
+    if (n < KK * Cp) {
+      const int tap = by_cp.div(n);
+      const int c = n - tap * Cp;
+      if (c < C) dst = grad_weight + (static_cast<std::int64_t>(f) * C + c) * KK + tap;
+    } else if (n == KK * Cp) {
+      dst = grad_bias + f;
+    }
+    if (dst != nullptr) *dst = accumulate ? *dst + v : v;
+  }
+};
+
 template <Precision P>
 void forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight, const float* bias,
                     std::int64_t n, const ConvShape& s, bool relu, const StagedBuffers& staged, float* workspace,
                     cudaStream_t stream) {
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
-  stage_nhwc<P>(staged.activation, in, n, g.C, g.HW, cp, stream);
+  stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
   stage_weights<P>(staged.weight, weight, g.F, g.KK, g.C, cp, g.C * g.KK, g.KK, stream);
   const int shift = word_elements(P) == 2 ? 1 : 0;
-  const StagedWindowA a{staged.activation, shift, g.H, g.W, cp, g.KK * cp, g.stride, g.pad,
+  const StagedWindowA a{staged.input, shift, g.H, g.W, cp, g.KK * cp, g.stride, g.pad,
                         static_cast<int>(n * g.OHW), g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
   const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
   launch_either(relu, plans.forward, a, b, ConvForwardStore<true>{out, bias, g.by_ohw, g.OHW, g.F},
                 ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
 }
 
+// The input gradient's weights [C][KK*Fp], after the forward's [F][KK*Cp], in words.
 template <Precision P>
-void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
-                          const float* relu_out, std::int64_t n, const ConvShape& s, const StagedBuffers& staged,
-                          float* workspace, cudaStream_t stream) {
+std::uint32_t* dgrad_weights(const StagedBuffers& staged, const ConvGeometry& g) {
+  return staged.weight + std::int64_t{g.F} * g.KK * staged_channels(g.C, P) / word_elements(P);
+}
+
+template <Precision P>
+void stage_backward(const float* grad_out, const float* weight, bool input_grad, std::int64_t n, const ConvShape& s,
+                    const StagedBuffers& staged, cudaStream_t stream) {
+  const ConvGeometry g(s);
+  const int fp = staged_channels(g.F, P);
+  stage_nhwc<P>(staged.output_grad, grad_out, n, g.F, g.OHW, fp, stream);
+  if (input_grad) stage_weights<P>(dgrad_weights<P>(staged, g), weight, g.C, g.KK, g.F, fp, g.KK, g.C * g.KK, stream);
+}
+
+template <Precision P>
+void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
+                          const ConvShape& s, const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
+  const ConvGeometry g(s);
+  const int fp = staged_channels(g.F, P);
+  const int shift = word_elements(P) == 2 ? 1 : 0;
+  const StagedGradA a{staged.output_grad, shift, g.OH, g.OW, fp, g.KK * fp, g.stride,
+                      static_cast<int>(n * g.HW), g.pad, g.by_hw, g.by_w, FastDiv(fp), g.by_ks};
+  const StagedRowsB b{dgrad_weights<P>(staged, g), shift, g.C, g.KK * fp};
+  launch_either(relu_out != nullptr, plans.dgrad, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
+                ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
+}
+
+template <Precision P>
+void backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,
+                             const ConvShape& s, bool accumulate, const StagedBuffers& staged, float* workspace,
+                             cudaStream_t stream) {
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
   const int fp = staged_channels(g.F, P);
-  stage_nhwc<P>(staged.activation, grad_out, n, g.F, g.OHW, fp, stream);
-  // After the forward's weights [F][KK*Cp], in words.
-  std::uint32_t* dgrad_weight = staged.weight + std::int64_t{g.F} * g.KK * cp / word_elements(P);
-  stage_weights<P>(dgrad_weight, weight, g.C, g.KK, g.F, fp, g.KK, g.C * g.KK, stream);
   const int shift = word_elements(P) == 2 ? 1 : 0;
-  const StagedGradA a{staged.activation, shift, g.OH, g.OW, fp, g.KK * fp, g.stride,
-                      static_cast<int>(n * g.HW), g.pad, g.by_hw, g.by_w, FastDiv(fp), g.by_ks};
-  const StagedRowsB b{dgrad_weight, shift, g.C, g.KK * fp};
-  launch_either(relu_out != nullptr, plans.dgrad, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
-                ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
+  const int positions = static_cast<int>(n * g.OHW);
+  const std::uint32_t one = MmaFormat<P>::kPerWord == 2 ? 0x3F80u : 0x3F800000u;  // 1.0 in bf16 / tf32
+  const StagedGradAcross a{staged.output_grad, shift, fp, positions};
+  const StagedWindowAcross b{staged.input, shift, one, g.H, g.W, cp, g.KK * cp, g.stride, g.pad, positions,
+                             g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
+  launch_gemm(plans.wgrad, a, b, StagedWeightGradStore{grad_weight, grad_bias, g.C, g.KK, cp, FastDiv(cp), accumulate},
+              workspace, stream);
 }
 
 }  // namespace
@@ -250,16 +357,35 @@ void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in,
     forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, workspace, stream);
 }
 
-void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
-                                 const float* relu_out, std::int64_t n, const ConvShape& shape,
-                                 const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
+void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, const float* weight, bool input_grad,
+                           std::int64_t n, const ConvShape& shape, const StagedBuffers& staged, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (plans.wgrad.precision == Precision::kBf16)
+    stage_backward<Precision::kBf16>(grad_out, weight, input_grad, n, shape, staged, stream);
+  else
+    stage_backward<Precision::kTf32>(grad_out, weight, input_grad, n, shape, staged, stream);
+}
+
+void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
+                                 const ConvShape& shape, const StagedBuffers& staged, float* workspace,
+                                 cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.dgrad.precision == Precision::kBf16)
-    backward_data_staged<Precision::kBf16>(plans, grad_in, grad_out, weight, relu_out, n, shape, staged, workspace,
-                                           stream);
+    backward_data_staged<Precision::kBf16>(plans, grad_in, relu_out, n, shape, staged, workspace, stream);
   else
-    backward_data_staged<Precision::kTf32>(plans, grad_in, grad_out, weight, relu_out, n, shape, staged, workspace,
-                                           stream);
+    backward_data_staged<Precision::kTf32>(plans, grad_in, relu_out, n, shape, staged, workspace, stream);
+}
+
+void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,
+                                    const ConvShape& shape, bool accumulate, const StagedBuffers& staged,
+                                    float* workspace, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (plans.wgrad.precision == Precision::kBf16)
+    backward_weights_staged<Precision::kBf16>(plans, grad_weight, grad_bias, n, shape, accumulate, staged, workspace,
+                                              stream);
+  else
+    backward_weights_staged<Precision::kTf32>(plans, grad_weight, grad_bias, n, shape, accumulate, staged, workspace,
+                                              stream);
 }
 
 }  // namespace cnn::cuda

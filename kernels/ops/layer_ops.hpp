@@ -54,11 +54,10 @@ struct LayerPlans {
   GemmPlan forward, dgrad, wgrad;
   bool dgrad_by_columns = false;
   std::int64_t column_floats = 0;  // C*KH*KW x n*OH*OW when dgrad_by_columns
-  // A convolution in tf32 or bf16: the forward and the input gradient are the staged forms below
-  // (conv2d_forward_staged, conv2d_backward_data_staged), and the op keeps these 32-bit words for
-  // the staged activation and the staged weights.
+  // A convolution in tf32 or bf16: all three products are the staged forms below, and the op keeps
+  // these 32-bit words for the staged tensors (StagedBuffers).
   bool staged = false;
-  std::int64_t staged_activation_words = 0, staged_weight_words = 0;
+  std::int64_t staged_input_words = 0, staged_grad_words = 0, staged_weight_words = 0;
   std::int64_t workspace_floats() const;
 };
 constexpr std::int64_t kMaxColumnFloats = std::int64_t{1} << 26;  // 256 MiB
@@ -94,21 +93,28 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
 
 // The convolution's tensor-core forms (tf32, bf16; conv_tensor_core.cu). The element loaders above
 // spend a dozen instructions on each operand element (its window decoded, bounds tested, loaded
-// alone, rounded); these read 16-byte chunks of 4 or 8 channels instead. Before each product the op
-// stages its activation as an NHWC copy in the precision's format, channels padded to whole chunks
-// (the forward: the input, [n,H,W,Cp]; the input gradient: the output's gradient, [n,OH,OW,Fp]),
-// and the weights in the matching order (k = (i,j,channel)), all into `staged`. The weight gradient
-// keeps the element form, on the fp32 tensors.
+// alone, rounded); these read 16-byte chunks of 4 or 8 channels instead, from NHWC copies in the
+// precision's format with the channels padded to whole chunks, which the op stages before the
+// products: the forward stages its input (kept for the weight gradient) and the weights in (i,j,c)
+// order; the backward stages the output gradient, and the weights in (i,j,f) order for the input
+// gradient, before the two products that read them.
 struct StagedBuffers {
-  std::uint32_t* activation = nullptr;  // LayerPlans::staged_activation_words
-  std::uint32_t* weight = nullptr;      // LayerPlans::staged_weight_words
+  std::uint32_t* input = nullptr;        // [n,H,W,Cp], LayerPlans::staged_input_words
+  std::uint32_t* output_grad = nullptr;  // [n,OH,OW,Fp], staged_grad_words
+  std::uint32_t* weight = nullptr;       // [F][KK*Cp] then [C][KK*Fp], staged_weight_words
 };
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
                            const StagedBuffers& staged, float* workspace, cudaStream_t stream);
-void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
-                                 const float* relu_out, std::int64_t n, const ConvShape& shape,
-                                 const StagedBuffers& staged, float* workspace, cudaStream_t stream);
+// Stages grad_out (and the weights, when input_grad) for the two products below.
+void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, const float* weight, bool input_grad,
+                           std::int64_t n, const ConvShape& shape, const StagedBuffers& staged, cudaStream_t stream);
+void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
+                                 const ConvShape& shape, const StagedBuffers& staged, float* workspace,
+                                 cudaStream_t stream);
+void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,
+                                    const ConvShape& shape, bool accumulate, const StagedBuffers& staged,
+                                    float* workspace, cudaStream_t stream);
 // The channels of a staged tensor: c rounded up to whole 16-byte chunks of the precision.
 int staged_channels(int c, Precision precision);
 

@@ -30,17 +30,19 @@ LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, st
   const int taps = s.channels * s.kernel * s.kernel;
   LayerPlans p;
   if (precision != Precision::kFp32) {
-    // Staged (layer_ops.hpp): k runs over (i,j,channel) with the channels padded to whole chunks.
+    // Staged (layer_ops.hpp): k runs over (i,j,channel) with the channels padded to whole chunks; the
+    // weight gradient has one more chunk of columns, whose first is the bias.
     const int kk = s.kernel * s.kernel;
     const int cp = staged_channels(s.channels, precision);
     const int fp = staged_channels(s.filters, precision);
+    const int chunk = staged_channels(1, precision);
     const int per_word = precision == Precision::kBf16 ? 2 : 1;
     p.staged = true;
     p.forward = plan_gemm(positions, s.filters, kk * cp, multiprocessors, true, precision);
     p.dgrad = plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, kk * fp, multiprocessors, true, precision);
-    p.wgrad = plan_gemm(s.filters, taps + 1, positions, multiprocessors, true, precision);
-    p.staged_activation_words =
-        std::max(n * s.height * s.width * cp, std::int64_t{positions} * fp) / per_word;
+    p.wgrad = plan_gemm(s.filters, kk * cp + chunk, positions, multiprocessors, true, precision);
+    p.staged_input_words = n * s.height * s.width * cp / per_word;
+    p.staged_grad_words = std::int64_t{positions} * fp / per_word;
     p.staged_weight_words = (std::int64_t{s.filters} * kk * cp + std::int64_t{s.channels} * kk * fp) / per_word;
     return p;
   }

@@ -87,6 +87,26 @@ struct MmaFormat<Precision::kBf16> {
   }
 };
 
+// ldmatrix .trans of 4 (2) 8x8 b16 matrices, rows addressed by lanes 0-31 (0-15).
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&f)[4], unsigned address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+               : "r"(address));
+#else
+  (void)f, (void)address;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&f)[2], unsigned address) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(f[0]), "=r"(f[1]) : "r"(address));
+#else
+  (void)f, (void)address;
+  __trap();
+#endif
+}
+
 // The (row, word) units of a kRowsInTile x kMmaTileWords tile that thread t loads: kRows rows times
 // kWords words each (see the header comment for the two lane layouts).
 template <int kRowsInTile, bool kKContiguous>
@@ -114,21 +134,57 @@ struct TileUnits {
 // hit 32 distinct banks; rows stay 16-byte aligned for the chunk stores.
 constexpr int kMmaRowStride = kMmaTileWords + 4;
 
-// A loader of 16-byte chunks (kChunked, e.g. the staged NHWC tensors of conv_tensor_core.cu) hands
-// over whole words already in the precision's format; any other loader hands over single floats.
+// How a loader hands over its operand: single floats (rounded by the kernel); or 16-byte chunks
+// already in the precision's format (the staged NHWC tensors of conv_tensor_core.cu), either 4 words
+// along k (kChunked) or 4 or 8 elements along the rows, m or n (kChunkedAcross).
+enum class OperandForm { kElements, kChunksAlongK, kChunksAcross };
 template <class Loader, class = void>
-struct is_chunked_loader : std::false_type {};
+struct chunked_along_k : std::false_type {};
 template <class Loader>
-struct is_chunked_loader<Loader, std::void_t<decltype(Loader::kChunked)>> : std::bool_constant<Loader::kChunked> {};
+struct chunked_along_k<Loader, std::void_t<decltype(Loader::kChunked)>> : std::bool_constant<Loader::kChunked> {};
+template <class Loader, class = void>
+struct chunked_across : std::false_type {};
+template <class Loader>
+struct chunked_across<Loader, std::void_t<decltype(Loader::kChunkedAcross)>>
+    : std::bool_constant<Loader::kChunkedAcross> {};
+template <class Loader>
+constexpr OperandForm operand_form() {
+  if constexpr (chunked_across<Loader>::value) return OperandForm::kChunksAcross;
+  if constexpr (chunked_along_k<Loader>::value) return OperandForm::kChunksAlongK;
+  return OperandForm::kElements;
+}
+template <class Loader>
+struct is_chunked_loader : std::bool_constant<operand_form<Loader>() != OperandForm::kElements> {};
 
-// One operand's share of each k tile: the units this thread loads, their loads in flight (next), and
-// their store into shared memory. kRows rows of the tile start at row0.
-template <Precision P, int kRows, class Loader, bool kChunked = is_chunked_loader<Loader>::value>
+// The mma fragments of a tile held as rows of words along k ([rows][kMmaRowStride]): k step s (8
+// words), rows r0.. of the operand. lane = 4 * group + quad.
+struct RowMajorFragments {
+  static __device__ __forceinline__ void a(const std::uint32_t (*tile)[kMmaRowStride], int s, int r0, int lane,
+                                           std::uint32_t (&f)[4]) {
+    const int r = r0 + (lane >> 2), w = 8 * s + (lane & 3);
+    f[0] = tile[r][w];
+    f[1] = tile[r + 8][w];
+    f[2] = tile[r][w + 4];
+    f[3] = tile[r + 8][w + 4];
+  }
+  static __device__ __forceinline__ void b(const std::uint32_t (*tile)[kMmaRowStride], int s, int c0, int lane,
+                                           std::uint32_t (&f)[2]) {
+    const int c = c0 + (lane >> 2), w = 8 * s + (lane & 3);
+    f[0] = tile[c][w];
+    f[1] = tile[c][w + 4];
+  }
+};
+
+// One operand's share of each k tile: the units this thread loads, their loads in flight (next),
+// their store into shared memory (a Tile), and the mma fragments read back from it. kRows rows of
+// the operand (m for A, n for B) start at row0.
+template <Precision P, int kRows, class Loader, OperandForm kForm = operand_form<Loader>()>
 struct OperandPipe;
 
 // Single floats, rounded here: TileUnits' rows x words per thread.
 template <Precision P, int kRows, class Loader>
-struct OperandPipe<P, kRows, Loader, false> {
+struct OperandPipe<P, kRows, Loader, OperandForm::kElements> : RowMajorFragments {
+  using Tile = std::uint32_t[kRows][kMmaRowStride];
   using Units = TileUnits<kRows, Loader::kKContiguous>;
   using Format = MmaFormat<P>;
   typename Loader::Fixed fixed[Units::kRows];
@@ -168,7 +224,8 @@ struct OperandPipe<P, kRows, Loader, false> {
 //   kChunked = true;  Fixed fixed(int mn) const;  uint4 load_chunk(const Fixed&, int k) const
 //   (the chunk of k .. k + 4 * kPerWord - 1, zeros out of range).
 template <Precision P, int kRows, class Loader>
-struct OperandPipe<P, kRows, Loader, true> {
+struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAlongK> : RowMajorFragments {
+  using Tile = std::uint32_t[kRows][kMmaRowStride];
   static constexpr int kChunks = kRows * kMmaTileWords / 4;
   static constexpr int kUnits = (kChunks + kMmaThreads - 1) / kMmaThreads;
   static constexpr int kChunkElements = 4 * MmaFormat<P>::kPerWord;
@@ -200,6 +257,79 @@ struct OperandPipe<P, kRows, Loader, true> {
   }
 };
 
+// 16-byte chunks across the rows: 4 (tf32) or 8 (bf16) consecutive rows (m or n) at one k, for an
+// operand whose rows are contiguous in memory (the weight gradient's, conv_tensor_core.cu). The tile
+// is held transposed, [k][rows + 8 elements] (so that the 8 rows a fragment read or an ldmatrix
+// touches fall in distinct banks), and the fragments are read across it: with ldmatrix .trans for
+// bf16 pairs, one word at a time for tf32. Lanes take consecutive chunks of a k row. Loader concept:
+//   kChunkedAcross = true;  Fixed fixed(int row0) const (row0: a chunk's first row);
+//   Step step(int k) const;  uint4 load_chunk(const Fixed&, const Step&) const (zeros out of range).
+template <Precision P, int kRows, class Loader>
+struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAcross> {
+  static constexpr bool kBf16 = P == Precision::kBf16;
+  static constexpr int kBK = kMmaTileWords * MmaFormat<P>::kPerWord;
+  static constexpr int kChunkRows = kBf16 ? 8 : 4;
+  static constexpr int kStrideWords = (kRows + 8) / (kBf16 ? 2 : 1);
+  using Tile = std::uint32_t[kBK][kStrideWords];
+  static constexpr int kChunksPerK = kRows / kChunkRows;
+  static constexpr int kChunks = kBK * kChunksPerK;
+  static constexpr int kUnits = (kChunks + kMmaThreads - 1) / kMmaThreads;
+  static_assert(kMmaThreads % kChunksPerK == 0, "a thread's chunk keeps its rows from tile to tile");
+  typename Loader::Fixed fixed;
+  uint4 next[kUnits];
+
+  static __device__ __forceinline__ bool active(int unit) { return kChunks % kMmaThreads == 0 || unit < kChunks; }
+  __device__ __forceinline__ OperandPipe(const Loader& loader, int row0, int t) {
+    fixed = loader.fixed(row0 + (t % kChunksPerK) * kChunkRows);
+  }
+  __device__ __forceinline__ void fetch(const Loader& loader, int t, int k0, int k_end) {
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = t + u * kMmaThreads;
+      const int k = k0 + unit / kChunksPerK;
+      if (active(unit)) next[u] = k < k_end ? loader.load_chunk(fixed, loader.step(k)) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __device__ __forceinline__ void stash(std::uint32_t (*tile)[kStrideWords], int t) const {
+    const int word = (t % kChunksPerK) * 4;
+#pragma unroll
+    for (int u = 0; u < kUnits; ++u) {
+      const int unit = t + u * kMmaThreads;
+      if (active(unit)) *reinterpret_cast<uint4*>(&tile[unit / kChunksPerK][word]) = next[u];
+    }
+  }
+  // Element (k, row) of the tile: its shared-memory address (bf16) or its word (tf32).
+  static __device__ __forceinline__ unsigned address(const std::uint32_t (*tile)[kStrideWords], int k, int row) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(&tile[k][0])) + 2u * static_cast<unsigned>(row);
+  }
+  static __device__ __forceinline__ void a(const std::uint32_t (*tile)[kStrideWords], int s, int r0, int lane,
+                                           std::uint32_t (&f)[4]) {
+    if constexpr (kBf16) {
+      // Matrix j = lane / 8 of x4: rows r0 + (j & 1) * 8, k 16s + (j >> 1) * 8 + lane % 8.
+      const int j = lane >> 3;
+      ldmatrix_x4_trans(f, address(tile, 16 * s + (j >> 1) * 8 + (lane & 7), r0 + (j & 1) * 8));
+    } else {
+      const int g = lane >> 2, q = lane & 3, k = 8 * s + q;
+      f[0] = tile[k][r0 + g];
+      f[1] = tile[k][r0 + g + 8];
+      f[2] = tile[k + 4][r0 + g];
+      f[3] = tile[k + 4][r0 + g + 8];
+    }
+  }
+  static __device__ __forceinline__ void b(const std::uint32_t (*tile)[kStrideWords], int s, int c0, int lane,
+                                           std::uint32_t (&f)[2]) {
+    if constexpr (kBf16) {
+      // Matrix j = (lane / 8) % 2 of x2: k 16s + j * 8 + lane % 8 (lanes 16-31 repeat 0-15's addresses).
+      const int j = (lane >> 3) & 1;
+      ldmatrix_x2_trans(f, address(tile, 16 * s + j * 8 + (lane & 7), c0));
+    } else {
+      const int g = lane >> 2, q = lane & 3, k = 8 * s + q;
+      f[0] = tile[k][c0 + g];
+      f[1] = tile[k + 4][c0 + g];
+    }
+  }
+};
+
 template <Precision P, int BM, int BN, int WARPS_M, class LoadA, class LoadB, class Store>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_gemm_kernel(LoadA load_a, LoadB load_b, Store store, int M, int N, int K, int k_per_split,
@@ -211,8 +341,10 @@ __global__ void __launch_bounds__(kMmaThreads)
   constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   constexpr int MI = WM / 16, NJ = WN / 8;  // mma tiles per warp
   static_assert(MI >= 1 && NJ >= 1 && MI * 16 == WM && NJ * 8 == WN, "warp tile: multiples of 16 x 8");
-  __shared__ __align__(16) std::uint32_t As[2][BM][kMmaRowStride];
-  __shared__ __align__(16) std::uint32_t Bs[2][BN][kMmaRowStride];
+  using PipeA = OperandPipe<P, BM, LoadA>;
+  using PipeB = OperandPipe<P, BN, LoadB>;
+  __shared__ __align__(16) typename PipeA::Tile As[2];
+  __shared__ __align__(16) typename PipeB::Tile Bs[2];
 
   const int t = threadIdx.x;
   const int m0 = blockIdx.x * BM;
@@ -221,8 +353,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int k_end = min(K, k_begin + k_per_split);
   const int tiles = (k_end - k_begin + BK - 1) / BK;
 
-  OperandPipe<P, BM, LoadA> a(load_a, m0, t);
-  OperandPipe<P, BN, LoadB> b(load_b, n0, t);
+  PipeA a(load_a, m0, t);
+  PipeB b(load_b, n0, t);
   auto fetch = [&](int k0) {
     a.fetch(load_a, t, k0, k_end);
     b.fetch(load_b, t, k0, k_end);
@@ -255,26 +387,15 @@ __global__ void __launch_bounds__(kMmaThreads)
     if (more) fetch(k_begin + (tile + 1) * BK);
 #pragma unroll
     for (int s = 0; s < kMmaTileWords / 8; ++s) {  // mma k steps of 8 words
-      const int w = 8 * s + quad;
-      std::uint32_t a[MI][4], b[NJ][2];
+      std::uint32_t fa[MI][4], fb[NJ][2];
 #pragma unroll
-      for (int i = 0; i < MI; ++i) {
-        const int r = wm0 + 16 * i + group;
-        a[i][0] = As[buf][r][w];
-        a[i][1] = As[buf][r + 8][w];
-        a[i][2] = As[buf][r][w + 4];
-        a[i][3] = As[buf][r + 8][w + 4];
-      }
+      for (int i = 0; i < MI; ++i) PipeA::a(As[buf], s, wm0 + 16 * i, lane, fa[i]);
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const int c = wn0 + 8 * j + group;
-        b[j][0] = Bs[buf][c][w];
-        b[j][1] = Bs[buf][c][w + 4];
-      }
+      for (int j = 0; j < NJ; ++j) PipeB::b(Bs[buf], s, wn0 + 8 * j, lane, fb[j]);
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) Format::mma(acc[i][j], a[i], b[j]);
+        for (int j = 0; j < NJ; ++j) Format::mma(acc[i][j], fa[i], fb[j]);
     }
     if (more) stash(buf ^ 1);
     __syncthreads();
