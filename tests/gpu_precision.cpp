@@ -312,7 +312,7 @@ BOOST_AUTO_TEST_CASE(staged_products_match_the_cpu_twins) {
         CNN_CHECK_CUDA(cudaMalloc(buffer, words * sizeof(std::uint32_t)));
       cnn::cuda::conv2d_forward_staged(plans, d_out, d_in, d_weight, d_bias, n, shape, true, staged, d_workspace,
                                        nullptr);
-      cnn::cuda::conv2d_stage_backward(plans, d_grad_out, d_weight, true, n, shape, staged, nullptr);
+      cnn::cuda::conv2d_stage_backward(plans, d_grad_out, n, shape, staged, nullptr);
       cnn::cuda::conv2d_backward_data_staged(plans, d_grad_in, d_in, n, shape, staged, d_workspace, nullptr);
       cnn::cuda::conv2d_backward_weights_staged(plans, d_grad_weight, d_grad_bias, n, shape, false, staged,
                                                 d_workspace, nullptr);
@@ -497,8 +497,8 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
                  cnn::cuda::conv2d_backward_weights(element.wgrad, grad_weight, grad_bias, grad_out, in, n, s, false,
                                                     workspace, nullptr);
                }));
-        report(p, "stage backward (grad_out, weights)", time_us([&] {
-                 cnn::cuda::conv2d_stage_backward(plans, grad_out, weight, true, n, s, staged, nullptr);
+        report(p, "stage backward (grad_out)", time_us([&] {
+                 cnn::cuda::conv2d_stage_backward(plans, grad_out, n, s, staged, nullptr);
                }));
         std::vector<std::pair<std::string, cnn::cuda::LayerPlans>> variants = {{"planned", plans}};
         if (sweep)

@@ -20,12 +20,15 @@ echo "build: $(($(date +%s) - start)) s"
 grep -E "CUDA backend|NCCL|Boost.Test" "$out/cmake.log"
 
 status=0
-echo "--- smoke: short GPU training runs (the seed's fused op; layer ops with residual blocks), and"
-echo "    compute-sanitizer memcheck, racecheck, initcheck on each (logs in \$OUT)"
+echo "--- smoke: short GPU training runs (the seed's fused op; layer ops with residual blocks; the cifar"
+echo "    preset and the residual network on tensor cores, bf16 and tf32), and compute-sanitizer"
+echo "    memcheck, racecheck, initcheck on each (logs in \$OUT)"
 data=(--device gpu --data "$CNN_FASHION_DIR" --train-samples 300 --test-samples 100 --batch 100 --epochs 1)
-declare -A smoke_model=([seed]="seed" [residual]="conv3x3:16/p1 relu res[conv3x3:16/p1 relu conv3x3:16/p1] relu res[conv3x3:32/s2/p1 relu conv3x3:32/p1] relu maxpool2 fc:10")
-for name in seed residual; do
-  smoke=("${data[@]}" --filters 32 --model "${smoke_model[$name]}")
+residual="conv3x3:16/p1 relu res[conv3x3:16/p1 relu conv3x3:16/p1] relu res[conv3x3:32/s2/p1 relu conv3x3:32/p1] relu maxpool2 fc:10"
+declare -A smoke_model=([seed]="seed" [residual]="$residual" [cifar-bf16]="cifar" [residual-tf32]="$residual")
+declare -A smoke_precision=([seed]=fp32 [residual]=fp32 [cifar-bf16]=bf16 [residual-tf32]=tf32)
+for name in seed residual cifar-bf16 residual-tf32; do
+  smoke=("${data[@]}" --filters 32 --model "${smoke_model[$name]}" --precision "${smoke_precision[$name]}")
   ./build/cnn_mpi "${smoke[@]}" --out "runs/smoke-$name" >"$out/smoke-$name.log" 2>&1; echo "smoke $name exit $?"
   tail -2 "$out/smoke-$name.log"
   for tool in memcheck racecheck initcheck; do

@@ -383,7 +383,7 @@ class ConvOp final : public ProductOp {
     const float* relu_out = t.input_is_relu ? t.in : nullptr;
     if (plans.staged) {
       // Staged on the main stream before the weight gradient forks off it: both products read them.
-      conv2d_stage_backward(plans, t.grad_out, weight(), input_grad, batch.n, layer_.conv, staged(), shared_.stream);
+      conv2d_stage_backward(plans, t.grad_out, batch.n, layer_.conv, staged(), shared_.stream);
       const OpShared::Place place = shared_.weight_grad_place(input_grad);
       conv2d_backward_weights_staged(plans, grad_weight(), grad_bias(), batch.n, layer_.conv, false, staged(),
                                      place.workspace, place.stream);

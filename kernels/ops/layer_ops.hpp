@@ -95,9 +95,9 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
 // spend a dozen instructions on each operand element (its window decoded, bounds tested, loaded
 // alone, rounded); these read 16-byte chunks of 4 or 8 channels instead, from NHWC copies in the
 // precision's format with the channels padded to whole chunks, which the op stages before the
-// products: the forward stages its input (kept for the weight gradient) and the weights in (i,j,c)
-// order; the backward stages the output gradient, and the weights in (i,j,f) order for the input
-// gradient, before the two products that read them.
+// products: the forward stages its input (kept for the weight gradient) and the weights in both
+// orders, (i,j,c) for itself and (i,j,f) for the input gradient (they change only in the update);
+// the backward stages the output gradient before the two products that read it.
 struct StagedBuffers {
   std::uint32_t* input = nullptr;        // [n,H,W,Cp], LayerPlans::staged_input_words
   std::uint32_t* output_grad = nullptr;  // [n,OH,OW,Fp], staged_grad_words
@@ -106,9 +106,9 @@ struct StagedBuffers {
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
                            const StagedBuffers& staged, float* workspace, cudaStream_t stream);
-// Stages grad_out (and the weights, when input_grad) for the two products below.
-void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, const float* weight, bool input_grad,
-                           std::int64_t n, const ConvShape& shape, const StagedBuffers& staged, cudaStream_t stream);
+// Stages grad_out for the two products below (after the step's conv2d_forward_staged).
+void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,
+                           const StagedBuffers& staged, cudaStream_t stream);
 void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
                                  const ConvShape& shape, const StagedBuffers& staged, float* workspace,
                                  cudaStream_t stream);
