@@ -181,7 +181,8 @@ double check_step_against_seq(const std::string& spec, cnn::TensorShape input, s
   const cnn::Dataset data = labelled_images(std::max<std::int64_t>(batch, 16), input, 11);
   const Run seq = train(cnn::BackendKind::kSeq, net, data, cnn::Precision::kFp32, 1, batch);
   const Run gpu = train(cnn::BackendKind::kCuda, net, data, precision, 1, batch);
-  std::printf("  %s, %s, batch %lld, relative difference per tensor:\n", spec.c_str(), cnn::precision_name(precision), static_cast<long long>(batch));
+  std::printf("  %s, %s, batch %lld, relative difference per tensor:\n", spec.c_str(), cnn::precision_name(precision),
+              static_cast<long long>(batch));
   const double worst = worst_difference(gpu.grads, seq.grads, net);
   BOOST_TEST(worst <= synthetic_bound(precision), spec << " (" << cnn::precision_name(precision) << ", batch "
                                                        << batch << "): relative difference " << worst);
@@ -264,7 +265,8 @@ BOOST_AUTO_TEST_CASE(odd_shapes_within_bounds) {
       {"conv3x3:16 relu maxpool2 res[conv3x3:24/s2/p1 relu conv3x3:24/p1] relu fc:10", {3, 20, 20}, 64},
   };
   for (const Case& c : cases)
-    for (const cnn::Precision precision : kTensorCorePrecisions) check_step_against_seq(c.spec, c.input, c.batch, precision);
+    for (const cnn::Precision precision : kTensorCorePrecisions)
+      check_step_against_seq(c.spec, c.input, c.batch, precision);
 }
 
 BOOST_AUTO_TEST_CASE(staged_products_match_the_cpu_twins) {
@@ -304,7 +306,8 @@ BOOST_AUTO_TEST_CASE(staged_products_match_the_cpu_twins) {
       float* d_grad_in = upload(std::vector<float>(want_grad_in.size(), NAN));
       float* d_grad_weight = upload(std::vector<float>(weight.size(), NAN));
       float* d_grad_bias = upload(std::vector<float>(bias.size(), NAN));
-      float* d_workspace = upload(std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(1, plans.workspace_floats()))));
+      const std::int64_t workspace_floats = std::max<std::int64_t>(1, plans.workspace_floats());
+      float* d_workspace = upload(std::vector<float>(static_cast<std::size_t>(workspace_floats)));
       cnn::cuda::StagedBuffers staged;
       for (auto [buffer, words] : {std::pair{&staged.input, plans.staged_input_words},
                                    std::pair{&staged.output_grad, plans.staged_grad_words},

@@ -39,7 +39,8 @@ LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, st
     const int per_word = precision == Precision::kBf16 ? 2 : 1;
     p.staged = true;
     p.forward = plan_gemm(positions, s.filters, kk * cp, multiprocessors, true, precision);
-    p.dgrad = plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, kk * fp, multiprocessors, true, precision);
+    p.dgrad =
+        plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, kk * fp, multiprocessors, true, precision);
     p.wgrad = plan_gemm(s.filters, kk * cp + chunk, positions, multiprocessors, true, precision);
     p.staged_input_words = n * s.height * s.width * cp / per_word;
     p.staged_grad_words = std::int64_t{positions} * fp / per_word;

@@ -100,7 +100,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&f)[4], unsigne
 }
 __device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&f)[2], unsigned address) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(f[0]), "=r"(f[1]) : "r"(address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(f[0]), "=r"(f[1])
+               : "r"(address));
 #else
   (void)f, (void)address;
   __trap();
