@@ -89,6 +89,8 @@ constexpr std::int64_t kColumnBudget = std::int64_t{1} << 18;
 struct ConvScratch {
   std::vector<float> col;    // [C*K*K, chunk*OH*OW]
   std::vector<float> tmp;    // [F, chunk*OH*OW]
+  std::vector<float> tmp_t;  // [chunk*OH*OW, F], tmp transposed (the weight gradient's B)
+  std::vector<float> gwt;    // [C*K*K, F], a chunk's weight gradient, transposed
   std::vector<float> dcol;   // [C*K*K, chunk*OH*OW]
   std::vector<float> wt;     // [C*K*K, F], the weight transposed
 };
@@ -206,6 +208,8 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
   ConvScratch& sc = scratch();
   sc.col.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
   sc.tmp.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
+  sc.tmp_t.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
+  sc.gwt.resize(static_cast<std::size_t>(ckk * filters));
   if (grad_in != nullptr) {
     sc.dcol.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
     sc.wt.resize(static_cast<std::size_t>(ckk * filters));
@@ -215,21 +219,29 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
   for (std::int64_t s0 = 0; s0 < n; s0 += chunk_max) {
     const std::int64_t chunk = std::min(chunk_max, n - s0);
     const std::int64_t columns = chunk * ohw;
-    // [chunk, F, OHW] -> [F, chunk, OHW]; the bias gradient on the way, sample by sample.
+    // [chunk, F, OHW] -> [F, chunk, OHW] and [chunk, OHW, F]; the bias gradient on the way, sample by
+    // sample.
     for (std::int64_t s = 0; s < chunk; ++s)
       for (int f = 0; f < filters; ++f) {
         const float* src = grad_out + ((s0 + s) * filters + f) * ohw;
         float* dst = sc.tmp.data() + f * columns + s * ohw;
+        float* dst_t = sc.tmp_t.data() + s * ohw * filters + f;
         float sum = 0.0f;
         for (std::int64_t p = 0; p < ohw; ++p) {
           dst[p] = src[p];
+          dst_t[p * filters] = src[p];
           sum += src[p];
         }
         grad_bias[f] += sum;
       }
     im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
-    // grad_weight[F, CKK] += grad_out[F, columns] x col[CKK, columns]^T
-    gemm::nt_accumulate(grad_weight, sc.tmp.data(), sc.col.data(), filters, ckk, columns);
+    // grad_weight[F, CKK] += (col[CKK, columns] x grad_out^T[columns, F])^T: the product in the
+    // GEMM's nn form, whose register tiles run at 83-87% of a core's peak on the cifar preset's
+    // shapes, where the dot-product form (C += A x B^T, a horizontal sum and a scalar tail per
+    // output) ran at 28-37% (tools/gemm_bench.cpp; docs/PERFORMANCE.md).
+    gemm::nn(sc.gwt.data(), sc.col.data(), sc.tmp_t.data(), ckk, filters, columns, false);
+    for (int f = 0; f < filters; ++f)
+      for (std::int64_t q = 0; q < ckk; ++q) grad_weight[f * ckk + q] += sc.gwt[q * filters + f];
     if (grad_in == nullptr) continue;
     // dcol[CKK, columns] = weight[F, CKK]^T x grad_out[F, columns]
     gemm::nn(sc.dcol.data(), sc.wt.data(), sc.tmp.data(), ckk, columns, filters, false);

@@ -53,28 +53,6 @@ inline void nn_rows(float* c, const float* a, const float* b, std::int64_t m, st
   }
 }
 
-// Rows [i0, i0+R) x [j0, j0+S) of C += A*B^T: the dot products along k, R*S vector accumulators.
-template <int R, int S>
-inline void nt_block(float* c, const float* a, const float* b, std::int64_t n, std::int64_t k, std::int64_t i0,
-                     std::int64_t j0) {
-  Vec acc[R][S] = {};
-  std::int64_t p = 0;
-  for (; p + kLanes <= k; p += kLanes) {
-    Vec bv[S];
-    for (int s = 0; s < S; ++s) bv[s] = simd::load(b + (j0 + s) * k + p);
-    for (int r = 0; r < R; ++r) {
-      const Vec av = simd::load(a + (i0 + r) * k + p);
-      for (int s = 0; s < S; ++s) acc[r][s] += av * bv[s];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int s = 0; s < S; ++s) {
-      float sum = simd::sum(acc[r][s]);
-      for (std::int64_t q = p; q < k; ++q) sum += a[(i0 + r) * k + q] * b[(j0 + s) * k + q];
-      c[(i0 + r) * n + j0 + s] += sum;
-    }
-}
-
 }  // namespace
 
 void nn(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate) {
@@ -96,19 +74,6 @@ void nn(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n
   nn_rows<1>(c_tail.data(), a, b_tail.data(), m, kLanes, k, 0, accumulate);
   for (std::int64_t i = 0; i < m; ++i)
     std::copy(c_tail.begin() + i * kLanes, c_tail.begin() + i * kLanes + tail, c + i * n + j);
-}
-
-void nt_accumulate(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k) {
-  // 4 x 6 dot products per tile with AVX-512 (24 accumulators), 4 x 2 with AVX2.
-  constexpr int kColumns = kLanes == 16 ? 6 : 2;
-  std::int64_t i = 0;
-  for (; i + 4 <= m; i += 4) {
-    std::int64_t j = 0;
-    for (; j + kColumns <= n; j += kColumns) nt_block<4, kColumns>(c, a, b, n, k, i, j);
-    for (; j < n; ++j) nt_block<4, 1>(c, a, b, n, k, i, j);
-  }
-  for (; i < m; ++i)
-    for (std::int64_t j = 0; j < n; ++j) nt_block<1, 1>(c, a, b, n, k, i, j);
 }
 
 }  // namespace cnn::gemm

@@ -10,9 +10,9 @@
 namespace cnn::gemm {
 
 // C[m, n] = A[m, k] * B[k, n]            (accumulate: C += ...)
+// (The weight gradient's C += A * B^T, as dot products along k with a horizontal sum and a scalar
+// tail per output, ran at 28-37% of a core's peak where this form runs at 83-94%; the convolution
+// now feeds it B^T instead: tools/gemm_bench.cpp, docs/PERFORMANCE.md.)
 void nn(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate);
-
-// C[m, n] += A[m, k] * B[n, k]^T         (both operands contiguous along k)
-void nt_accumulate(float* c, const float* a, const float* b, std::int64_t m, std::int64_t n, std::int64_t k);
 
 }  // namespace cnn::gemm
