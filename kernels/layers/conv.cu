@@ -7,7 +7,9 @@
 // gradient by columns ends with the col2im gather below. The plans come from layer_plans.cu.
 //
 // The conv op (a convolution, its ReLU folded into the store when relu_after): the planned forms of
-// layer_ops.hpp, with the launch shape fixed once per batch size (ProductOp, device_op.hpp).
+// layer_ops.hpp, with the launch shape fixed once per batch size (ProductOp, device_op.hpp); in tf32
+// and bf16 the staged forms of conv_tensor_core.cu, which reuse this file's stores through
+// conv_products.cuh.
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"

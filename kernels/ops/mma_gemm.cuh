@@ -1,19 +1,25 @@
 // The tensor-core form of the implicit matrix product (implicit_gemm.cuh), for --precision tf32 and
-// bf16: the same loaders (implicit im2col and friends) and the same stores (bias, ReLU, mask, split-K
-// workspace), so every fusion of the fp32 product holds in every precision. Only the multiply
-// changes: each loaded fp32 element is rounded once, to tf32 (cvt.rna) or bf16 (round to nearest
-// even), when it goes to shared memory, and warps multiply tiles with mma.sync (m16n8k8 tf32, or
+// bf16: the same loader concept (implicit im2col and friends, plus staged chunks) and the same stores
+// (bias, ReLU, mask, split-K workspace), so every fusion of the fp32 product holds in every
+// precision. Each operand element is rounded once, to tf32 (cvt.rna) or bf16 (round to nearest
+// even), when it is loaded or staged, and warps multiply tiles with mma.sync (m16n8k8 tf32, or
 // m16n8k16 bf16), accumulating in fp32.
 //
 // A block is 8 warps over a BM x BN tile; each warp owns a (BM/WARPS_M) x (BN/(8/WARPS_M)) piece of
-// 16x8 mma tiles. Shared memory holds the A and B tiles k-contiguous per row, as 32-bit words (one
-// tf32 element, or a bf16 pair k, k+1), kMmaTileWords (16) words per row, padded to 20 so that the
-// fragment reads (lane = 4 * row + word) hit 32 distinct banks. Two stages: the next tile's loads are
-// in flight during the current tile's mma, one barrier per tile, as in the fp32 kernel.
+// 16x8 mma tiles. Two stages: the next tile's loads are in flight during the current tile's mma,
+// one barrier per tile, as in the fp32 kernel.
 //
-// Which elements a thread loads (TileUnits): where consecutive k are adjacent in memory, 16 lanes
-// walk the 16 words of a row; otherwise a warp covers 8 rows x 4 words, lanes walking the rows, so
-// that each 8 rows of one k are a 32-byte sector and the shared-memory stores hit 32 banks.
+// Each operand comes in one of three forms (OperandPipe, by what its loader offers):
+//   elements      single floats, rounded here (the fc layers; fp32-style loaders). A tile is held
+//                 k-contiguous per row as 32-bit words (a tf32 element, or a bf16 pair k, k+1),
+//                 kMmaTileWords (16) words per row padded to 20, so that the fragment reads
+//                 (lane = 4 * row + word) hit 32 distinct banks. Which a thread loads (TileUnits):
+//                 where consecutive k are adjacent in memory, 16 lanes walk a row's 16 words;
+//                 otherwise a warp covers 8 rows x 4 words, lanes walking the rows.
+//   chunks along k   16-byte chunks of 4 words, staged in the precision's format (the conv forward
+//                 and input gradient, conv_tensor_core.cu); the same row-major tile.
+//   chunks across    16-byte chunks of 4 or 8 consecutive rows at one k (the conv weight gradient);
+//                 the tile held transposed, read with ldmatrix .trans.
 //
 // The order of every sum is fixed by the tile (the plan) and the mma instruction: results repeat bit
 // for bit on the same GPU model.

@@ -101,6 +101,7 @@ LaunchSettings settings_that_must_agree(const TrainConfig& c) {
       {"--seed", text(c.seed)},
       {"--device", device_name(c.device)},
       {"--backend", c.backend ? backend_kind_name(*c.backend) : ""},
+      {"--precision", precision_name(c.precision)},
       {"--overlap", overlap_name(c.overlap)},
       {"--allreduce", allreduce_name(c.allreduce)},
       {"--checkpoint-every", text(c.checkpoint_every)},
