@@ -13,11 +13,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   cnn::fuzz::expect_clean([&] {
     const cnn::Network net = cnn::build_network(spec, 8, input, 10);
     // An accepted network must be what the backends rely on: every shape positive, the last layer
-    // 10 outputs wide, and a parameter layout covering exactly the layers' weights and biases.
+    // 10 outputs wide, and a parameter layout covering exactly the layers' weights and biases: a
+    // weight and a bias for each layer with parameters, a residual block's inner layers counted
+    // one by one (its body and its shortcut).
     std::int64_t params = 0;
     for (const cnn::Layer& layer : net.layers) {
       if (layer.out.size() <= 0) std::abort();
-      if (layer.has_params()) params += 1;
+      if (layer.body.empty()) {
+        if (layer.has_params()) params += 1;
+        continue;
+      }
+      for (const auto* branch : {&layer.body, &layer.shortcut})
+        for (const cnn::Layer& inner : *branch) {
+          if (inner.out.size() <= 0) std::abort();
+          if (inner.has_params()) params += 1;
+        }
     }
     if (net.layers.empty() || net.layers.back().out.size() != 10) std::abort();
     if (net.layout.total() <= 0 || static_cast<std::int64_t>(net.layout.views().size()) != 2 * params) std::abort();
