@@ -88,7 +88,7 @@ constexpr std::int64_t kColumnBudget = std::int64_t{1} << 18;
 
 struct ConvScratch {
   std::vector<float> col;    // [C*K*K, chunk*OH*OW]
-  std::vector<float> tmp;    // [F, chunk*OH*OW]
+  std::vector<float> tmp;    // [F, chunk*OH*OW] (the input gradient's B)
   std::vector<float> tmp_t;  // [chunk*OH*OW, F], tmp transposed (the weight gradient's B)
   std::vector<float> gwt;    // [C*K*K, F], a chunk's weight gradient, transposed
   std::vector<float> dcol;   // [C*K*K, chunk*OH*OW]
@@ -207,10 +207,10 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
   const std::int64_t chunk_max = chunk_samples(n, shape);
   ConvScratch& sc = scratch();
   sc.col.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
-  sc.tmp.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
   sc.tmp_t.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
   sc.gwt.resize(static_cast<std::size_t>(ckk * filters));
   if (grad_in != nullptr) {
+    sc.tmp.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
     sc.dcol.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
     sc.wt.resize(static_cast<std::size_t>(ckk * filters));
     for (int f = 0; f < filters; ++f)
@@ -219,20 +219,19 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
   for (std::int64_t s0 = 0; s0 < n; s0 += chunk_max) {
     const std::int64_t chunk = std::min(chunk_max, n - s0);
     const std::int64_t columns = chunk * ohw;
-    // [chunk, F, OHW] -> [F, chunk, OHW] and [chunk, OHW, F]; the bias gradient on the way, sample by
-    // sample.
+    // [chunk, F, OHW] -> [chunk, OHW, F] for the weight gradient, and [F, chunk, OHW] for the input
+    // gradient's columns when there is one; the bias gradient on the way, sample by sample.
     for (std::int64_t s = 0; s < chunk; ++s)
       for (int f = 0; f < filters; ++f) {
         const float* src = grad_out + ((s0 + s) * filters + f) * ohw;
-        float* dst = sc.tmp.data() + f * columns + s * ohw;
         float* dst_t = sc.tmp_t.data() + s * ohw * filters + f;
         float sum = 0.0f;
         for (std::int64_t p = 0; p < ohw; ++p) {
-          dst[p] = src[p];
           dst_t[p * filters] = src[p];
           sum += src[p];
         }
         grad_bias[f] += sum;
+        if (grad_in != nullptr) std::copy(src, src + ohw, sc.tmp.data() + f * columns + s * ohw);
       }
     im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
     // grad_weight[F, CKK] += (col[CKK, columns] x grad_out^T[columns, F])^T: the product in the
