@@ -156,9 +156,15 @@ __device__ __forceinline__ ChunkTap decode_chunk(int k, const FastDiv& by_channe
   return {i, tap - i * static_cast<int>(by_ks.divisor), k - tap * static_cast<int>(by_channels.divisor)};
 }
 
-__device__ __forceinline__ uint4 chunk_at(const std::uint32_t* words, std::int64_t element, int word_shift) {
-  return __ldg(reinterpret_cast<const uint4*>(words + (element >> word_shift)));
+// The chunk that starts at `element` of a staged tensor of 32-bit words.
+__device__ __forceinline__ const uint4* chunk_address(const std::uint32_t* words, std::int64_t element,
+                                                      int word_shift) {
+  return reinterpret_cast<const uint4*>(words + (element >> word_shift));
 }
+
+// The weight gradient's bias chunk, (1, 0, ...) in tf32 and in bf16 (1 in the low half): a column of
+// ones in global memory, where cp.async can copy it from.
+__device__ const uint4 kBiasChunks[2] = {{0x3F800000u, 0, 0, 0}, {0x3F80u, 0, 0, 0}};
 
 // Forward A[m = (s,oy,ox), k = (i,j,c)] over the staged input [n,H,W,Cp].
 struct StagedWindowA {
@@ -179,14 +185,14 @@ struct StagedWindowA {
     const int ox = r - oy * static_cast<int>(by_ow.divisor);
     return {static_cast<std::int64_t>(s) * H * W * Cp, oy * stride - pad, ox * stride - pad};
   }
-  __device__ __forceinline__ uint4 load_chunk(const Fixed& p, int k) const {
+  __device__ __forceinline__ const uint4* chunk_source(const Fixed& p, int k) const {
     const ChunkTap t = decode_chunk(k, by_cp, by_ks);
     const int y = p.y0 + t.i;
     const int x = p.x0 + t.j;
     if (k >= K || static_cast<unsigned>(y) >= static_cast<unsigned>(H) ||
         static_cast<unsigned>(x) >= static_cast<unsigned>(W))
-      return make_uint4(0, 0, 0, 0);
-    return chunk_at(in, p.sample + (static_cast<std::int64_t>(y) * W + x) * Cp + t.c, word_shift);
+      return nullptr;
+    return chunk_address(in, p.sample + (static_cast<std::int64_t>(y) * W + x) * Cp + t.c, word_shift);
   }
 };
 
@@ -210,19 +216,18 @@ struct StagedGradA {
     const int h = by_w.div(r);
     return {static_cast<std::int64_t>(s) * OH * OW * Fp, h + pad, r - h * static_cast<int>(by_w.divisor) + pad};
   }
-  __device__ __forceinline__ uint4 load_chunk(const Fixed& p, int k) const {
+  __device__ __forceinline__ const uint4* chunk_source(const Fixed& p, int k) const {
     const ChunkTap t = decode_chunk(k, by_fp, by_ks);
     int oy = p.yp - t.i;
     int ox = p.xp - t.j;
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    if (k >= K || oy < 0 || ox < 0) return zero;
+    if (k >= K || oy < 0 || ox < 0) return nullptr;
     if (stride != 1) {
-      if (oy % stride != 0 || ox % stride != 0) return zero;
+      if (oy % stride != 0 || ox % stride != 0) return nullptr;
       oy /= stride;
       ox /= stride;
     }
-    if (oy >= OH || ox >= OW) return zero;
-    return chunk_at(grad_out, p.sample + (static_cast<std::int64_t>(oy) * OW + ox) * Fp + t.c, word_shift);
+    if (oy >= OH || ox >= OW) return nullptr;
+    return chunk_address(grad_out, p.sample + (static_cast<std::int64_t>(oy) * OW + ox) * Fp + t.c, word_shift);
   }
 };
 
@@ -234,8 +239,8 @@ struct StagedRowsB {
   int rows, K;
   using Fixed = int;  // n*K, or -1
   __device__ __forceinline__ Fixed fixed(int n) const { return n < rows ? n * K : -1; }
-  __device__ __forceinline__ uint4 load_chunk(Fixed row, int k) const {
-    return row >= 0 && k < K ? chunk_at(weight, std::int64_t{row} + k, word_shift) : make_uint4(0, 0, 0, 0);
+  __device__ __forceinline__ const uint4* chunk_source(Fixed row, int k) const {
+    return row >= 0 && k < K ? chunk_address(weight, std::int64_t{row} + k, word_shift) : nullptr;
   }
 };
 
@@ -249,8 +254,8 @@ struct StagedGradAcross {
   using Step = std::int64_t;   // p*Fp (-1: none)
   __device__ __forceinline__ Fixed fixed(int f0) const { return f0; }
   __device__ __forceinline__ Step step(int p) const { return p < positions ? std::int64_t{p} * Fp : -1; }
-  __device__ __forceinline__ uint4 load_chunk(Fixed f0, Step p) const {
-    return p >= 0 && f0 < Fp ? chunk_at(grad_out, p + f0, word_shift) : make_uint4(0, 0, 0, 0);
+  __device__ __forceinline__ const uint4* chunk_source(Fixed f0, Step p) const {
+    return p >= 0 && f0 < Fp ? chunk_address(grad_out, p + f0, word_shift) : nullptr;
   }
 };
 
@@ -260,7 +265,7 @@ struct StagedWindowAcross {
   static constexpr bool kChunkedAcross = true;
   const std::uint32_t* in;
   int word_shift;
-  std::uint32_t one;  // the first word of the bias chunk: 1 in the precision's format (low half for bf16)
+  bool bf16;  // which of kBiasChunks
   int H, W, Cp, taps_cp, stride, pad, positions;  // taps_cp = KK*Cp
   FastDiv by_ohw, by_ow, by_cp, by_ks;
   struct Fixed {
@@ -284,14 +289,13 @@ struct StagedWindowAcross {
     const int ox = r - oy * static_cast<int>(by_ow.divisor);
     return {static_cast<std::int64_t>(s) * H * W * Cp, oy * stride - pad, ox * stride - pad};
   }
-  __device__ __forceinline__ uint4 load_chunk(const Fixed& f, const Step& p) const {
-    const uint4 zero = make_uint4(0, 0, 0, 0);
-    if (f.kind != 0) return f.kind == 1 && p.y0 != kFar ? make_uint4(one, 0, 0, 0) : zero;
+  __device__ __forceinline__ const uint4* chunk_source(const Fixed& f, const Step& p) const {
+    if (f.kind != 0) return f.kind == 1 && p.y0 != kFar ? &kBiasChunks[bf16 ? 1 : 0] : nullptr;
     const int y = p.y0 + f.i;
     const int x = p.x0 + f.j;
     if (static_cast<unsigned>(y) >= static_cast<unsigned>(H) || static_cast<unsigned>(x) >= static_cast<unsigned>(W))
-      return zero;
-    return chunk_at(in, p.sample + (static_cast<std::int64_t>(y) * W + x) * Cp + f.c, word_shift);
+      return nullptr;
+    return chunk_address(in, p.sample + (static_cast<std::int64_t>(y) * W + x) * Cp + f.c, word_shift);
   }
 };
 
@@ -368,9 +372,8 @@ void backward_weights_staged(const LayerPlans& plans, float* grad_weight, float*
   const int fp = staged_channels(g.F, P);
   const int shift = word_elements(P) == 2 ? 1 : 0;
   const int positions = static_cast<int>(n * g.OHW);
-  const std::uint32_t one = MmaFormat<P>::kPerWord == 2 ? 0x3F80u : 0x3F800000u;  // 1.0 in bf16 / tf32
   const StagedGradAcross a{staged.output_grad, shift, fp, positions};
-  const StagedWindowAcross b{staged.input, shift, one, g.H, g.W, cp, g.KK * cp, g.stride, g.pad, positions,
+  const StagedWindowAcross b{staged.input, shift, P == Precision::kBf16, g.H, g.W, cp, g.KK * cp, g.stride, g.pad, positions,
                              g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
   launch_gemm(plans.wgrad, a, b, StagedWeightGradStore{grad_weight, grad_bias, g.C, g.KK, cp, FastDiv(cp), accumulate},
               workspace, stream);

@@ -25,7 +25,7 @@ constexpr int kMmaThreads = 256;
 constexpr int kMmaTileWords = 16;
 
 // The tensor-core tiles plan_gemm may pick, in its order of preference, with their warp layouts
-// (warps_m of the 8 warps along m). launch_mma_tile (mma_gemm.cuh) has a case for each. The order is
+// (warps_m of the 8 warps along m). launch_mma_tile (mma_gemm.cuh) walks this list. The order is
 // measured, not the fp32 kernel's fewest-loads-first: each product of the cifar preset's conv2 and
 // conv3 timed alone with every tile (tests/gpu_precision.cpp, measure_layer_products; nvidia-h100-x1,
 // 2026-11-26, docs/PERFORMANCE.md) ran fastest with 64x128 or 64x64, never 128x128, whose 160-odd

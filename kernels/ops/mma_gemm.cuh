@@ -6,8 +6,13 @@
 // m16n8k16 bf16), accumulating in fp32.
 //
 // A block is 8 warps over a BM x BN tile; each warp owns a (BM/WARPS_M) x (BN/(8/WARPS_M)) piece of
-// 16x8 mma tiles. Two stages: the next tile's loads are in flight during the current tile's mma,
-// one barrier per tile, as in the fp32 kernel.
+// 16x8 mma tiles, with one barrier per k tile. Two pipelines, by the operands' form:
+//   elements  (mma_gemm_kernel) the next tile's loads go to registers during the current tile's
+//             mma, and are rounded and stored to shared memory after it: two stages.
+//   chunks    (mma_gemm_async_kernel) 16-byte chunks go from global to shared memory with cp.async,
+//             through registers never, 2 to 4 stages deep (as many as 48 KiB of shared memory
+//             holds): three k tiles in flight where the register path had one, and no registers
+//             held for them.
 //
 // Each operand comes in one of three forms (OperandPipe, by what its loader offers):
 //   elements      single floats, rounded here (the fc layers; fp32-style loaders). A tile is held
@@ -25,10 +30,11 @@
 // for bit on the same GPU model.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <type_traits>
 
@@ -36,84 +42,9 @@
 #include "cnn/errors.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "ops/gemm_plan.hpp"
+#include "ops/mma_instructions.cuh"
 
 namespace cnn::cuda {
-
-// The rounding and the mma instruction of each tensor-core precision. mma.sync with tf32 and bf16
-// needs sm_80; the backend refuses these precisions on older GPUs (cuda_backend.cu), and older
-// architectures compile the kernel to a trap.
-template <Precision P>
-struct MmaFormat;
-
-template <>
-struct MmaFormat<Precision::kTf32> {
-  static constexpr int kPerWord = 1;  // elements of k per shared-memory word
-  static __device__ __forceinline__ std::uint32_t pack(float v, float /*unused*/) {
-    std::uint32_t r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-#else
-    (void)v;
-#endif
-    return r;
-  }
-  // d += a[16x8] * b[8x8]: one k step of 8 words.
-  static __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-    (void)d, (void)a, (void)b;
-    __trap();
-#endif
-  }
-};
-
-template <>
-struct MmaFormat<Precision::kBf16> {
-  static constexpr int kPerWord = 2;
-  // k in the low half, k+1 in the high half: the mma's register order.
-  static __device__ __forceinline__ std::uint32_t pack(float lo, float hi) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const std::uint32_t*>(&pair);
-  }
-  // d += a[16x16] * b[16x8]: one k step of 8 words.
-  static __device__ __forceinline__ void mma(float (&d)[4], const std::uint32_t (&a)[4], const std::uint32_t (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-    (void)d, (void)a, (void)b;
-    __trap();
-#endif
-  }
-};
-
-// ldmatrix .trans of 4 (2) 8x8 b16 matrices, rows addressed by lanes 0-31 (0-15).
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&f)[4], unsigned address) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
-               : "r"(address));
-#else
-  (void)f, (void)address;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&f)[2], unsigned address) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(f[0]), "=r"(f[1])
-               : "r"(address));
-#else
-  (void)f, (void)address;
-  __trap();
-#endif
-}
 
 // The (row, word) units of a kRowsInTile x kMmaTileWords tile that thread t loads: kRows rows times
 // kWords words each (see the header comment for the two lane layouts).
@@ -142,9 +73,9 @@ struct TileUnits {
 // hit 32 distinct banks; rows stay 16-byte aligned for the chunk stores.
 constexpr int kMmaRowStride = kMmaTileWords + 4;
 
-// How a loader hands over its operand: single floats (rounded by the kernel); or 16-byte chunks
-// already in the precision's format (the staged NHWC tensors of conv_tensor_core.cu), either 4 words
-// along k (kChunked) or 4 or 8 elements along the rows, m or n (kChunkedAcross).
+// How a loader hands over its operand: single floats (rounded by the kernel); or the addresses of
+// 16-byte chunks already in the precision's format (the staged NHWC tensors of conv_tensor_core.cu),
+// either 4 words along k (kChunked) or 4 or 8 elements along the rows, m or n (kChunkedAcross).
 enum class OperandForm { kElements, kChunksAlongK, kChunksAcross };
 template <class Loader, class = void>
 struct chunked_along_k : std::false_type {};
@@ -165,21 +96,20 @@ template <class Loader>
 struct is_chunked_loader : std::bool_constant<operand_form<Loader>() != OperandForm::kElements> {};
 
 // The mma fragments of a tile held as rows of words along k ([rows][kMmaRowStride]): k step s (8
-// words), rows r0.. of the operand. lane = 4 * group + quad.
+// words), rows r0.. of the operand, read with ldmatrix (one instruction where 32-bit loads took 4
+// for A and 2 for B). Rows are 80 bytes apart, so the 8 rows of a matrix fall in distinct banks.
 struct RowMajorFragments {
+  // Matrices 0-3: rows r0 + 0 / + 8 (lane bit 3), words 8s + 0 / + 4 (lane bit 4): a0..a3.
   static __device__ __forceinline__ void a(const std::uint32_t (*tile)[kMmaRowStride], int s, int r0, int lane,
                                            std::uint32_t (&f)[4]) {
-    const int r = r0 + (lane >> 2), w = 8 * s + (lane & 3);
-    f[0] = tile[r][w];
-    f[1] = tile[r + 8][w];
-    f[2] = tile[r][w + 4];
-    f[3] = tile[r + 8][w + 4];
+    const int r = r0 + (lane & 7) + ((lane >> 3) & 1) * 8, w = 8 * s + (lane >> 4) * 4;
+    ldmatrix_x4(f, shared_address(&tile[r][w]));
   }
+  // Matrices 0-1: rows c0 + 0..7, words 8s + 0 / + 4 (lane bit 3): b0, b1.
   static __device__ __forceinline__ void b(const std::uint32_t (*tile)[kMmaRowStride], int s, int c0, int lane,
                                            std::uint32_t (&f)[2]) {
-    const int c = c0 + (lane >> 2), w = 8 * s + (lane & 3);
-    f[0] = tile[c][w];
-    f[1] = tile[c][w + 4];
+    const int c = c0 + (lane & 7), w = 8 * s + ((lane >> 3) & 1) * 4;
+    ldmatrix_x2(f, shared_address(&tile[c][w]));
   }
 };
 
@@ -227,10 +157,10 @@ struct OperandPipe<P, kRows, Loader, OperandForm::kElements> : RowMajorFragments
   }
 };
 
-// 16-byte chunks (4 words) in the precision's format: a row of the tile is 4 chunks, and lanes take
-// the chunks of a row, then the next row (a warp: 8 rows). Loader concept:
-//   kChunked = true;  Fixed fixed(int mn) const;  uint4 load_chunk(const Fixed&, int k) const
-//   (the chunk of k .. k + 4 * kPerWord - 1, zeros out of range).
+// 16-byte chunks (4 words) in the precision's format, copied with cp.async: a row of the tile is 4
+// chunks, and lanes take the chunks of a row, then the next row (a warp: 8 rows). Loader concept:
+//   kChunked = true;  Fixed fixed(int mn) const;  const uint4* chunk_source(const Fixed&, int k) const
+//   (the chunk of k .. k + 4 * kPerWord - 1; nullptr where it lies outside the operand: zeros).
 template <Precision P, int kRows, class Loader>
 struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAlongK> : RowMajorFragments {
   using Tile = std::uint32_t[kRows][kMmaRowStride];
@@ -238,7 +168,6 @@ struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAlongK> : RowMajorFragm
   static constexpr int kUnits = (kChunks + kMmaThreads - 1) / kMmaThreads;
   static constexpr int kChunkElements = 4 * MmaFormat<P>::kPerWord;
   typename Loader::Fixed fixed[kUnits];
-  uint4 next[kUnits];
 
   static __device__ __forceinline__ bool active(int unit) { return kChunks % kMmaThreads == 0 || unit < kChunks; }
   __device__ __forceinline__ OperandPipe(const Loader& loader, int row0, int t) {
@@ -248,19 +177,15 @@ struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAlongK> : RowMajorFragm
       if (active(unit)) fixed[u] = loader.fixed(row0 + unit / 4);
     }
   }
-  __device__ __forceinline__ void fetch(const Loader& loader, int t, int k0, int k_end) {
+  // Queues this thread's chunks of the k tile at k0 into `tile` (chunks at k_end and past: zeros).
+  __device__ __forceinline__ void issue(std::uint32_t (*tile)[kMmaRowStride], const Loader& loader, int t, int k0,
+                                        int k_end) const {
 #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
       const int unit = t + u * kMmaThreads;
       const int k = k0 + (unit % 4) * kChunkElements;
-      if (active(unit)) next[u] = k < k_end ? loader.load_chunk(fixed[u], k) : make_uint4(0, 0, 0, 0);
-    }
-  }
-  __device__ __forceinline__ void stash(std::uint32_t (*tile)[kMmaRowStride], int t) const {
-#pragma unroll
-    for (int u = 0; u < kUnits; ++u) {
-      const int unit = t + u * kMmaThreads;
-      if (active(unit)) *reinterpret_cast<uint4*>(&tile[unit / 4][4 * (unit % 4)]) = next[u];
+      if (active(unit))
+        cp_async_chunk(&tile[unit / 4][4 * (unit % 4)], k < k_end ? loader.chunk_source(fixed[u], k) : nullptr);
     }
   }
 };
@@ -269,9 +194,10 @@ struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAlongK> : RowMajorFragm
 // operand whose rows are contiguous in memory (the weight gradient's, conv_tensor_core.cu). The tile
 // is held transposed, [k][rows + 8 elements] (so that the 8 rows a fragment read or an ldmatrix
 // touches fall in distinct banks), and the fragments are read across it: with ldmatrix .trans for
-// bf16 pairs, one word at a time for tf32. Lanes take consecutive chunks of a k row. Loader concept:
+// bf16 pairs, one word at a time for tf32. Lanes take consecutive chunks of a k row, copied with
+// cp.async. Loader concept:
 //   kChunkedAcross = true;  Fixed fixed(int row0) const (row0: a chunk's first row);
-//   Step step(int k) const;  uint4 load_chunk(const Fixed&, const Step&) const (zeros out of range).
+//   Step step(int k) const;  const uint4* chunk_source(const Fixed&, const Step&) const (nullptr: zeros).
 template <Precision P, int kRows, class Loader>
 struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAcross> {
   static constexpr bool kBf16 = P == Precision::kBf16;
@@ -284,31 +210,26 @@ struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAcross> {
   static constexpr int kUnits = (kChunks + kMmaThreads - 1) / kMmaThreads;
   static_assert(kMmaThreads % kChunksPerK == 0, "a thread's chunk keeps its rows from tile to tile");
   typename Loader::Fixed fixed;
-  uint4 next[kUnits];
 
   static __device__ __forceinline__ bool active(int unit) { return kChunks % kMmaThreads == 0 || unit < kChunks; }
   __device__ __forceinline__ OperandPipe(const Loader& loader, int row0, int t) {
     fixed = loader.fixed(row0 + (t % kChunksPerK) * kChunkRows);
   }
-  __device__ __forceinline__ void fetch(const Loader& loader, int t, int k0, int k_end) {
-#pragma unroll
-    for (int u = 0; u < kUnits; ++u) {
-      const int unit = t + u * kMmaThreads;
-      const int k = k0 + unit / kChunksPerK;
-      if (active(unit)) next[u] = k < k_end ? loader.load_chunk(fixed, loader.step(k)) : make_uint4(0, 0, 0, 0);
-    }
-  }
-  __device__ __forceinline__ void stash(std::uint32_t (*tile)[kStrideWords], int t) const {
+  // Queues this thread's chunks of the k tile at k0 into `tile` (k at k_end and past: zeros).
+  __device__ __forceinline__ void issue(std::uint32_t (*tile)[kStrideWords], const Loader& loader, int t, int k0,
+                                        int k_end) const {
     const int word = (t % kChunksPerK) * 4;
 #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
       const int unit = t + u * kMmaThreads;
-      if (active(unit)) *reinterpret_cast<uint4*>(&tile[unit / kChunksPerK][word]) = next[u];
+      const int k = k0 + unit / kChunksPerK;
+      if (active(unit))
+        cp_async_chunk(&tile[unit / kChunksPerK][word], k < k_end ? loader.chunk_source(fixed, loader.step(k)) : nullptr);
     }
   }
   // Element (k, row) of the tile: its shared-memory address (bf16) or its word (tf32).
   static __device__ __forceinline__ unsigned address(const std::uint32_t (*tile)[kStrideWords], int k, int row) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(&tile[k][0])) + 2u * static_cast<unsigned>(row);
+    return shared_address(&tile[k][0]) + 2u * static_cast<unsigned>(row);
   }
   static __device__ __forceinline__ void a(const std::uint32_t (*tile)[kStrideWords], int s, int r0, int lane,
                                            std::uint32_t (&f)[4]) {
@@ -338,17 +259,77 @@ struct OperandPipe<P, kRows, Loader, OperandForm::kChunksAcross> {
   }
 };
 
+// What both kernels share: a warp's place in the block tile, its accumulators, the mma of one k tile
+// held in shared memory, and the store of the results.
+template <Precision P, int BM, int BN, int WARPS_M, class PipeA, class PipeB>
+struct MmaWarpTile {
+  using Format = MmaFormat<P>;
+  static constexpr int WARPS_N = kMmaThreads / 32 / WARPS_M;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+  static constexpr int MI = WM / 16, NJ = WN / 8;  // mma tiles per warp
+  static_assert(MI >= 1 && NJ >= 1 && MI * 16 == WM && NJ * 8 == WN, "warp tile: multiples of 16 x 8");
+  int lane, wm0, wn0;
+  float acc[MI][NJ][4];
+
+  __device__ __forceinline__ explicit MmaWarpTile(int t) {
+    const int warp = t >> 5;
+    lane = t & 31;
+    wm0 = (warp % WARPS_M) * WM;
+    wn0 = (warp / WARPS_M) * WN;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) acc[i][j][h] = 0.0f;
+  }
+
+  template <class TileA, class TileB>
+  __device__ __forceinline__ void multiply(const TileA* as, const TileB* bs) {
+#pragma unroll
+    for (int s = 0; s < kMmaTileWords / 8; ++s) {  // mma k steps of 8 words
+      std::uint32_t fa[MI][4], fb[NJ][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i) PipeA::a(as, s, wm0 + 16 * i, lane, fa[i]);
+#pragma unroll
+      for (int j = 0; j < NJ; ++j) PipeB::b(bs, s, wn0 + 8 * j, lane, fb[j]);
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) Format::mma(acc[i][j], fa[i], fb[j]);
+    }
+  }
+
+  // Accumulator h of mma tile (i, j): row group (+8 for h >= 2), column 2 * quad (+1 for odd h).
+  // One split of several writes its partial sums to the workspace, [splits, N, M].
+  template <class Store>
+  __device__ __forceinline__ void store(const Store& store, int m0, int n0, int M, int N, float* workspace) const {
+    const int group = lane >> 2, quad = lane & 3;
+    float* split_out = gridDim.z == 1 ? nullptr : workspace + static_cast<std::int64_t>(blockIdx.z) * N * M;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const int m = m0 + wm0 + 16 * i + group + (h >= 2 ? 8 : 0);
+          const int n = n0 + wn0 + 8 * j + 2 * quad + (h & 1);
+          if (m >= M || n >= N) continue;
+          if (split_out == nullptr)
+            store(m, n, acc[i][j][h]);
+          else
+            split_out[static_cast<std::int64_t>(n) * M + m] = acc[i][j][h];
+        }
+  }
+};
+
+// The element form: two stages through registers (the fc layers).
 template <Precision P, int BM, int BN, int WARPS_M, class LoadA, class LoadB, class Store>
 __global__ void __launch_bounds__(kMmaThreads)
     mma_gemm_kernel(LoadA load_a, LoadB load_b, Store store, int M, int N, int K, int k_per_split,
                     float* __restrict__ workspace /*[splits, N, M] when gridDim.z > 1*/) {
   start_after_previous_kernel();
-  using Format = MmaFormat<P>;
-  constexpr int BK = kMmaTileWords * Format::kPerWord;
-  constexpr int WARPS_N = kMmaThreads / 32 / WARPS_M;
-  constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
-  constexpr int MI = WM / 16, NJ = WN / 8;  // mma tiles per warp
-  static_assert(MI >= 1 && NJ >= 1 && MI * 16 == WM && NJ * 8 == WN, "warp tile: multiples of 16 x 8");
+  constexpr int BK = kMmaTileWords * MmaFormat<P>::kPerWord;
   using PipeA = OperandPipe<P, BM, LoadA>;
   using PipeB = OperandPipe<P, BN, LoadB>;
   __shared__ __align__(16) typename PipeA::Tile As[2];
@@ -371,18 +352,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     a.stash(As[buf], t);
     b.stash(Bs[buf], t);
   };
-
-  const int warp = t >> 5, lane = t & 31;
-  const int group = lane >> 2, quad = lane & 3;  // the mma fragments' row (column) and k index
-  const int wm0 = (warp % WARPS_M) * WM;
-  const int wn0 = (warp / WARPS_M) * WN;
-  float acc[MI][NJ][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int h = 0; h < 4; ++h) acc[i][j][h] = 0.0f;
+  MmaWarpTile<P, BM, BN, WARPS_M, PipeA, PipeB> warp(t);
 
   if (tiles > 0) {
     fetch(k_begin);
@@ -393,64 +363,94 @@ __global__ void __launch_bounds__(kMmaThreads)
   for (int tile = 0; tile < tiles; ++tile) {
     const bool more = tile + 1 < tiles;
     if (more) fetch(k_begin + (tile + 1) * BK);
-#pragma unroll
-    for (int s = 0; s < kMmaTileWords / 8; ++s) {  // mma k steps of 8 words
-      std::uint32_t fa[MI][4], fb[NJ][2];
-#pragma unroll
-      for (int i = 0; i < MI; ++i) PipeA::a(As[buf], s, wm0 + 16 * i, lane, fa[i]);
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) PipeB::b(Bs[buf], s, wn0 + 8 * j, lane, fb[j]);
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) Format::mma(acc[i][j], fa[i], fb[j]);
-    }
+    warp.multiply(As[buf], Bs[buf]);
     if (more) stash(buf ^ 1);
     __syncthreads();
     buf ^= 1;
   }
-
-  // Accumulator h of mma tile (i, j): row group (+8 for h >= 2), column 2 * quad (+1 for odd h).
-  float* split_out = gridDim.z == 1 ? nullptr : workspace + static_cast<std::int64_t>(blockIdx.z) * N * M;
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const int m = m0 + wm0 + 16 * i + group + (h >= 2 ? 8 : 0);
-        const int n = n0 + wn0 + 8 * j + 2 * quad + (h & 1);
-        if (m >= M || n >= N) continue;
-        if (split_out == nullptr)
-          store(m, n, acc[i][j][h]);
-        else
-          split_out[static_cast<std::int64_t>(n) * M + m] = acc[i][j][h];
-      }
+  warp.store(store, m0, n0, M, N, workspace);
 }
 
-// Queues the product's main kernel for plan's tile, one of kMmaTiles (gemm_plan.hpp); launch_gemm
-// queues the split-K sum after it.
-template <Precision P, class LoadA, class LoadB, class Store>
+// Stages of the chunk form: as many as 48 KiB of static shared memory holds, 2 to 4.
+template <class PipeA, class PipeB>
+struct AsyncStages {
+  static constexpr int kBytes = static_cast<int>(sizeof(typename PipeA::Tile) + sizeof(typename PipeB::Tile));
+  static constexpr int kFit = 48 * 1024 / kBytes;
+  static constexpr int value = kFit > 4 ? 4 : kFit < 2 ? 2 : kFit;
+};
+
+// The chunk form: kStages k tiles in shared memory, filled by cp.async. At tile t the block waits for
+// tile t's copies, then queues tile t + kStages - 1 into the stage that tile t - 1 used (the barrier
+// has just seen every warp finish with it), then multiplies tile t. One group is committed per tile,
+// empty at the end, so that "all but kStages - 2 groups done" always means "tile t is here".
+template <Precision P, int BM, int BN, int WARPS_M, class LoadA, class LoadB, class Store>
+__global__ void __launch_bounds__(kMmaThreads)
+    mma_gemm_async_kernel(LoadA load_a, LoadB load_b, Store store, int M, int N, int K, int k_per_split,
+                          float* __restrict__ workspace /*[splits, N, M] when gridDim.z > 1*/) {
+  start_after_previous_kernel();
+  constexpr int BK = kMmaTileWords * MmaFormat<P>::kPerWord;
+  using PipeA = OperandPipe<P, BM, LoadA>;
+  using PipeB = OperandPipe<P, BN, LoadB>;
+  constexpr int kStages = AsyncStages<PipeA, PipeB>::value;
+  __shared__ __align__(16) typename PipeA::Tile As[kStages];
+  __shared__ __align__(16) typename PipeB::Tile Bs[kStages];
+
+  const int t = threadIdx.x;
+  const int m0 = blockIdx.x * BM;
+  const int n0 = blockIdx.y * BN;
+  const int k_begin = blockIdx.z * k_per_split;
+  const int k_end = min(K, k_begin + k_per_split);
+  const int tiles = (k_end - k_begin + BK - 1) / BK;
+
+  const PipeA a(load_a, m0, t);
+  const PipeB b(load_b, n0, t);
+  auto issue = [&](int tile) {
+    if (tile < tiles) {
+      const int stage = tile % kStages;
+      a.issue(As[stage], load_a, t, k_begin + tile * BK, k_end);
+      b.issue(Bs[stage], load_b, t, k_begin + tile * BK, k_end);
+    }
+    cp_async_commit();
+  };
+  MmaWarpTile<P, BM, BN, WARPS_M, PipeA, PipeB> warp(t);
+
+#pragma unroll
+  for (int tile = 0; tile < kStages - 1; ++tile) issue(tile);
+  for (int tile = 0; tile < tiles; ++tile) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    issue(tile + kStages - 1);
+    const int stage = tile % kStages;
+    warp.multiply(As[stage], Bs[stage]);
+  }
+  cp_async_wait<0>();
+  warp.store(store, m0, n0, M, N, workspace);
+}
+
+// Queues the product's main kernel for plan's tile, one of kMmaTiles (gemm_plan.hpp), walking the
+// list at compile time from entry I; launch_gemm queues the split-K sum after it. Chunked operands
+// (both or neither) take the cp.async kernel.
+template <Precision P, std::size_t I = 0, class LoadA, class LoadB, class Store>
 void launch_mma_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
                      cudaStream_t stream) {
-  const dim3 grid = plan.grid();
-#define CNN_MMA_CASE(BM_, BN_, WM_)                                                                             \
-  if (plan.bm == BM_ && plan.bn == BN_) {                                                                      \
-    launch_dependent(mma_gemm_kernel<P, BM_, BN_, WM_, LoadA, LoadB, Store>, grid, kMmaThreads, 0, stream, a, b, \
-                     store, plan.m, plan.n, plan.k, plan.k_per_split, workspace);                              \
-    return;                                                                                                    \
+  static_assert(is_chunked_loader<LoadA>::value == is_chunked_loader<LoadB>::value,
+                "both operands chunked (cp.async) or both elements (registers)");
+  if constexpr (I < std::size(kMmaTiles)) {
+    constexpr MmaTile tile = kMmaTiles[I];
+    if (plan.bm != tile.bm || plan.bn != tile.bn) {
+      launch_mma_tile<P, I + 1>(plan, a, b, store, workspace, stream);
+      return;
+    }
+    if constexpr (is_chunked_loader<LoadA>::value)
+      launch_dependent(mma_gemm_async_kernel<P, tile.bm, tile.bn, tile.warps_m, LoadA, LoadB, Store>, plan.grid(),
+                       kMmaThreads, 0, stream, a, b, store, plan.m, plan.n, plan.k, plan.k_per_split, workspace);
+    else
+      launch_dependent(mma_gemm_kernel<P, tile.bm, tile.bn, tile.warps_m, LoadA, LoadB, Store>, plan.grid(),
+                       kMmaThreads, 0, stream, a, b, store, plan.m, plan.n, plan.k, plan.k_per_split, workspace);
+  } else {
+    throw Error(ExitCode::kFailure, "internal error: no tensor-core gemm tile " + std::to_string(plan.bm) + "x" +
+                                        std::to_string(plan.bn));
   }
-  CNN_MMA_CASE(128, 128, 2)
-  CNN_MMA_CASE(128, 64, 4)
-  CNN_MMA_CASE(64, 128, 2)
-  CNN_MMA_CASE(64, 64, 2)
-  CNN_MMA_CASE(128, 32, 4)
-  CNN_MMA_CASE(64, 32, 4)
-  CNN_MMA_CASE(32, 64, 2)
-  CNN_MMA_CASE(32, 32, 2)
-#undef CNN_MMA_CASE
-  throw Error(ExitCode::kFailure, "internal error: no tensor-core gemm tile " + std::to_string(plan.bm) + "x" +
-                                      std::to_string(plan.bn));
 }
 
 }  // namespace cnn::cuda
