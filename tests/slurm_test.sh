@@ -9,7 +9,10 @@
 #      `scancel -b -s USR1` while it trains: the trainer must checkpoint and exit 5, the job must
 #      requeue itself, resume from that checkpoint on its second start (SLURM_RESTART_COUNT=1),
 #      finish with exit code 0, and end with parameters bitwise equal to an uninterrupted run;
-#  (c) stops the daemons.
+#  (c) the single-rank mode against a launch MPI did not wire up: plain cnn_mpi under salloc (no
+#      step) trains; `srun -n 2 --mpi=none` gives each task a world of one rank, and each stops with
+#      one line and exit code 2 before it writes anything;
+#  (d) stops the daemons.
 # Skipped (exit 77) only where SLURM cannot be installed or run (no root, apt fails). Needs about
 # 1.5 minutes on 2 idle cores. Knobs: SLURM_TEST_LAUNCHERS (default "srun mpirun"),
 # SLURM_TEST_KEEP=1 keeps the work directory even on success.
@@ -279,5 +282,27 @@ preemption_cycle() {
 for launcher in $LAUNCHERS; do
   preemption_cycle "$launcher"
 done
+
+# --------------------------------------- (c) single-rank mode, and a world of one per srun task
+say "(c) plain cnn_mpi under salloc -n 2: the single-rank mode"
+lone_run=(train --data "$DATA" --dataset fashion --epochs 1 --filters 4 --train-samples 500 --test-samples 100)
+rc=0
+salloc -n 2 "$BIN" "${lone_run[@]}" --out "$WORK/run-salloc" >"$WORK/salloc.out" 2>&1 || rc=$?
+((rc == 0)) || { show_output "$WORK/salloc.out"; fail "(c) salloc -n 2 cnn_mpi: exit code $rc, expected 0"; }
+grep -q 'rank 0/1 ' "$WORK/salloc.out" || { show_output "$WORK/salloc.out"; fail "(c) salloc: not one rank"; }
+check_metrics "$WORK/run-salloc/metrics.csv" 1 0.1 || fail "(c) salloc: metrics.csv"
+
+say "(c) srun -n 2 --mpi=none: each task a world of one rank, refused"
+# Debian's Open MPI notices a direct launch without PMI by itself (it looks for SLURM_NODELIST) and
+# aborts in MPI_Init; an MPI that does not look starts a singleton in each task. Hiding the node
+# list from it makes this one do the same, while SLURM_STEP_ID and the step's task count stay.
+rc=0
+srun -n 2 --mpi=none bash -c 'unset SLURM_NODELIST; exec "$@"' lone "$BIN" "${lone_run[@]}" --out "$WORK/run-lone" \
+  >"$WORK/lone.out" 2>&1 || rc=$?
+((rc == 2)) || { show_output "$WORK/lone.out"; fail "(c) srun --mpi=none: exit code $rc, expected 2"; }
+refusals=$(grep -c '^cnn_mpi: error: srun started 2 tasks in this step (SLURM_STEP_ID=[0-9]*, SLURM_STEP_NUM_TASKS=2), .*srun --mpi=pmix' "$WORK/lone.out" || true)
+((refusals == 2)) || { show_output "$WORK/lone.out"; fail "(c) srun --mpi=none: $refusals refusal lines, expected one per task"; }
+[[ ! -e $WORK/run-lone ]] || fail "(c) srun --mpi=none: a refused task created its run directory"
+say "(c) passed"
 
 say "all passed in $((SECONDS - T0)) s"
