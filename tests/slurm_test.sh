@@ -3,7 +3,9 @@
 #
 # Starts a private one-node cluster on localhost (tools/slurm/start-cluster.sh: munged, slurmctld,
 # slurmd, all started here and stopped here by PID, also on failure), then:
-#  (a) jobs/train-cpu.sbatch with 2 tasks x 1 CPU on a small Fashion-MNIST run: exit code 0, both
+#  (a) jobs/train-cpu.sbatch, installed by `cmake --install` and submitted from the prefix without
+#      CNN_BIN, so that it must find the installed cnn_mpi itself; 2 tasks x 1 CPU on a small
+#      Fashion-MNIST run: exit code 0, the installed binary on the launch line, both
 #      ranks in the job's output, 2 sane rows in metrics.csv;
 #  (b) for each launcher (srun --mpi=pmix, mpirun): jobs/train-preemptible.sbatch, signalled with
 #      `scancel -b -s USR1` while it trains: the trainer must checkpoint and exit 5, the job must
@@ -154,14 +156,17 @@ source "$CLUSTER/env.sh"
 export CNN_BIN=$BIN CNN_DATA=$DATA CNN_DATASET=fashion
 
 # ------------------------------------------------------------------------ (a) 2-rank CPU job
-say "(a) jobs/train-cpu.sbatch, -n 2 --cpus-per-task=1, 2 epochs"
-id=$(CNN_OUT=$WORK/run-cpu CNN_EPOCHS=2 CNN_FILTERS=8 CNN_BATCH=100 CNN_TRAIN_SAMPLES=3000 \
-  CNN_TEST_SAMPLES=500 sbatch --parsable -n 2 --cpus-per-task=1 -o "$WORK/cpu-%j.out" \
-  "$SOURCE_DIR/jobs/train-cpu.sbatch")
+PREFIX=$WORK/prefix
+cmake --install "$BUILD_DIR" --prefix "$PREFIX" >"$WORK/install.log" 2>&1 || { cat "$WORK/install.log"; fail "cmake --install"; }
+say "(a) $PREFIX/share/cnn_mpi/jobs/train-cpu.sbatch (installed), -n 2 --cpus-per-task=1, 2 epochs"
+id=$(cd "$WORK" && env -u CNN_BIN CNN_OUT=$WORK/run-cpu CNN_EPOCHS=2 CNN_FILTERS=8 CNN_BATCH=100 \
+  CNN_TRAIN_SAMPLES=3000 CNN_TEST_SAMPLES=500 sbatch --parsable -n 2 --cpus-per-task=1 -o "$WORK/cpu-%j.out" \
+  "$PREFIX/share/cnn_mpi/jobs/train-cpu.sbatch")
 rc=0
 wait_job "$id" 120 || rc=$?
 out=$WORK/cpu-$id.out
 ((rc == 0)) || { show_output "$out"; fail "(a) job $id exit code $rc, expected 0"; }
+grep -qF "$PREFIX/bin/cnn_mpi train" "$out" || { show_output "$out"; fail "(a) the job did not run $PREFIX/bin/cnn_mpi"; }
 if ! grep -q 'rank 0/2 ' "$out" || ! grep -q 'rank 1/2 ' "$out"; then
   show_output "$out"
   fail "(a) output does not name ranks 0/2 and 1/2"
