@@ -97,7 +97,8 @@ cnn_build_args() {
 #          same line also works on a machine without SLURM (DRY_RUN=1 prints it).
 # per_node (GPU ranks per node) is used by mpirun's GPU mapping only; cpus by its CPU mapping only.
 # Environment for the ranks: srun exports the batch environment (--export=ALL); mpirun is given
-# -x NAME=VALUE for the variables that matter, so that the printed line is complete on its own.
+# -x NAME=VALUE for the variables that matter (OpenMP's, NCCL's), so that the printed line is
+# complete on its own.
 cnn_launch_line() {
   local kind=$1 ntasks=$2 per_node=$3 cpus=$4
   local extra=()
@@ -127,8 +128,11 @@ cnn_launch_line() {
         # mostly waits on its device, and a wrong core guess would cost more than it gains.
         LAUNCH+=(--map-by "ppr:${per_node}:node" --bind-to none)
       fi
+      # OpenMP's settings and every NCCL_* variable set here (NCCL_NVLS_ENABLE, NCCL_SOCKET_IFNAME,
+      # NCCL_IB_HCA, NCCL_DEBUG...: docs/SLURM.md, "Multi-node GPU jobs"), so that ranks on other nodes
+      # get them also where mpirun starts them over ssh rather than through SLURM.
       local name
-      for name in OMP_NUM_THREADS OMP_PROC_BIND OMP_PLACES NCCL_NVLS_ENABLE; do
+      for name in OMP_NUM_THREADS OMP_PROC_BIND OMP_PLACES $(compgen -e | grep '^NCCL_' | sort); do
         if [[ -n ${!name:-} ]]; then LAUNCH+=(-x "$name=${!name}"); fi
       done
       read -r -a extra <<<"${MPIRUN_EXTRA_ARGS:-}"

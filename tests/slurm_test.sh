@@ -123,10 +123,14 @@ say "(0) DRY_RUN launch lines"
 expect_line() {  # DESCRIPTION EXPECTED-SUBSTRING LINE
   [[ $3 == *"$2"* ]] || fail "(0) $1: expected '$2' in: $3"
 }
-line=$(DRY_RUN=1 LAUNCHER=mpirun GPUS_PER_NODE=2 CNN_BIN=$BIN bash "$SOURCE_DIR/jobs/train-gpu.sbatch" --quiet)
+line=$(DRY_RUN=1 LAUNCHER=mpirun GPUS_PER_NODE=2 CNN_BIN=$BIN NCCL_SOCKET_IFNAME='^docker,lo' \
+  NCCL_IB_HCA='=mlx5_0:1' bash "$SOURCE_DIR/jobs/train-gpu.sbatch" --quiet)
 say "gpu, mpirun: $line"
 expect_line "gpu/mpirun" "mpirun -np 2 --map-by ppr:2:node --bind-to none" "$line"
 expect_line "gpu/mpirun" "-x NCCL_NVLS_ENABLE=0" "$line"
+# Every NCCL_* variable reaches ranks on other nodes (docs/SLURM.md, "Multi-node GPU jobs").
+expect_line "gpu/mpirun" "-x NCCL_IB_HCA==mlx5_0:1" "$line"
+expect_line "gpu/mpirun" "-x NCCL_SOCKET_IFNAME=\\^docker\\,lo" "$line"
 expect_line "gpu/mpirun" "--device gpu --quiet" "$line"
 line=$(DRY_RUN=1 GPUS_PER_NODE=4 CNN_NODES=2 CNN_BIN=$BIN bash "$SOURCE_DIR/jobs/train-gpu.sbatch")
 say "gpu, srun: $line"
