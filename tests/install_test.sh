@@ -110,8 +110,10 @@ rc=0
   MPIRUN_EXTRA_ARGS=--oversubscribe CNN_OUT=$WORK/elsewhere/run-job CNN_EPOCHS=1 CNN_FILTERS=4 \
   CNN_TRAIN_SAMPLES=1000 CNN_TEST_SAMPLES=200 bash "$JOBS/train-cpu.sbatch") >"$WORK/job.out" 2>&1 || rc=$?
 ((rc == 0)) || { cat "$WORK/job.out"; fail "(c) the installed train-cpu.sbatch exited with $rc"; }
-grep -qF "run: mpirun -np 2" "$WORK/job.out" && grep -qF "$PREFIX/bin/cnn_mpi train" "$WORK/job.out" ||
-  { cat "$WORK/job.out"; fail "(c) the job did not launch $PREFIX/bin/cnn_mpi under mpirun"; }
+if ! grep -qF "run: mpirun -np 2" "$WORK/job.out" || ! grep -qF "$PREFIX/bin/cnn_mpi train" "$WORK/job.out"; then
+  cat "$WORK/job.out"
+  fail "(c) the job did not launch $PREFIX/bin/cnn_mpi under mpirun"
+fi
 grep -q 'rank 1/2 ' "$WORK/job.out" || { cat "$WORK/job.out"; fail "(c) the job did not run 2 ranks"; }
 [[ $(wc -l <"$WORK/elsewhere/run-job/metrics.csv") -eq 2 ]] || fail "(c) the job's run has no epoch row"
 

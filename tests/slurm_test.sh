@@ -163,7 +163,7 @@ export CNN_BIN=$BIN CNN_DATA=$DATA CNN_DATASET=fashion
 PREFIX=$WORK/prefix
 cmake --install "$BUILD_DIR" --prefix "$PREFIX" >"$WORK/install.log" 2>&1 || { cat "$WORK/install.log"; fail "cmake --install"; }
 say "(a) $PREFIX/share/cnn_mpi/jobs/train-cpu.sbatch (installed), -n 2 --cpus-per-task=1, 2 epochs"
-id=$(cd "$WORK" && env -u CNN_BIN CNN_OUT=$WORK/run-cpu CNN_EPOCHS=2 CNN_FILTERS=8 CNN_BATCH=100 \
+id=$(cd "$WORK" && env -u CNN_BIN "CNN_OUT=$WORK/run-cpu" CNN_EPOCHS=2 CNN_FILTERS=8 CNN_BATCH=100 \
   CNN_TRAIN_SAMPLES=3000 CNN_TEST_SAMPLES=500 sbatch --parsable -n 2 --cpus-per-task=1 -o "$WORK/cpu-%j.out" \
   "$PREFIX/share/cnn_mpi/jobs/train-cpu.sbatch")
 rc=0
