@@ -4,8 +4,11 @@
 # the same way. Nothing here starts anything; the scripts call cnn_launch_line and run it.
 #
 # The knobs (all optional; unset means "cnn_mpi's own default"):
-#   CNN_BIN            the cnn_mpi executable      (default: $SLURM_SUBMIT_DIR/build/cnn_mpi,
-#                                                   else cnn_mpi on PATH)
+#   CNN_BIN            the cnn_mpi executable      (default: installed scripts take their own
+#                                                   installation's PREFIX/bin/cnn_mpi; scripts of a
+#                                                   checkout take $SLURM_SUBMIT_DIR/build/cnn_mpi,
+#                                                   else the checkout's build/cnn_mpi, else cnn_mpi
+#                                                   on PATH)
 #   CNN_DATA           data directory              (default: /usr/share/datasets/fashion-mnist)
 #   CNN_DATASET        fashion | mnist              (default: fashion)
 #   CNN_OUT            run directory               (default: $SLURM_SUBMIT_DIR/runs/<job name>-<job id>;
@@ -31,12 +34,30 @@ cnn_log() {
   echo "[job ${SLURM_JOB_ID:-none} $(date +%H:%M:%S)] $*"
 }
 
-# The cnn_mpi executable: CNN_BIN, else the submit directory's build, else PATH.
+# The cnn_mpi executable, in this order:
+#  1. CNN_BIN.
+#  2. Scripts installed by `cmake --install` (jobs-layout.sh beside this file): the same installation's
+#     binary, PREFIX/bin/cnn_mpi, whatever the submit directory holds. It is named even if it is
+#     missing, so that a broken installation fails with its path rather than running another build.
+#  3. Scripts of a checkout: the submit directory's build/ (submitting from the repository root),
+#     then the build/ of the checkout these scripts belong to, then cnn_mpi on PATH.
 cnn_binary() {
+  local jobs_dir
+  jobs_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
   if [[ -n ${CNN_BIN:-} ]]; then
     echo "$CNN_BIN"
+  elif [[ -f $jobs_dir/jobs-layout.sh ]]; then
+    local CNN_INSTALLED_BINDIR=""
+    # shellcheck source=/dev/null
+    source "$jobs_dir/jobs-layout.sh"
+    [[ $CNN_INSTALLED_BINDIR == /* ]] || CNN_INSTALLED_BINDIR=$jobs_dir/$CNN_INSTALLED_BINDIR
+    # The directory as a plain path (PREFIX/bin, not PREFIX/share/cnn_mpi/jobs/../../../bin) where it exists.
+    if [[ -d $CNN_INSTALLED_BINDIR ]]; then CNN_INSTALLED_BINDIR=$(cd "$CNN_INSTALLED_BINDIR" && pwd); fi
+    echo "$CNN_INSTALLED_BINDIR/cnn_mpi"
   elif [[ -x ${SLURM_SUBMIT_DIR:-$PWD}/build/cnn_mpi ]]; then
     echo "${SLURM_SUBMIT_DIR:-$PWD}/build/cnn_mpi"
+  elif [[ -x $jobs_dir/../build/cnn_mpi ]]; then
+    echo "$(cd "$jobs_dir/.." && pwd)/build/cnn_mpi"
   else
     command -v cnn_mpi || echo cnn_mpi
   fi
@@ -76,7 +97,8 @@ cnn_build_args() {
 #          same line also works on a machine without SLURM (DRY_RUN=1 prints it).
 # per_node (GPU ranks per node) is used by mpirun's GPU mapping only; cpus by its CPU mapping only.
 # Environment for the ranks: srun exports the batch environment (--export=ALL); mpirun is given
-# -x NAME=VALUE for the variables that matter, so that the printed line is complete on its own.
+# -x NAME=VALUE for the variables that matter (OpenMP's, NCCL's), so that the printed line is
+# complete on its own.
 cnn_launch_line() {
   local kind=$1 ntasks=$2 per_node=$3 cpus=$4
   local extra=()
@@ -106,8 +128,11 @@ cnn_launch_line() {
         # mostly waits on its device, and a wrong core guess would cost more than it gains.
         LAUNCH+=(--map-by "ppr:${per_node}:node" --bind-to none)
       fi
+      # OpenMP's settings and every NCCL_* variable set here (NCCL_NVLS_ENABLE, NCCL_SOCKET_IFNAME,
+      # NCCL_IB_HCA, NCCL_DEBUG...: docs/SLURM.md, "Multi-node GPU jobs"), so that ranks on other nodes
+      # get them also where mpirun starts them over ssh rather than through SLURM.
       local name
-      for name in OMP_NUM_THREADS OMP_PROC_BIND OMP_PLACES NCCL_NVLS_ENABLE; do
+      for name in OMP_NUM_THREADS OMP_PROC_BIND OMP_PLACES $(compgen -e | grep '^NCCL_' | sort); do
         if [[ -n ${!name:-} ]]; then LAUNCH+=(-x "$name=${!name}"); fi
       done
       read -r -a extra <<<"${MPIRUN_EXTRA_ARGS:-}"

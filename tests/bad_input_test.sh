@@ -14,6 +14,8 @@
 #   $FX, $CNN                  the fixture root, the binary; (good data in $FX/idx, a finished run in $FX/run, ...)
 #   $COMMON                    (a word of its own) the common arguments, for the second part of an MPMD line
 #   mpi N ...                  (first word) runs under mpirun with N ranks
+#   env NAME=VALUE... ...      (first words) runs with these environment variables set (a launcher's
+#                              variables, e.g. an srun step's), then the arguments
 # OPs (format-independent, so a new format only needs a good fixture, made in make_fixtures):
 #   keep, empty, delete, dir (a directory in its place), truncate:N (keep N bytes; negative: drop -N),
 #   poke:OFFSET:HEX (overwrite bytes; negative offset from the end), append:HEX, text:STRING,
@@ -219,11 +221,19 @@ run_case() {
   for w in "${words[@]}"; do
     if [ "$w" = '$COMMON' ]; then expanded+=("${COMMON[@]}"); else expanded+=("$(expand "$w")"); fi
   done
-  local command=("$CNN" "${COMMON[@]}")
+  local launch_env=()
+  if [ "${expanded[0]:-}" = env ]; then
+    expanded=("${expanded[@]:1}")
+    while [[ ${expanded[0]:-} =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; do
+      launch_env+=("${expanded[0]}")
+      expanded=("${expanded[@]:1}")
+    done
+  fi
+  local command=(env "${launch_env[@]}" "$CNN" "${COMMON[@]}")
   local mpi=0
   if [ "${expanded[0]:-}" = mpi ]; then
     mpi=1
-    command=("$MPIRUN" --oversubscribe -np "${expanded[1]}" "$CNN" "${COMMON[@]}")
+    command=(env "${launch_env[@]}" "$MPIRUN" --oversubscribe -np "${expanded[1]}" "$CNN" "${COMMON[@]}")
     expanded=("${expanded[@]:2}")
   fi
   # `eval` subcommand: it takes no training options, so it gets none of COMMON's training-only ones.

@@ -82,8 +82,15 @@ else
   fail "a small run did not complete"
 fi
 
+# SLURM's variables without a step (a batch script's shell, salloc) leave the single-rank mode alone;
+# an srun step of several tasks with a world of one is refused (tests/bad_input/85_launcher.cases).
+expect 0 "epoch 1/1" -- env SLURM_JOB_ID=7 SLURM_NTASKS=4 SLURM_NPROCS=4 "$binary" --out "$work/batch-shell" "${small[@]}"
+expect 0 "epoch 1/1" -- env SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=1 "$binary" --out "$work/one-task-step" "${small[@]}"
+
 # Under MPI: a global batch smaller than the number of ranks, reported once.
 if command -v mpirun >/dev/null; then
+  # mpirun chose the world (OMPI_COMM_WORLD_SIZE=1), even inside a step of 4 tasks: allowed.
+  expect 0 "epoch 1/1" -- env SLURM_STEP_ID=0 SLURM_STEP_NUM_TASKS=4 mpirun -np 1 "$binary" --out "$work/mpirun-in-step" "${small[@]}"
   expect 2 "--batch 3 is smaller than the number of ranks \(4\)" -- mpirun -np 4 --oversubscribe "$binary" --batch 3 "${small[@]}"
   # A failure seen by one rank only (its data directory is missing) stops every rank, with one line.
   expect 3 "data directory does not exist" -- mpirun --oversubscribe -np 1 "$binary" "${small[@]}" --out "$work/mpmd" : \

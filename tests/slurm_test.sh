@@ -3,13 +3,18 @@
 #
 # Starts a private one-node cluster on localhost (tools/slurm/start-cluster.sh: munged, slurmctld,
 # slurmd, all started here and stopped here by PID, also on failure), then:
-#  (a) jobs/train-cpu.sbatch with 2 tasks x 1 CPU on a small Fashion-MNIST run: exit code 0, both
+#  (a) jobs/train-cpu.sbatch, installed by `cmake --install` and submitted from the prefix without
+#      CNN_BIN, so that it must find the installed cnn_mpi itself; 2 tasks x 1 CPU on a small
+#      Fashion-MNIST run: exit code 0, the installed binary on the launch line, both
 #      ranks in the job's output, 2 sane rows in metrics.csv;
 #  (b) for each launcher (srun --mpi=pmix, mpirun): jobs/train-preemptible.sbatch, signalled with
 #      `scancel -b -s USR1` while it trains: the trainer must checkpoint and exit 5, the job must
 #      requeue itself, resume from that checkpoint on its second start (SLURM_RESTART_COUNT=1),
 #      finish with exit code 0, and end with parameters bitwise equal to an uninterrupted run;
-#  (c) stops the daemons.
+#  (c) the single-rank mode against a launch MPI did not wire up: plain cnn_mpi under salloc (no
+#      step) trains; `srun -n 2 --mpi=none` gives each task a world of one rank, and each stops with
+#      one line and exit code 2 before it writes anything;
+#  (d) stops the daemons.
 # Skipped (exit 77) only where SLURM cannot be installed or run (no root, apt fails). Needs about
 # 1.5 minutes on 2 idle cores. Knobs: SLURM_TEST_LAUNCHERS (default "srun mpirun"),
 # SLURM_TEST_KEEP=1 keeps the work directory even on success.
@@ -118,10 +123,14 @@ say "(0) DRY_RUN launch lines"
 expect_line() {  # DESCRIPTION EXPECTED-SUBSTRING LINE
   [[ $3 == *"$2"* ]] || fail "(0) $1: expected '$2' in: $3"
 }
-line=$(DRY_RUN=1 LAUNCHER=mpirun GPUS_PER_NODE=2 CNN_BIN=$BIN bash "$SOURCE_DIR/jobs/train-gpu.sbatch" --quiet)
+line=$(DRY_RUN=1 LAUNCHER=mpirun GPUS_PER_NODE=2 CNN_BIN=$BIN NCCL_SOCKET_IFNAME='^docker,lo' \
+  NCCL_IB_HCA='=mlx5_0:1' bash "$SOURCE_DIR/jobs/train-gpu.sbatch" --quiet)
 say "gpu, mpirun: $line"
 expect_line "gpu/mpirun" "mpirun -np 2 --map-by ppr:2:node --bind-to none" "$line"
 expect_line "gpu/mpirun" "-x NCCL_NVLS_ENABLE=0" "$line"
+# Every NCCL_* variable reaches ranks on other nodes (docs/SLURM.md, "Multi-node GPU jobs").
+expect_line "gpu/mpirun" "-x NCCL_IB_HCA==mlx5_0:1" "$line"
+expect_line "gpu/mpirun" "-x NCCL_SOCKET_IFNAME=\\^docker\\,lo" "$line"
 expect_line "gpu/mpirun" "--device gpu --quiet" "$line"
 line=$(DRY_RUN=1 GPUS_PER_NODE=4 CNN_NODES=2 CNN_BIN=$BIN bash "$SOURCE_DIR/jobs/train-gpu.sbatch")
 say "gpu, srun: $line"
@@ -151,14 +160,17 @@ source "$CLUSTER/env.sh"
 export CNN_BIN=$BIN CNN_DATA=$DATA CNN_DATASET=fashion
 
 # ------------------------------------------------------------------------ (a) 2-rank CPU job
-say "(a) jobs/train-cpu.sbatch, -n 2 --cpus-per-task=1, 2 epochs"
-id=$(CNN_OUT=$WORK/run-cpu CNN_EPOCHS=2 CNN_FILTERS=8 CNN_BATCH=100 CNN_TRAIN_SAMPLES=3000 \
-  CNN_TEST_SAMPLES=500 sbatch --parsable -n 2 --cpus-per-task=1 -o "$WORK/cpu-%j.out" \
-  "$SOURCE_DIR/jobs/train-cpu.sbatch")
+PREFIX=$WORK/prefix
+cmake --install "$BUILD_DIR" --prefix "$PREFIX" >"$WORK/install.log" 2>&1 || { cat "$WORK/install.log"; fail "cmake --install"; }
+say "(a) $PREFIX/share/cnn_mpi/jobs/train-cpu.sbatch (installed), -n 2 --cpus-per-task=1, 2 epochs"
+id=$(cd "$WORK" && env -u CNN_BIN "CNN_OUT=$WORK/run-cpu" CNN_EPOCHS=2 CNN_FILTERS=8 CNN_BATCH=100 \
+  CNN_TRAIN_SAMPLES=3000 CNN_TEST_SAMPLES=500 sbatch --parsable -n 2 --cpus-per-task=1 -o "$WORK/cpu-%j.out" \
+  "$PREFIX/share/cnn_mpi/jobs/train-cpu.sbatch")
 rc=0
 wait_job "$id" 120 || rc=$?
 out=$WORK/cpu-$id.out
 ((rc == 0)) || { show_output "$out"; fail "(a) job $id exit code $rc, expected 0"; }
+grep -qF "$PREFIX/bin/cnn_mpi train" "$out" || { show_output "$out"; fail "(a) the job did not run $PREFIX/bin/cnn_mpi"; }
 if ! grep -q 'rank 0/2 ' "$out" || ! grep -q 'rank 1/2 ' "$out"; then
   show_output "$out"
   fail "(a) output does not name ranks 0/2 and 1/2"
@@ -279,5 +291,27 @@ preemption_cycle() {
 for launcher in $LAUNCHERS; do
   preemption_cycle "$launcher"
 done
+
+# --------------------------------------- (c) single-rank mode, and a world of one per srun task
+say "(c) plain cnn_mpi under salloc -n 2: the single-rank mode"
+lone_run=(train --data "$DATA" --dataset fashion --epochs 1 --filters 4 --train-samples 500 --test-samples 100)
+rc=0
+salloc -n 2 "$BIN" "${lone_run[@]}" --out "$WORK/run-salloc" >"$WORK/salloc.out" 2>&1 || rc=$?
+((rc == 0)) || { show_output "$WORK/salloc.out"; fail "(c) salloc -n 2 cnn_mpi: exit code $rc, expected 0"; }
+grep -q 'rank 0/1 ' "$WORK/salloc.out" || { show_output "$WORK/salloc.out"; fail "(c) salloc: not one rank"; }
+check_metrics "$WORK/run-salloc/metrics.csv" 1 0.1 || fail "(c) salloc: metrics.csv"
+
+say "(c) srun -n 2 --mpi=none: each task a world of one rank, refused"
+# Debian's Open MPI notices a direct launch without PMI by itself (it looks for SLURM_NODELIST) and
+# aborts in MPI_Init; an MPI that does not look starts a singleton in each task. Hiding the node
+# list from it makes this one do the same, while SLURM_STEP_ID and the step's task count stay.
+rc=0
+srun -n 2 --mpi=none bash -c 'unset SLURM_NODELIST; exec "$@"' lone "$BIN" "${lone_run[@]}" --out "$WORK/run-lone" \
+  >"$WORK/lone.out" 2>&1 || rc=$?
+((rc == 2)) || { show_output "$WORK/lone.out"; fail "(c) srun --mpi=none: exit code $rc, expected 2"; }
+refusals=$(grep -c '^cnn_mpi: error: srun started 2 tasks in this step (SLURM_STEP_ID=[0-9]*, SLURM_STEP_NUM_TASKS=2), .*srun --mpi=pmix' "$WORK/lone.out" || true)
+((refusals == 2)) || { show_output "$WORK/lone.out"; fail "(c) srun --mpi=none: $refusals refusal lines, expected one per task"; }
+[[ ! -e $WORK/run-lone ]] || fail "(c) srun --mpi=none: a refused task created its run directory"
+say "(c) passed"
 
 say "all passed in $((SECONDS - T0)) s"

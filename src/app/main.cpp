@@ -10,6 +10,7 @@
 #include "cnn/communicator.hpp"
 #include "cnn/evaluate_command.hpp"
 #include "cnn/launch_agreement.hpp"
+#include "cnn/launch_environment.hpp"
 #include "cnn/phase_times.hpp"
 #include "cnn/run_options.hpp"
 #include "cnn/signals.hpp"
@@ -36,12 +37,14 @@ int usable_gpus() {
 struct EarlyStart {
   cnn::CliResult cli;
   cnn::TestHooks hooks;                // read once, here, from the environment (test_hooks.hpp)
+  cnn::LaunchEnvironment launch;       // what the launcher meant the world to be, before MPI_Init adds to it
   std::string usage_error;             // set when argv is bad; reported once MPI tells who is rank 0
   std::future<std::unique_ptr<cnn::TrainingData>> data;   // valid for `train`
 };
 
 EarlyStart start_before_mpi(int argc, char** argv) {
   EarlyStart early;
+  early.launch = cnn::read_launch_environment();
   early.hooks = cnn::read_test_hooks_from_environment();
   cnn::install_write_test_hooks(early.hooks);
   try {
@@ -62,6 +65,9 @@ EarlyStart start_before_mpi(int argc, char** argv) {
 int run(EarlyStart& early, const cnn::MpiWorld& world, double process_start) {
   // Again after MPI_Init, so that ours replace whatever the MPI library installed for these signals.
   cnn::install_stop_handlers();
+  // First, before any output: N processes that MPI made N worlds of one would all write one run
+  // directory. Each is alone, so each stops with its own line (launch_environment.hpp).
+  cnn::refuse_lone_rank(early.launch, world.size());
   // Ranks may have parsed different command lines (an MPMD launch, a per-node wrapper): the verdict on
   // argv is collective, and so is what each rank is about to do, before any other collective.
   cnn::agree_or_stop(world, [&] {
