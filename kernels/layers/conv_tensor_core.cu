@@ -29,9 +29,31 @@ namespace cnn::cuda {
 
 namespace {
 
-// Elements of a 16-byte chunk, and of a 32-bit word.
+// Elements of a 16-byte chunk, and of a 32-bit word (and its log2, the loaders' element -> word shift).
 constexpr int chunk_elements(Precision p) { return p == Precision::kBf16 ? 8 : 4; }
 constexpr int word_elements(Precision p) { return p == Precision::kBf16 ? 2 : 1; }
+constexpr int word_shift(Precision p) { return p == Precision::kBf16 ? 1 : 0; }
+
+// One 32-bit word of the staged format: a tf32 value (second is ignored), or a bf16 pair.
+template <Precision P>
+__device__ __forceinline__ std::uint32_t pack_word(float first, float second) {
+  return MmaFormat<P>::pack(first, MmaFormat<P>::kPerWord == 2 ? second : 0.0f);
+}
+
+// The output position (s, oy, ox) of flat index m of [n, OH, OW], as the sample's offset into a
+// staged [n, H, W, Cp] tensor and the window's top-left input pixel (may lie in the padding).
+struct WindowOrigin {
+  std::int64_t sample;  // s*H*W*Cp
+  int y0, x0;           // oy*stride - pad, ox*stride - pad
+};
+__device__ __forceinline__ WindowOrigin window_origin(int m, const FastDiv& by_ohw, const FastDiv& by_ow, int H, int W,
+                                                      int Cp, int stride, int pad) {
+  const int s = by_ohw.div(m);
+  const int r = m - s * static_cast<int>(by_ohw.divisor);
+  const int oy = by_ow.div(r);
+  const int ox = r - oy * static_cast<int>(by_ow.divisor);
+  return {static_cast<std::int64_t>(s) * H * W * Cp, oy * stride - pad, ox * stride - pad};
+}
 
 // ---- staging --------------------------------------------------------------------------------------
 
@@ -76,7 +98,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int lc = chunk * kPerChunk + q * Format::kPerWord;
-      w[q] = Format::kPerWord == 2 ? Format::pack(tile[lc][wp], tile[lc + 1][wp]) : Format::pack(tile[lc][wp], 0.0f);
+      w[q] = pack_word<P>(tile[lc][wp], tile[lc + Format::kPerWord - 1][wp]);
     }
     dst[(static_cast<std::int64_t>(pixel0 + wp) * Cp + c0) / kPerChunk] = make_uint4(w[0], w[1], w[2], w[3]);
   }
@@ -115,7 +137,7 @@ __global__ void stage_weights_kernel(const float* __restrict__ w, int kk, Weight
     std::uint32_t word[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q)
-      word[q] = Format::kPerWord == 2 ? Format::pack(v[2 * q], v[2 * q + 1]) : Format::pack(v[q], 0.0f);
+      word[q] = pack_word<P>(v[Format::kPerWord * q], v[Format::kPerWord * q + Format::kPerWord - 1]);
     order.dst[local] = make_uint4(word[0], word[1], word[2], word[3]);
   }
 }
@@ -131,14 +153,21 @@ void stage_nhwc(std::uint32_t* dst, const float* src, std::int64_t n, int channe
   CNN_CHECK_LAUNCH();
 }
 
+// Where the input gradient's order of the staged weights starts, in words: after the forward's
+// [F][KK*Cp].
+template <Precision P>
+std::int64_t dgrad_weights_offset(const ConvGeometry& g) {
+  return std::int64_t{g.F} * g.KK * staged_channels(g.C, P) / word_elements(P);
+}
+
 // Stages both orders of the weights into staged.weight: the forward's, then the input gradient's.
 template <Precision P>
 void stage_weights(std::uint32_t* dst, const float* w, const ConvGeometry& g, cudaStream_t stream) {
   const int cp = staged_channels(g.C, P);
   const int fp = staged_channels(g.F, P);
   const WeightOrder forward{reinterpret_cast<uint4*>(dst), g.F, g.C, cp, g.C * g.KK, g.KK};
-  const WeightOrder input_grad{reinterpret_cast<uint4*>(dst + std::int64_t{g.F} * g.KK * cp / word_elements(P)), g.C,
-                               g.F, fp, g.KK, g.C * g.KK};
+  const WeightOrder input_grad{reinterpret_cast<uint4*>(dst + dgrad_weights_offset<P>(g)), g.C, g.F, fp, g.KK,
+                               g.C * g.KK};
   const int chunks = (g.F * cp + g.C * fp) * g.KK / chunk_elements(P);
   launch_dependent(stage_weights_kernel<P>, grid_for(chunks), kBlockThreads, 0, stream, w, g.KK, forward, input_grad);
   CNN_CHECK_LAUNCH();
@@ -173,17 +202,10 @@ struct StagedWindowA {
   int word_shift;  // log2 of elements per word
   int H, W, Cp, K, stride, pad, positions;
   FastDiv by_ohw, by_ow, by_cp, by_ks;
-  struct Fixed {
-    std::int64_t sample;  // s*H*W*Cp
-    int y0, x0;           // oy*stride - pad, ox*stride - pad (kFar: none)
-  };
+  using Fixed = WindowOrigin;  // y0 = x0 = kFar: no position
   __device__ __forceinline__ Fixed fixed(int m) const {
     if (m >= positions) return {0, kFar, kFar};
-    const int s = by_ohw.div(m);
-    const int r = m - s * static_cast<int>(by_ohw.divisor);
-    const int oy = by_ow.div(r);
-    const int ox = r - oy * static_cast<int>(by_ow.divisor);
-    return {static_cast<std::int64_t>(s) * H * W * Cp, oy * stride - pad, ox * stride - pad};
+    return window_origin(m, by_ohw, by_ow, H, W, Cp, stride, pad);
   }
   __device__ __forceinline__ const uint4* chunk_source(const Fixed& p, int k) const {
     const ChunkTap t = decode_chunk(k, by_cp, by_ks);
@@ -272,10 +294,7 @@ struct StagedWindowAcross {
     int i, j, c;  // the chunk's tap and first channel
     int kind;     // 0 data, 1 the bias chunk, 2 nothing
   };
-  struct Step {
-    std::int64_t sample;  // s*H*W*Cp
-    int y0, x0;           // oy*stride - pad, ox*stride - pad (kFar: none)
-  };
+  using Step = WindowOrigin;  // y0 = x0 = kFar: no position
   __device__ __forceinline__ Fixed fixed(int n0) const {
     if (n0 >= taps_cp) return {0, 0, 0, n0 == taps_cp ? 1 : 2};
     const ChunkTap t = decode_chunk(n0, by_cp, by_ks);
@@ -283,11 +302,7 @@ struct StagedWindowAcross {
   }
   __device__ __forceinline__ Step step(int p) const {
     if (p >= positions) return {0, kFar, kFar};
-    const int s = by_ohw.div(p);
-    const int r = p - s * static_cast<int>(by_ohw.divisor);
-    const int oy = by_ow.div(r);
-    const int ox = r - oy * static_cast<int>(by_ow.divisor);
-    return {static_cast<std::int64_t>(s) * H * W * Cp, oy * stride - pad, ox * stride - pad};
+    return window_origin(p, by_ohw, by_ow, H, W, Cp, stride, pad);
   }
   __device__ __forceinline__ const uint4* chunk_source(const Fixed& f, const Step& p) const {
     if (f.kind != 0) return f.kind == 1 && p.y0 != kFar ? &kBiasChunks[bf16 ? 1 : 0] : nullptr;
@@ -328,7 +343,7 @@ void forward_staged(const LayerPlans& plans, float* out, const float* in, const 
   const int cp = staged_channels(g.C, P);
   stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
   stage_weights<P>(staged.weight, weight, g, stream);
-  const int shift = word_elements(P) == 2 ? 1 : 0;
+  const int shift = word_shift(P);
   const StagedWindowA a{staged.input, shift, g.H, g.W, cp, g.KK * cp, g.stride, g.pad,
                         static_cast<int>(n * g.OHW), g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
   const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
@@ -336,11 +351,11 @@ void forward_staged(const LayerPlans& plans, float* out, const float* in, const 
                 ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
 }
 
-// The input gradient's weights [C][KK*Fp], after the forward's [F][KK*Cp], in words (staged by the
-// forward, with its own).
+// The input gradient's weights [C][KK*Fp], after the forward's [F][KK*Cp] (staged by the forward,
+// with its own).
 template <Precision P>
 std::uint32_t* dgrad_weights(const StagedBuffers& staged, const ConvGeometry& g) {
-  return staged.weight + std::int64_t{g.F} * g.KK * staged_channels(g.C, P) / word_elements(P);
+  return staged.weight + dgrad_weights_offset<P>(g);
 }
 
 template <Precision P>
@@ -355,7 +370,7 @@ void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* 
                           const ConvShape& s, const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
   const ConvGeometry g(s);
   const int fp = staged_channels(g.F, P);
-  const int shift = word_elements(P) == 2 ? 1 : 0;
+  const int shift = word_shift(P);
   const StagedGradA a{staged.output_grad, shift, g.OH, g.OW, fp, g.KK * fp, g.stride,
                       static_cast<int>(n * g.HW), g.pad, g.by_hw, g.by_w, FastDiv(fp), g.by_ks};
   const StagedRowsB b{dgrad_weights<P>(staged, g), shift, g.C, g.KK * fp};
@@ -370,7 +385,7 @@ void backward_weights_staged(const LayerPlans& plans, float* grad_weight, float*
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
   const int fp = staged_channels(g.F, P);
-  const int shift = word_elements(P) == 2 ? 1 : 0;
+  const int shift = word_shift(P);
   const int positions = static_cast<int>(n * g.OHW);
   const StagedGradAcross a{staged.output_grad, shift, fp, positions};
   const StagedWindowAcross b{staged.input, shift, P == Precision::kBf16, g.H, g.W, cp, g.KK * cp, g.stride, g.pad, positions,
