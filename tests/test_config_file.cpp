@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(the_subcommand_comes_from_the_file_unless_the_command_line_
 
 BOOST_AUTO_TEST_CASE(bad_files_stop_with_the_file_line_and_key, *boost::unit_test::precondition(ConfigFilesRead{})) {
   BOOST_CHECK_EQUAL(refusal("epochs = 2\nlrr = 0.1\n"),
-                    "FILE:2: unknown key 'lrr' (keys are the long options without '--': see cnn_mpi --help)");
+                    "FILE:2: unknown key 'lrr' (the keys are the long options without '--')");
   BOOST_CHECK_EQUAL(refusal("# settings\n\ntrain_samples = 10\n"),
                     "FILE:3: unknown key 'train_samples' (did you mean 'train-samples'? keys are the long options, "
                     "with their dashes)");
@@ -170,7 +170,7 @@ BOOST_AUTO_TEST_CASE(bad_files_stop_with_the_file_line_and_key, *boost::unit_tes
                     "FILE:1: key 'command' must be one of the subcommands (train, eval), got 'fly'");
   BOOST_CHECK_EQUAL(refusal("config = \"other.toml\"\n"), "FILE:1: key 'config': a config file cannot read another one");
   BOOST_CHECK_EQUAL(refusal("\"a\\nb\" = 1\n"),
-                    "FILE:1: unknown key 'a\\x0ab' (keys are the long options without '--': see cnn_mpi --help)");
+                    "FILE:1: unknown key 'a\\x0ab' (the keys are the long options without '--')");
   // The first bad key in the file is the one reported, whatever toml++'s order.
   BOOST_CHECK_EQUAL(refusal("zzz = 1\naaa = 2\n").substr(0, 27), "FILE:1: unknown key 'zzz' (");
   // Malformed TOML: toml++'s line and column.

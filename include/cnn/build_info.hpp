@@ -9,8 +9,8 @@ namespace cnn {
 // differed from it; "unknown" outside git (CMakeLists.txt).
 const char* source_id();
 
-// One line: "cnn_mpi 0.1.0 (source ab9a519c0d1e, config files: toml++ 3.3.0)", or the reason this build
-// reads no config files in place of the library.
+// One line: "cnn_mpi 0.1.0 (source ab9a519c0d1e, config files: toml++ 3.3.0)"; in a build without
+// toml++ "config files: none, " and the reason.
 std::string version_line();
 
 }  // namespace cnn

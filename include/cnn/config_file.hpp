@@ -39,7 +39,7 @@ inline constexpr const char* kCommandKey = "command";
 
 // Whether this build reads config files (toml++ was found at configure time).
 bool config_file_support();
-// "toml++ 3.3.0", or why this build has no config-file support.
+// "toml++ 3.3.0", or why this build has no config-file support ("built with CNN_ENABLE_CONFIG_FILE=OFF").
 std::string config_file_support_text();
 
 // A config file as command-line words.

@@ -12,7 +12,7 @@ const char* source_id() { return CNN_SOURCE_ID; }
 
 std::string version_line() {
   return std::string("cnn_mpi ") + CNN_VERSION + " (source " + source_id() + ", config files: " +
-         config_file_support_text() + ")";
+         (config_file_support() ? "" : "none, ") + config_file_support_text() + ")";
 }
 
 }  // namespace cnn

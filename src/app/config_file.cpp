@@ -29,7 +29,7 @@ namespace cnn {
 
 bool config_file_support() { return false; }
 
-std::string config_file_support_text() { return "none (" CNN_CONFIG_FILE_ABSENT_REASON ")"; }
+std::string config_file_support_text() { return CNN_CONFIG_FILE_ABSENT_REASON; }
 
 ConfigFileWords read_config_file(const std::string& path, const std::vector<LongOption>&,
                                  const std::vector<std::string>&) {
@@ -223,7 +223,7 @@ ConfigFileWords read_config_file(const std::string& path, const std::vector<Long
       if (std::any_of(options.begin(), options.end(), [&](const LongOption& o) { return o.name == dashed; }))
         hint = " (did you mean '" + dashed + "'? keys are the long options, with their dashes)";
       else
-        hint = " (keys are the long options without '--': see cnn_mpi --help)";
+        hint = " (the keys are the long options without '--')";
       throw UsageError(at + "unknown key '" + key + "'" + hint);
     }
     std::string value;
