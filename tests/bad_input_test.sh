@@ -272,6 +272,8 @@ run_case() {
 COMMON=(--dataset mnist --data "$FX/idx" --filters 4 --batch 50 --epochs 1 --threads 1 --quiet --backend threads)
 make_fixtures
 # A class may need fixtures of its own: tests/bad_input/NN_CLASS.fixtures.sh, sourced here ($FX, $CNN, $PY).
+# A hook sets SKIP_CLASSES[CLASS]=REASON when this build cannot run the class (a feature built out).
+declare -A SKIP_CLASSES=()
 for hook in "$SOURCE_DIR"/tests/bad_input/*.fixtures.sh; do
   [ -e "$hook" ] || continue
   source "$hook" || { echo "FAIL - fixtures of $(basename "$hook")"; exit 1; }
@@ -303,6 +305,7 @@ run_row() {  # a worker runs every WORKERS-th case, starting at its own index
   ROW=$((ROW + 1))
   (((ROW - 1) % WORKERS == WORKER)) || return 0
   CLASS=$1
+  if [ -n "${SKIP_CLASSES[$CLASS]:-}" ]; then echo "skip - $CLASS/$3: ${SKIP_CLASSES[$CLASS]}"; return 0; fi
   run_case "$3" "$4" "$5" "$6"
 }
 for_each_case run_row

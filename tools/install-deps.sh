@@ -11,6 +11,7 @@ packages=(
   libboost-test-dev                       # Boost.Test (compiled library)
   zlib1g-dev                              # .gz IDX files
   libcli11-dev                            # command-line parsing
+  libtomlplusplus-dev                     # --config FILE.toml (toml++, used header-only; optional: CNN_ENABLE_CONFIG_FILE)
   dataset-fashion-mnist                   # the embedded default data set
   python3 python3-numpy python3-matplotlib python3-h5py   # comparison plots, checkpoint checks
   util-linux procps time                  # script(1) for the pseudo-terminal test, ps/pgrep, /usr/bin/time

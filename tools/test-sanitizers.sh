@@ -25,6 +25,9 @@
 #                  MPMD ranks (30 s under ASan); the code it drives runs under ASan in every other script
 #                  test (each run claims its directory) and in bad_input_test's run_directory and launch
 #                  classes (a held lock, the start-up agreement).
+#   config_file_test   five short training runs that write and read RUN_DIR/config.toml; the reader runs
+#                  under ASan in test_config_file and in bad_input_test's class config_file (26 files), the
+#                  writer in test_settings_toml and in every other script test's runs.
 #   gpu            no GPU on the CI machine (compute-sanitizer covers the GPU: tools/gpu-validate.sh).
 # Measured on the 2-core VM (docs/RELIABILITY.md): the full list took 1,084 s; this selection ~10 min.
 # Usage: tools/test-sanitizers.sh [extra ctest arguments]
@@ -47,4 +50,4 @@ export LD_PRELOAD=$PWD/$build/keep_plugins.so
 cd "$build"
 # -j2: the fuzz targets (one core each) run two at a time; script tests are RUN_SERIAL anyway.
 ctest --output-on-failure --timeout 1200 -j2 -LE gpu \
-  -E '^(learning_test|cifar_preset_learning_test|safe_write_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test|ownership_test)$' "$@"
+  -E '^(learning_test|cifar_preset_learning_test|safe_write_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test|ownership_test|config_file_test)$' "$@"

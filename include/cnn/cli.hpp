@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cnn/config.hpp"
+#include "cnn/config_file.hpp"
 
 namespace cnn {
 
@@ -12,6 +13,7 @@ struct CliResult {
   TrainConfig config;
   std::optional<int> exit_now;  // set for --help / --version (0)
   std::string text;             // what --help / --version print
+  std::vector<LongOption> options;  // every long option a config file may set (config_file.hpp)
 };
 
 // Parses and validates argv. Throws UsageError with one line for any bad value. Checks that need

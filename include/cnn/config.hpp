@@ -73,6 +73,10 @@ struct TrainConfig {
   // `eval`
   std::string checkpoint;               // the checkpoint to evaluate
 
+  // --config FILE.toml that gave settings before the command line's ("" none; docs/CONFIG.md). Not a
+  // setting of its own: RUN_DIR/config.toml holds what it resolved to.
+  std::string config_file;
+
   // Resolved at start-up, not options
   int world_size = 1;
   // The environment's live tuning knobs (knobs.hpp), read once by main; printed when set.

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <type_traits>
 
+#include "cnn/build_info.hpp"
+#include "cnn/config_file.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/utc_time.hpp"
 
@@ -289,8 +291,9 @@ CliResult parse_command_line(int argc, char** argv) {
                  "non-finite gradients: stop (exit 4, the last checkpoint stays the newest) | skip (drop the step)")
       ->group("Reliability");
 
+  result.options = long_options(app);
   try {
-    app.parse(argc, argv);
+    c.config_file = parse_with_config_file(app, argc, argv);  // --config FILE: its keys, then argv's (config_file.hpp)
   } catch (const CLI::CallForHelp&) {
     result.exit_now = 0;
     result.text = app.help();
@@ -301,7 +304,7 @@ CliResult parse_command_line(int argc, char** argv) {
     return result;
   } catch (const CLI::CallForVersion&) {
     result.exit_now = 0;
-    result.text = std::string("cnn_mpi ") + CNN_VERSION + "\n";
+    result.text = version_line() + "\n";
     return result;
   } catch (const CLI::ParseError& e) {
     throw UsageError(e.what());
@@ -378,6 +381,8 @@ std::string describe(const TrainConfig& c) {
        << "  resume: " << (c.resume.empty() ? std::string("no") : c.resume) << "\n"
        << "  stall_timeout: " << (c.stall_timeout > 0 ? str(c.stall_timeout) + " s" : std::string("off")) << "\n"
        << "  on_nonfinite: " << nonfinite_policy_name(c.on_nonfinite) << "\n"
+       << "  config_file: " << (c.config_file.empty() ? std::string("none") : c.config_file)
+       << (config_file_support() ? "" : " (this build reads none: " + config_file_support_text() + ")") << "\n"
        << "  trace: " << (c.trace.empty() ? std::string("no") : c.trace + " (steps " + c.trace_steps + ")")
        << "\n"
        << describe(c.knobs);

@@ -39,6 +39,7 @@ struct EarlyStart {
   cnn::TestHooks hooks;                // read once, here, from the environment (test_hooks.hpp)
   cnn::LaunchEnvironment launch;       // what the launcher meant the world to be, before MPI_Init adds to it
   std::string usage_error;             // set when argv is bad; reported once MPI tells who is rank 0
+  cnn::ExitCode usage_error_code = cnn::ExitCode::kUsage;  // kIo: a --config file that cannot be read
   std::future<std::unique_ptr<cnn::TrainingData>> data;   // valid for `train`
 };
 
@@ -49,8 +50,9 @@ EarlyStart start_before_mpi(int argc, char** argv) {
   cnn::install_write_test_hooks(early.hooks);
   try {
     early.cli = cnn::parse_command_line(argc, argv);
-  } catch (const cnn::UsageError& e) {
+  } catch (const cnn::Error& e) {  // UsageError; IoError for a --config file that cannot be read
     early.usage_error = e.what();
+    early.usage_error_code = e.code();
     return early;
   }
   early.cli.config.knobs = cnn::read_knobs_from_environment();  // the live knobs, read once (knobs.hpp)
@@ -71,7 +73,9 @@ int run(EarlyStart& early, const cnn::MpiWorld& world, double process_start) {
   // Ranks may have parsed different command lines (an MPMD launch, a per-node wrapper): the verdict on
   // argv is collective, and so is what each rank is about to do, before any other collective.
   cnn::agree_or_stop(world, [&] {
-    if (!early.usage_error.empty()) throw cnn::UsageError(early.usage_error + " (see --help)");
+    if (early.usage_error.empty()) return;
+    if (early.usage_error_code != cnn::ExitCode::kUsage) throw cnn::Error(early.usage_error_code, early.usage_error);
+    throw cnn::UsageError(early.usage_error + " (see --help)");
   });
   const cnn::CliResult& cli = early.cli;
   cnn::agree_on_settings(world, {{"the command", cli.exit_now ? "--help or --version" : "train or eval"}});

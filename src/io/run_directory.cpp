@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "cnn/errors.hpp"
+#include "cnn/run_settings_file.hpp"
 #include "cnn/utc_time.hpp"
 #include "io/fsync_util.hpp"
 #include "io/regular_file.hpp"
@@ -24,7 +25,8 @@ constexpr const char* kCheckpointSubdir = "checkpoints";
 constexpr std::size_t kRunIdBytes = 16;
 constexpr std::size_t kSmallFileBytes = 4096;  // the lock's holder line and the run id are one line each
 // Files any run writes into its directory, in the order a message names them.
-constexpr const char* kRunFiles[] = {"metrics.csv", "runs.log", "timing.csv", "allreduce.csv", "scaling.log", kRunIdName};
+constexpr const char* kRunFiles[] = {"metrics.csv", "runs.log", "timing.csv", "allreduce.csv", "scaling.log", kRunIdName,
+                                     kRunSettingsName};
 
 bool exists(const std::string& path) {
   struct stat info {};

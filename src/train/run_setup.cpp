@@ -8,8 +8,10 @@
 #include "cnn/collective_errors.hpp"
 #include "cnn/launch_agreement.hpp"
 #include "cnn/run_options.hpp"
+#include "cnn/run_settings_file.hpp"
 #include "cnn/sampler.hpp"
 #include "cnn/scaling_advisor.hpp"
+#include "cnn/settings_toml.hpp"
 #include "cnn/train_step.hpp"
 #include "cnn/utc_time.hpp"
 
@@ -51,6 +53,9 @@ std::string claim_run_directory(const TrainConfig& config, const MpiWorld& world
     else run.log->prepare_resume(run.resume.state.progress.epoch);
     CheckpointDir(config.out_dir).prepare();
     run.log->append_start(start_line(world.size(), run.resume, run_id));
+    // What this start resolved, for `--config RUN_DIR/config.toml` (config.resume-N.toml on a resume).
+    write_run_settings(config.out_dir, settings_toml(config, settings_toml_header(run_id, world.size(),
+                                                                                 run.resume.resumed ? run.resume.path : "")));
   });
   return run_id;
 }

@@ -4,6 +4,8 @@ mkdir -p "$FX/killed" && cp -r "$FX/run/checkpoints" "$FX/killed/"
 # Directories that hold only one trace of an earlier run each.
 mkdir -p "$FX/runslog_only" "$FX/runid_only" && cp "$FX/run/runs.log" "$FX/runslog_only/" &&
   cp "$FX/run/run_id" "$FX/runid_only/"
+# Only the settings file of a run (or a user's own config.toml where the run would write its own).
+mkdir -p "$FX/config_only" && cp "$FX/run/config.toml" "$FX/config_only/"
 # Another finished run (another seed, another run id), for --resume PATH --out into it.
 "$CNN" "${COMMON[@]}" --seed 2 --out "$FX/run2" >/dev/null 2>&1 || { echo "FAIL - the second fixture run failed"; exit 1; }
 # Checkpoints that --resume auto cannot use: checkpoints/ holds only a `latest` naming nothing.
