@@ -41,6 +41,10 @@ struct TestHooks {
     std::string phase;
   };
   std::optional<StallAt> stall;
+
+  // CNN_TEST_PREDICT_CHUNK=N: predict reads and predicts at most N images per rank and round, so
+  // that a small test data set takes several rounds (tests/predict_test.sh). 0: the size it picks.
+  std::int64_t predict_chunk = 0;
 };
 
 // Reads every CNN_TEST_* variable above, each parsed as the hook always parsed it.
