@@ -36,6 +36,7 @@ std::unique_ptr<Backend> make_inference_backend(const TrainConfig& config, const
   options.kind = config.backend.value_or(BackendKind::kThreads);  // resolve_config has set it
   options.threads = config.threads;
   options.local_rank = world.local_rank();
+  options.precision = config.precision;  // cuda: --precision as in training; CPU: fp32 (resolve_config)
   std::unique_ptr<Backend> backend;
   agree_or_stop(world, [&] {
     backend = make_backend(options, model.network);
