@@ -122,8 +122,9 @@ grep -q "accuracy $(grep -o 'test_acc [0-9.]*' "$WORK/eval.out" | cut -d' ' -f2)
 run two mpi 2 "$CNN" predict --checkpoint "$CKPT" "${DATA[@]}" --threads 1 --out "$WORK/two.csv"
 expect_rc two 0
 same_file "2 ranks write the rows of 1 rank" "$WORK/one.csv" "$WORK/two.csv"
-# Rounds of 2 x 37 images: 5 rounds, the last of 4; each rank's slice of a round is contiguous.
-run rounds env CNN_TEST_PREDICT_CHUNK=37 "$MPIRUN" --oversubscribe -np 2 -x CNN_TEST_PREDICT_CHUNK "$CNN" predict --checkpoint "$CKPT" \
+# Blocks of 37 images, one per rank and round: 5 rounds, the last a block of 4 images for one rank and
+# none for the other.
+run rounds env CNN_TEST_PREDICT_BLOCK=37 "$MPIRUN" --oversubscribe -np 2 -x CNN_TEST_PREDICT_BLOCK "$CNN" predict --checkpoint "$CKPT" \
   "${DATA[@]}" --threads 1 --out "$WORK/rounds.csv"
 expect_rc rounds 0
 same_file "2 ranks in 5 rounds write the rows of 1 rank" "$WORK/one.csv" "$WORK/rounds.csv"
@@ -144,7 +145,7 @@ PYEOF
 ); then pass "seq against threads: $out"; else fail "seq against threads: $out"; fi
 
 # --- other formats and splits --------------------------------------------------------------------
-run h5 env CNN_TEST_PREDICT_CHUNK=50 "$MPIRUN" --oversubscribe -np 2 -x CNN_TEST_PREDICT_CHUNK "$CNN" predict --checkpoint "$CKPT" --dataset hdf5 --data "$WORK/h5" --threads 1 --out "$WORK/h5.csv"
+run h5 env CNN_TEST_PREDICT_BLOCK=50 "$MPIRUN" --oversubscribe -np 2 -x CNN_TEST_PREDICT_BLOCK "$CNN" predict --checkpoint "$CKPT" --dataset hdf5 --data "$WORK/h5" --threads 1 --out "$WORK/h5.csv"
 expect_rc h5 0
 same_file "HDF5 (2 ranks, 3 rounds, read by hyperslab) gives the rows of the IDX it came from" "$WORK/one.csv" "$WORK/h5.csv"
 run nolabels "$CNN" predict --checkpoint "$CKPT" --dataset hdf5 --data "$WORK/h5_unlabelled" --threads 1 \

@@ -11,7 +11,7 @@ namespace cnn {
 
 // Refuses an existing --out before any work; writes the file whole or not at all (prediction_file.hpp);
 // prints one summary line on rank 0 (stderr when the CSV goes to standard output). Returns the exit
-// code (0). Bad input throws AlreadyReported (message printed once). hooks: predict_chunk.
+// code (0). Bad input throws AlreadyReported (message printed once). hooks: predict_block.
 int predict_command(const TrainConfig& config, const MpiWorld& world, const TestHooks& hooks);
 
 }  // namespace cnn

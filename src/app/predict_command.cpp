@@ -1,9 +1,12 @@
-// `cnn_mpi predict` (include/cnn/predict_command.hpp). The split is predicted in rounds: each round is
-// the next world x chunk images, cut into one contiguous slice per rank (rank_slice); every rank reads
-// and predicts its slice on its backend, rank 0 gathers the slices' logits (MPI_Gatherv), turns them
-// into rows in index order and appends them to the file. Memory stays one round's worth, whatever the
-// size of the data set, and the rows do not depend on the number of ranks: a sample's logits do not
-// depend on which samples share its batch, and rank 0 alone computes the probabilities from them.
+// `cnn_mpi predict` (include/cnn/predict_command.hpp). The split is cut into blocks of a fixed number
+// of images (the last one shorter), and the backend predicts one block per call. A block's call is
+// then the same whatever the number of ranks, and so are its logits, bit for bit: the GPU's matrix
+// products choose their tiles and split-K from the batch size, so slices of other sizes would sum in
+// other orders. Blocks are dealt out in rounds: each round takes up to world x kBlocksPerRank blocks
+// and gives each rank a contiguous run of them (rank_slice over blocks); every rank reads and predicts
+// its run, rank 0 gathers the logits (MPI_Gatherv), computes the probabilities and appends the round's
+// rows in index order. Memory stays one round's worth whatever the size of the data set, and the file
+// is the same for any rank count.
 #include "cnn/predict_command.hpp"
 
 #include <mpi.h>
@@ -26,12 +29,35 @@
 namespace cnn {
 namespace {
 
-// Images per rank and round: at most this many, and at most kChunkBytes of pixels.
-constexpr std::int64_t kChunkImages = 4096;
-constexpr std::int64_t kChunkBytes = std::int64_t{64} << 20;
+// Images per block: the cuda backend evaluates up to 1000 images per launch (kEvalChunk in
+// kernels/cuda/device_backend.cu), so a block is one launch; fewer when 1000 images exceed kBlockBytes.
+constexpr std::int64_t kBlockImages = 1000;
+constexpr std::int64_t kBlockBytes = std::int64_t{16} << 20;
+// Blocks per rank and round (fewer in the last round).
+constexpr std::int64_t kBlocksPerRank = 4;
 
-std::int64_t chunk_images(const TensorShape& shape) {
-  return std::clamp<std::int64_t>(kChunkBytes / std::max<std::int64_t>(1, shape.size()), 1, kChunkImages);
+std::int64_t block_images(const TensorShape& shape) {
+  return std::clamp<std::int64_t>(kBlockBytes / std::max<std::int64_t>(1, shape.size()), 1, kBlockImages);
+}
+
+// A round: its images, and rank r's contiguous run of them.
+struct Round {
+  Range images;
+  std::vector<Range> slices;  // per rank
+};
+
+// The round from image `first` on, of at most `max_blocks` blocks.
+Round plan_round(std::int64_t first, std::int64_t count, std::int64_t block, std::int64_t max_blocks, int world) {
+  const std::int64_t blocks = std::min(max_blocks, (count - first + block - 1) / block);
+  Round round;
+  round.images = {first, std::min(blocks * block, count - first)};
+  for (int r = 0; r < world; ++r) {
+    const Range mine = rank_slice({0, blocks}, r, world);
+    const std::int64_t begin = std::min(first + mine.begin * block, count);
+    const std::int64_t end = std::min(first + (mine.begin + mine.count) * block, count);
+    round.slices.push_back({begin, end - begin});
+  }
+  return round;
 }
 
 std::string header(int classes) {
@@ -64,21 +90,21 @@ std::string rows(const PredictionInput& input, std::int64_t first, std::int64_t 
   return text;
 }
 
-// Rank 0 receives every rank's slice of `round` (its logits, in rank order: index order).
-void gather_logits(const MpiWorld& world, Range round, const std::vector<float>& mine, std::int64_t mine_count,
-                   int classes, std::vector<float>& all) {
+// Rank 0 receives every rank's slice of the round (its logits, in rank order: index order).
+void gather_logits(const MpiWorld& world, const Round& round, const std::vector<float>& mine, int classes,
+                   std::vector<float>& all) {
   std::vector<int> counts, offsets;
   if (world.rank() == 0) {
-    all.resize(static_cast<std::size_t>(round.count * classes));
+    all.resize(static_cast<std::size_t>(round.images.count * classes));
     std::int64_t offset = 0;
-    for (int r = 0; r < world.size(); ++r) {
-      const std::int64_t floats = rank_slice(round, r, world.size()).count * classes;
-      counts.push_back(static_cast<int>(floats));
+    for (const Range& slice : round.slices) {
+      counts.push_back(static_cast<int>(slice.count * classes));
       offsets.push_back(static_cast<int>(offset));
-      offset += floats;
+      offset += slice.count * classes;
     }
   }
-  CNN_CHECK_MPI(MPI_Gatherv(mine.data(), static_cast<int>(mine_count * classes), MPI_FLOAT, all.data(), counts.data(),
+  const std::int64_t floats = round.slices[static_cast<std::size_t>(world.rank())].count * classes;
+  CNN_CHECK_MPI(MPI_Gatherv(mine.data(), static_cast<int>(floats), MPI_FLOAT, all.data(), counts.data(),
                             offsets.data(), MPI_FLOAT, 0, world.comm()));
 }
 
@@ -114,9 +140,11 @@ int predict_command(const TrainConfig& config, const MpiWorld& world, const Test
     file->write(header(classes));
   });
 
-  const std::int64_t chunk = hooks.predict_chunk > 0 ? hooks.predict_chunk : chunk_images(input->shape());
-  // Gatherv counts and offsets are ints: a round's logits must fit one.
-  const std::int64_t round_size = std::min<std::int64_t>(chunk * world.size(), INT_MAX / classes);
+  const std::int64_t block = hooks.predict_block > 0 ? hooks.predict_block : block_images(input->shape());
+  // Gatherv's counts and offsets are ints: a round's logits must fit one (thousands of ranks may then
+  // leave some idle in a round).
+  const std::int64_t round_blocks = std::min<std::int64_t>((hooks.predict_block > 0 ? 1 : kBlocksPerRank) * world.size(),
+                                                           std::max<std::int64_t>(1, INT_MAX / (block * classes)));
   Dataset none;  // the backend's training split: predict trains nothing
   none.shape = input->shape();
   none.classes = classes;
@@ -124,24 +152,30 @@ int predict_command(const TrainConfig& config, const MpiWorld& world, const Test
   std::vector<float> logits, all;
   BatchStats stats;
   std::int64_t correct = 0;
-  for (std::int64_t first = 0; first < input->count(); first += round_size) {
-    const Range round{first, std::min(round_size, input->count() - first)};
-    const Range mine = rank_slice(round, world.rank(), world.size());
+  for (std::int64_t first = 0; first < input->count();) {
+    const Round round = plan_round(first, input->count(), block, round_blocks, world.size());
+    const Range mine = round.slices[static_cast<std::size_t>(world.rank())];
     logits.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, mine.count * classes)));
     agree_or_stop(world, [&] {
       input->read(mine.begin, mine.count, slice);
       backend->bind_data(none, slice);
-      stats += backend->evaluate_logits(0, mine.count, logits.data());
+      // One call per block; the run starts at a block's first image.
+      for (std::int64_t done = 0; done < mine.count; done += block) {
+        const std::int64_t n = std::min(block, mine.count - done);
+        stats += backend->evaluate_logits(done, n, logits.data() + done * classes);
+      }
     });
-    gather_logits(world, round, logits, mine.count, classes, all);
+    gather_logits(world, round, logits, classes, all);
     agree_or_stop(world, [&] {
-      if (world.rank() == 0) file->write(rows(*input, round.begin, round.count, all.data(), classes, correct));
+      if (world.rank() == 0)
+        file->write(rows(*input, round.images.begin, round.images.count, all.data(), classes, correct));
     });
+    first += round.images.count;
     if (const int signo = agree_on_stop(world)) {
       if (world.rank() == 0)
-        print_error_line(std::string("predict stopped by ") + signal_name(signo) + " after " +
-                         std::to_string(round.begin + round.count) + " of " + std::to_string(input->count()) +
-                         " images; " + (to_stdout ? "the output is incomplete" : out + " not written"));
+        print_error_line(std::string("predict stopped by ") + signal_name(signo) + " after " + std::to_string(first) +
+                         " of " + std::to_string(input->count()) + " images; " +
+                         (to_stdout ? "the output is incomplete" : out + " not written"));
       throw AlreadyReported(ExitCode::kStoppedBySignal);
     }
   }
@@ -158,7 +192,7 @@ int predict_command(const TrainConfig& config, const MpiWorld& world, const Test
     std::fprintf(summary, "predict: %lld images of %s -> %s (%s, epochs done %lld, %d rank(s))", 
                  static_cast<long long>(input->count()), input->name().c_str(), to_stdout ? "standard output" : out.c_str(),
                  config.checkpoint.c_str(), static_cast<long long>(model.state.progress.epoch), world.size());
-    if (input->has_labels()) std::fprintf(summary, "; loss %.6f  accuracy %.2f%%", loss / n, 100.0 * static_cast<double>(correct) / n);
+    if (input->has_labels() && n > 0) std::fprintf(summary, "; loss %.6f  accuracy %.2f%%", loss / n, 100.0 * static_cast<double>(correct) / n);
     std::fprintf(summary, "\n");
     std::fflush(summary);
   }
