@@ -143,8 +143,9 @@ int predict_command(const TrainConfig& config, const MpiWorld& world, const Test
   const std::int64_t block = hooks.predict_block > 0 ? hooks.predict_block : block_images(input->shape());
   // Gatherv's counts and offsets are ints: a round's logits must fit one (thousands of ranks may then
   // leave some idle in a round).
-  const std::int64_t round_blocks = std::min<std::int64_t>((hooks.predict_block > 0 ? 1 : kBlocksPerRank) * world.size(),
-                                                           std::max<std::int64_t>(1, INT_MAX / (block * classes)));
+  const std::int64_t blocks_per_rank = hooks.predict_block > 0 ? 1 : kBlocksPerRank;
+  const std::int64_t round_blocks =
+      std::min<std::int64_t>(blocks_per_rank * world.size(), std::max<std::int64_t>(1, INT_MAX / (block * classes)));
   Dataset none;  // the backend's training split: predict trains nothing
   none.shape = input->shape();
   none.classes = classes;
@@ -189,10 +190,12 @@ int predict_command(const TrainConfig& config, const MpiWorld& world, const Test
     std::FILE* summary = to_stdout ? stderr : stdout;
     if (!model.state.verified_whole) std::fprintf(summary, "%s\n", version1_note(config.checkpoint).c_str());
     const auto n = static_cast<double>(input->count());
-    std::fprintf(summary, "predict: %lld images of %s -> %s (%s, epochs done %lld, %d rank(s))", 
-                 static_cast<long long>(input->count()), input->name().c_str(), to_stdout ? "standard output" : out.c_str(),
-                 config.checkpoint.c_str(), static_cast<long long>(model.state.progress.epoch), world.size());
-    if (input->has_labels() && n > 0) std::fprintf(summary, "; loss %.6f  accuracy %.2f%%", loss / n, 100.0 * static_cast<double>(correct) / n);
+    std::fprintf(summary, "predict: %lld images of %s -> %s (%s, epochs done %lld, %d rank(s))",
+                 static_cast<long long>(input->count()), input->name().c_str(),
+                 to_stdout ? "standard output" : out.c_str(), config.checkpoint.c_str(),
+                 static_cast<long long>(model.state.progress.epoch), world.size());
+    if (input->has_labels() && n > 0)
+      std::fprintf(summary, "; loss %.6f  accuracy %.2f%%", loss / n, 100.0 * static_cast<double>(correct) / n);
     std::fprintf(summary, "\n");
     std::fflush(summary);
   }
