@@ -119,7 +119,8 @@ grep -q "accuracy $(grep -o 'test_acc [0-9.]*' "$WORK/eval.out" | cut -d' ' -f2)
   pass "the summary line's accuracy is eval's" || fail "summary: $(cat "$WORK/one.out")"
 
 # --- any rank or thread count; seq against threads -----------------------------------------------
-run two mpi 2 "$CNN" predict --checkpoint "$CKPT" "${DATA[@]}" --threads 1 --out "$WORK/two.csv"
+# --batch 1: a training option, which does not limit predict's ranks.
+run two mpi 2 "$CNN" predict --checkpoint "$CKPT" "${DATA[@]}" --threads 1 --batch 1 --out "$WORK/two.csv"
 expect_rc two 0
 same_file "2 ranks write the rows of 1 rank" "$WORK/one.csv" "$WORK/two.csv"
 # Blocks of 37 images, one per rank and round: 5 rounds, the last a block of 4 images for one rank and

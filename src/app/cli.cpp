@@ -326,7 +326,8 @@ CliResult parse_command_line(int argc, char** argv) {
 
 void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
   c.world_size = world_size;
-  if (c.batch < world_size)
+  // Training only: eval and predict take no batch, and run on any number of ranks.
+  if (c.command == Command::kTrain && c.batch < world_size)
     throw UsageError("--batch " + str(c.batch) + " is smaller than the number of ranks (" + str(world_size) +
                      "): every rank needs at least one sample per global batch");
   if (c.device == DeviceChoice::kAuto)
