@@ -1,6 +1,6 @@
 // The images `cnn_mpi predict` classifies (docs/PREDICT.md): one split of --data in any format the
 // trainer reads. IDX and CIFAR-10 binary splits are read whole, as the trainer reads them; an HDF5
-// split is read by hyperslab, each rank only the ranges it predicts, a chunk at a time, so that a file
+// split is read by hyperslab, each rank only the ranges it predicts, a round at a time, so that a file
 // larger than memory works whatever --data-mode says. An HDF5 file without the labels dataset is
 // accepted: its images are predicted and the label column stays empty.
 #pragma once
