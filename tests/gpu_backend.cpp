@@ -1,7 +1,7 @@
 // The cuda backend against the CPU reference:
 //   1. every CUDA kernel against its CPU twin (include/cnn/ops.hpp) on fresh random data;
 //   2. one whole training step of make_cuda_backend (the seed model's fused op,
-//      conv_relu_pool_fc_softmax) against `seq`: loss and every gradient;
+//      conv_relu_pool_fc_softmax) against `seq`: loss and every gradient; evaluation and its logits;
 //   3. determinism: identical runs (graphs on, graphs on again, graphs off) give identical bits, and the
 //      overlapped step's fc-first backward gives the plain step's bits;
 //   4. (disabled unless named: --run_test=measure_epoch_time, measure_fc_first) ms per epoch at the
@@ -560,6 +560,8 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
         reference.push_back(std::move(step));
       }
       const cnn::BatchStats seq_eval = seq->evaluate(50, 600);
+      std::vector<float> seq_logits(600 * 10);
+      seq->evaluate_logits(50, 600, seq_logits.data());
       cnn::OptimizerSettings sgd;
       seq->compute_gradients(0, 500);
       seq->apply_update(sgd, 1.0f / 500);
@@ -604,6 +606,15 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
       BOOST_TEST(std::fabs(ge.loss_sum - seq_eval.loss_sum) <= kTolerance * std::fabs(seq_eval.loss_sum),
                  "eval loss sum " << ge.loss_sum << " vs seq " << seq_eval.loss_sum);
       BOOST_TEST(ge.correct == seq_eval.correct);
+      // evaluate_logits (cnn_mpi predict): evaluate's stats, bit for bit (the same launches), and the
+      // logits that seq computes, to the tolerance.
+      std::vector<float> gpu_logits(600 * 10);
+      const cnn::BatchStats gl = gpu->evaluate_logits(50, 600, gpu_logits.data());
+      BOOST_TEST(gl.count == ge.count);
+      BOOST_TEST(gl.loss_sum == ge.loss_sum);
+      BOOST_TEST(gl.correct == ge.correct);
+      const double logits_error = relative_error(gpu_logits.data(), seq_logits.data(), gpu_logits.size());
+      BOOST_TEST(logits_error <= kTolerance, "logits: relative error " << logits_error << " vs seq");
 
       gpu->compute_gradients(0, 500);
       gpu->apply_update(sgd, 1.0f / 500);

@@ -393,6 +393,7 @@ struct Run {
   std::vector<float> grads;  // of the last step
   std::vector<float> params, state;
   cnn::BatchStats stats, eval;
+  std::vector<float> logits;  // evaluate_logits over the test split (cnn_mpi predict)
   std::string description;
 };
 
@@ -427,6 +428,10 @@ Run train(const std::string& kind, const cnn::Network& net, const RandomData& da
   }
   run.stats = backend->take_train_stats();
   run.eval = backend->evaluate(0, data.test.count());
+  run.logits.resize(static_cast<std::size_t>(data.test.count() * net.classes));
+  const cnn::BatchStats with_logits = backend->evaluate_logits(0, data.test.count(), run.logits.data());
+  BOOST_TEST(with_logits.loss_sum == run.eval.loss_sum);  // the same launches, the same bits
+  BOOST_TEST(with_logits.correct == run.eval.correct);
   run.params = backend->download_params();
   run.state = backend->download_optimizer_state();
   run.description = backend->device_description();
@@ -450,6 +455,8 @@ void check_against(const Run& got, const Run& want, const cnn::Network& net, dou
   BOOST_TEST(got.stats.count == want.stats.count);
   BOOST_TEST(std::abs(got.eval.loss_sum - want.eval.loss_sum) <= tolerance * std::abs(want.eval.loss_sum));
   BOOST_TEST(got.eval.count == want.eval.count);
+  const double logits_err = relative_error(got.logits.data(), want.logits.data(), want.logits.size());
+  BOOST_TEST(logits_err <= tolerance, "test logits: relative error " << logits_err);
 }
 
 BOOST_AUTO_TEST_CASE(cifar_preset_matches_seq) {

@@ -111,6 +111,9 @@ class Backend {
 
   // Loss and correct count over test samples [first, first + count).
   virtual BatchStats evaluate(std::int64_t first, std::int64_t count) = 0;
+  // The same, also writing each sample's logits (the last fc layer's outputs, before the softmax) to
+  // host memory: [count, classes] floats at `logits`. What `cnn_mpi predict` turns into probabilities.
+  virtual BatchStats evaluate_logits(std::int64_t first, std::int64_t count, float* logits) = 0;
 
   // How each op's convolutions and matrix products run for a slice of n samples, one line per op that
   // has any ("conv3x3:64+relu: forward mma.bf16 128x64; ..."), for the settings block. Empty: the

@@ -18,7 +18,7 @@ inline constexpr const char* kResumeAuto = "auto";
 // Where the default data set lives once Debian's dataset-fashion-mnist package is installed.
 inline constexpr const char* kDefaultFashionDir = "/usr/share/datasets/fashion-mnist";
 
-enum class Command { kTrain, kEval, kBench };
+enum class Command { kTrain, kEval, kPredict, kBench };
 
 struct TrainConfig {
   Command command = Command::kTrain;
@@ -55,7 +55,7 @@ struct TrainConfig {
   Precision precision = Precision::kFp32;  // the general layers' products; CPU backends: fp32 only
 
   // Output
-  std::string out_dir;                  // empty: runs/<UTC timestamp> (or the run of --resume PATH)
+  std::string out_dir;                  // empty: runs/<UTC timestamp> (or the run of --resume PATH); predict: the CSV file
   bool quiet = false;
   std::string trace;                    // Chrome trace file of --trace-steps (docs/LOGS.md); empty: none
   std::string trace_steps = "10:20";    // global steps A:B, B excluded
@@ -70,8 +70,9 @@ struct TrainConfig {
   double stall_timeout = 300;           // seconds without progress before the watchdog aborts; 0: off
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;  // non-finite gradients stop the run or drop the step
 
-  // `eval`
-  std::string checkpoint;               // the checkpoint to evaluate
+  // `eval` and `predict`
+  std::string checkpoint;               // the checkpoint to evaluate or predict with
+  std::string split = "test";           // predict: the split of --data to predict (test | train)
 
   // --config FILE.toml that gave settings before the command line's ("" none; docs/CONFIG.md). Not a
   // setting of its own: RUN_DIR/config.toml holds what it resolved to.

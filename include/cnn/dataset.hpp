@@ -44,4 +44,9 @@ struct H5ImagePaths {
 // Throws UsageError for an unknown name, IoError / InputError naming the file.
 DataSplits load_dataset(const std::string& dataset, const std::string& dir, const H5ImagePaths& paths = {});
 
+// One split of the whole-file formats (mnist, fashion, cifar10), as load_dataset reads it, without
+// reading the other: `train` picks the training split. HDF5 is read by H5ImageFile (hdf5_images.hpp)
+// instead; asking for it here is a UsageError, as is an unknown name.
+Dataset load_dataset_split(const std::string& dataset, const std::string& dir, bool train);
+
 }  // namespace cnn

@@ -29,10 +29,15 @@ struct H5ReadCounters {
   std::int64_t reads = 0;    // H5Dread calls on the images
 };
 
+// Whether a file without the labels dataset is accepted (`cnn_mpi predict` of unlabelled images).
+enum class H5Labels { kRequired, kOptional };
+
 class H5ImageFile {
  public:
   // Throws IoError for a missing or unreadable file, InputError "PATH: ..." for anything malformed.
-  H5ImageFile(const std::string& path, const H5ImagePaths& paths);
+  // kOptional: a file without paths.labels opens with has_labels() false, no labels and the default
+  // class count; a labels dataset that is there is checked as always.
+  H5ImageFile(const std::string& path, const H5ImagePaths& paths, H5Labels labels = H5Labels::kRequired);
   ~H5ImageFile();
   H5ImageFile(const H5ImageFile&) = delete;
   H5ImageFile& operator=(const H5ImageFile&) = delete;
@@ -40,8 +45,9 @@ class H5ImageFile {
   const std::string& path() const { return path_; }
   const TensorShape& shape() const { return shape_; }
   int classes() const { return classes_; }
-  std::int64_t count() const { return static_cast<std::int64_t>(labels_.size()); }
-  const std::vector<std::uint8_t>& labels() const { return labels_; }
+  std::int64_t count() const { return count_; }
+  bool has_labels() const { return has_labels_; }
+  const std::vector<std::uint8_t>& labels() const { return labels_; }  // empty without has_labels()
 
   // Images [first, first + n) into out (n * shape().size() bytes).
   void read_range(std::int64_t first, std::int64_t n, std::uint8_t* out);
@@ -62,6 +68,8 @@ class H5ImageFile {
   std::unique_ptr<Handles> handles_;
   TensorShape shape_;
   int classes_ = kDefaultH5Classes;
+  std::int64_t count_ = 0;
+  bool has_labels_ = true;
   std::vector<std::uint8_t> labels_;
   std::atomic<std::int64_t> samples_read_{0};
   std::atomic<std::int64_t> reads_{0};

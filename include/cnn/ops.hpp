@@ -55,4 +55,9 @@ void softmax_cross_entropy(float* grad_logits /*[n,K] or null*/, double* loss_su
                            const float* logits /*[n,K]*/, const std::uint8_t* labels /*[n]*/,
                            std::int64_t n, int classes);
 
+// One sample's class probabilities softmax(z), in double with the largest logit subtracted first, and
+// the predicted class: the index of the largest logit, the first of equal ones, as softmax_cross_entropy
+// counts a hit (so the predictions' accuracy is the evaluation's).
+int softmax_probabilities(const float* logits /*[K]*/, int classes, double* probabilities /*[K]*/);
+
 }  // namespace cnn

@@ -41,6 +41,11 @@ struct TestHooks {
     std::string phase;
   };
   std::optional<StallAt> stall;
+
+  // CNN_TEST_PREDICT_BLOCK=N: predict cuts the split into blocks of N images and gives each rank one
+  // block per round, so that a small test data set takes several rounds (tests/predict_test.sh).
+  // 0: the sizes it picks.
+  std::int64_t predict_block = 0;
 };
 
 // Reads every CNN_TEST_* variable above, each parsed as the hook always parsed it.

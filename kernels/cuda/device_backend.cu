@@ -28,7 +28,8 @@ int pick_device(int local_rank) {
 }  // namespace
 
 DeviceBackend::DeviceBackend(const BackendOptions& options, const Network& network, const std::string& details)
-    : total_(network.layout.total()), sample_size_(network.input.size()), model_text_(network.describe()),
+    : total_(network.layout.total()), sample_size_(network.input.size()), classes_(network.classes),
+      model_text_(network.describe()),
       optimizer_(options.optimizer), device_(pick_device(options.local_rank)),
       graphs_(options.cuda_graphs, "rerun with CNN_CUDA_GRAPHS=0 and report this"),
       overlapped_graphs_(options.cuda_graphs, "rerun with --overlap off and report this") {
@@ -204,11 +205,16 @@ BatchStats DeviceBackend::take_train_stats() {
 }
 
 BatchStats DeviceBackend::evaluate(std::int64_t first, std::int64_t count) {
+  return evaluate_logits(first, count, nullptr);
+}
+
+BatchStats DeviceBackend::evaluate_logits(std::int64_t first, std::int64_t count, float* logits) {
   if (count < 0 || first < 0 || first + count > data_.test_count)
     throw Error(ExitCode::kFailure, "internal error: test samples [" + std::to_string(first) + ", " +
                                         std::to_string(first + count) + ") lie outside the test set of " +
                                         std::to_string(data_.test_count));
   const std::int64_t chunk = std::max(capacity_, kEvalChunk);
+  if (logits != nullptr) eval_logits_.reserve(std::min(chunk, count) * classes_);
   for (std::int64_t done = 0; done < count; done += chunk) {
     DeviceBatch batch;
     batch.n = std::min(chunk, count - done);
@@ -218,7 +224,16 @@ BatchStats DeviceBackend::evaluate(std::int64_t first, std::int64_t count) {
     batch.indices = data_.test_order.get() + first + done;
     batch.loss_sum = loss_sums_.get() + kEvalSlot;
     batch.correct = correct_counts_.get() + kEvalSlot;
+    batch.logits = logits != nullptr ? eval_logits_.get() : nullptr;
     enqueue_evaluation(batch);
+    // On the stream (a plain cudaMemcpy would not wait for this non-blocking stream's work), then a
+    // wait, so that the next chunk may overwrite the buffer.
+    if (logits != nullptr) {
+      CNN_CHECK_CUDA(cudaMemcpyAsync(logits + done * classes_, eval_logits_.get(),
+                                     static_cast<std::size_t>(batch.n * classes_) * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_));
+      CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+    }
   }
   BatchStats stats = read_stats(kEvalSlot);
   stats.count = count;

@@ -38,6 +38,7 @@ struct DeviceBatch {
   const std::int32_t* indices = nullptr;  // [n]: the batch's samples (training: the index copy's destination)
   double* loss_sum = nullptr;             // [1]: the batch's loss sum is added here
   std::int64_t* correct = nullptr;        // [1]: and its correct count here
+  float* logits = nullptr;                // evaluation, when set: [n, classes], the loss op copies the logits here
 };
 
 class DeviceBackend : public Backend {
@@ -69,6 +70,7 @@ class DeviceBackend : public Backend {
   void apply_update(const OptimizerSettings& settings, float grad_scale) override;
   BatchStats take_train_stats() override;
   BatchStats evaluate(std::int64_t first, std::int64_t count) override;
+  BatchStats evaluate_logits(std::int64_t first, std::int64_t count, float* logits) override;
   void synchronize() override;
   // Data (the index copy and the gathers), forward, backward, update; nothing for h2d, as no step
   // copies from the host. See StepTimer.
@@ -113,6 +115,7 @@ class DeviceBackend : public Backend {
 
   std::int64_t total_;
   std::int64_t sample_size_;  // C*H*W of the network's input
+  std::int64_t classes_;      // logits per sample
   std::string model_text_;    // the network, for data errors
   OptimizerKind optimizer_;
   int device_ = 0;
@@ -136,6 +139,7 @@ class DeviceBackend : public Backend {
   DeviceBuffer<std::int64_t> correct_counts_;
   PinnedBuffer<double> loss_readback_;
   PinnedBuffer<std::int64_t> correct_readback_;
+  DeviceBuffer<float> eval_logits_;  // evaluate_logits: one chunk's logits, copied to the host after it
   std::int64_t train_samples_ = 0;
 
   std::unique_ptr<StepTimer> timer_;

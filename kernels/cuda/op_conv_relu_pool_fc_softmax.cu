@@ -60,6 +60,7 @@ class SeedOp final : public DeviceOp {
                model_.classes, shared_.stream);
     softmax_cross_entropy(nullptr, batch.loss_sum, batch.correct, logits_.get(), labels_.get(), n, model_.classes,
                           shared_.stream);
+    if (batch.logits != nullptr) copy_logits(batch.logits, logits_.get(), n, model_.classes, shared_.stream);
   }
 
   void backward(const DeviceBatch& batch, const OpTensors&, ReadyReporter& ready) override {

@@ -39,6 +39,7 @@ class SoftmaxCrossEntropyOp final : public DeviceOp {
       gather_labels(labels_.get(), batch.labels, batch.indices, batch.n, shared_.stream);
       softmax_cross_entropy(nullptr, batch.loss_sum, batch.correct, t.in, labels_.get(), batch.n, classes_,
                             shared_.stream);
+      if (batch.logits != nullptr) copy_logits(batch.logits, t.in, batch.n, classes_, shared_.stream);
       return;
     }
     CNN_CHECK_CUDA(cudaStreamWaitEvent(shared_.stream, labels_ready_, 0));

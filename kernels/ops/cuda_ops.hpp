@@ -60,6 +60,11 @@ void softmax_cross_entropy_per_sample(float* grad_logits /*[n,K] or null*/, floa
 void add_batch_stats(double* loss_sum /*[1]*/, std::int64_t* correct /*[1]*/, const float* sample_loss /*[n]*/,
                      const int* sample_correct /*[n]*/, std::int64_t n, cudaStream_t stream);
 
+// Evaluation for `cnn_mpi predict`: the batch's logits [n, classes] copied (device to device, queued
+// on `stream`) to `out`, which the backend then copies to the host.
+void copy_logits(float* out /*[n,K]*/, const float* logits /*[n,K]*/, std::int64_t n, int classes,
+                 cudaStream_t stream);
+
 // The optimizer twins. skip_flag (optional): the divergence check's device word (nonfinite.cuh);
 // when it is set the update leaves everything as it was.
 void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float grad_scale, cudaStream_t stream,

@@ -74,4 +74,10 @@ void softmax_cross_entropy(float* grad_logits, double* loss_sum, std::int64_t* c
   sample_loss.release();
 }
 
+void copy_logits(float* out, const float* logits, std::int64_t n, int classes, cudaStream_t stream) {
+  if (n <= 0) return;
+  CNN_CHECK_CUDA(cudaMemcpyAsync(out, logits, static_cast<std::size_t>(n * classes) * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, stream));
+}
+
 }  // namespace cnn::cuda

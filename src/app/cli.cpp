@@ -158,7 +158,13 @@ void validate(TrainConfig& c, const ChoiceTexts& t) {
           "--stall-timeout must be 0 (off) or a positive number of seconds (got " + str(c.stall_timeout) + ")");
   c.on_nonfinite = parse_nonfinite_policy(t.on_nonfinite);  // throws UsageError naming --on-nonfinite
   if (c.command == Command::kEval) require(!c.checkpoint.empty(), "eval needs --checkpoint PATH");
-  if (c.command == Command::kTrain) require(c.checkpoint.empty(), "--checkpoint belongs to `eval`; to continue a run use --resume PATH");
+  if (c.command == Command::kPredict) {
+    require(!c.checkpoint.empty(), "predict needs --checkpoint PATH");
+    require(!c.out_dir.empty(), "predict needs --out FILE.csv (or --out - for standard output)");
+  }
+  require(c.split == "test" || c.split == "train", "--split: unknown split '" + c.split + "' (available: test, train)");
+  require(c.command == Command::kPredict || c.split == "test", "--split belongs to `predict`");
+  if (c.command == Command::kTrain) require(c.checkpoint.empty(), "--checkpoint belongs to `eval` and `predict`; to continue a run use --resume PATH");
 }
 
 // A checkpoint written by a run lives in RUN_DIR/checkpoints/; resuming it continues that run.
@@ -205,6 +211,7 @@ CliResult parse_command_line(int argc, char** argv) {
   app.require_subcommand(0, 1);
   app.add_subcommand("train", "train the model (the default)");
   CLI::App* eval = app.add_subcommand("eval", "evaluate a checkpoint on the test set");
+  CLI::App* predict = app.add_subcommand("predict", "write a checkpoint's predictions for every image of a split to a CSV file");
 
   app.add_option("--data", c.data_dir, "directory holding the data set files")->group("Data");
   app.add_option("--dataset", choices.dataset,
@@ -222,6 +229,7 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--h5-labels", c.h5_labels, "hdf5: dataset path of the uint8 labels [N]")->group("Data");
   add_integer(app, "--train-samples", c.train_samples, "use only the first N training images (0: all)")->group("Data");
   add_integer(app, "--test-samples", c.test_samples, "evaluate only the first N test images (0: all)")->group("Data");
+  app.add_option("--split", c.split, "predict: the split of --data to predict, test | train")->group("Data");
 
   app.add_option("--model", c.model,
                  "a preset or a layer spec (quote it). Presets: seed = conv3x3:D relu maxpool2 fc:<classes>; "
@@ -263,7 +271,10 @@ CliResult parse_command_line(int argc, char** argv) {
                  "nccl | peer | mpi | auto: the gradient allreduce of GPU ranks (auto: the fastest, timed at start-up)")
       ->group("Execution");
 
-  app.add_option("--out", c.out_dir, "run directory for logs (default: runs/<UTC time>)")->group("Output");
+  app.add_option("--out", c.out_dir,
+                 "run directory for logs (default: runs/<UTC time>); predict: the CSV file to create (never "
+                 "overwritten; - for standard output)")
+      ->group("Output");
   app.add_flag("--quiet", c.quiet, "print only the settings and the final result (no live progress line)")
       ->group("Output");
   app.add_option("--trace", c.trace, "write a Chrome trace (Perfetto, chrome://tracing) of --trace-steps to FILE")
@@ -282,7 +293,8 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--resume", c.resume,
                  "continue from a checkpoint: PATH, or auto (the newest valid one in --out; fresh if none)")
       ->group("Checkpoints");
-  app.add_option("--checkpoint", c.checkpoint, "eval: the checkpoint file to evaluate")->group("Checkpoints");
+  app.add_option("--checkpoint", c.checkpoint, "eval, predict: the checkpoint file to evaluate or predict with")
+      ->group("Checkpoints");
 
   app.add_option("--stall-timeout", c.stall_timeout,
                  "seconds a rank may make no progress before the job is aborted, naming the rank and phase (0: off)")
@@ -310,13 +322,15 @@ CliResult parse_command_line(int argc, char** argv) {
     throw UsageError(e.what());
   }
   if (eval->parsed()) c.command = Command::kEval;
+  if (predict->parsed()) c.command = Command::kPredict;
   validate(c, choices);
   return result;
 }
 
 void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
   c.world_size = world_size;
-  if (c.batch < world_size)
+  // Training only: eval and predict take no batch, and run on any number of ranks.
+  if (c.command == Command::kTrain && c.batch < world_size)
     throw UsageError("--batch " + str(c.batch) + " is smaller than the number of ranks (" + str(world_size) +
                      "): every rank needs at least one sample per global batch");
   if (c.device == DeviceChoice::kAuto)
@@ -347,7 +361,7 @@ void resolve_config(TrainConfig& c, int world_size, int local_size, int gpus) {
   if (c.command == Command::kTrain && c.resume == kResumeAuto && c.out_dir.empty())
     throw UsageError("--resume auto looks in the run directory: give it with --out RUN_DIR");
   if (c.out_dir.empty() && !c.resume.empty()) c.out_dir = run_dir_of_checkpoint(c.resume);
-  if (c.out_dir.empty()) c.out_dir = "runs/" + utc_time("%Y%m%d-%H%M%S");
+  if (c.out_dir.empty() && c.command != Command::kPredict) c.out_dir = "runs/" + utc_time("%Y%m%d-%H%M%S");
 }
 
 std::string describe(const TrainConfig& c) {

@@ -95,7 +95,7 @@ std::vector<LongOption> long_options(const CLI::App& app) {
 std::string parse_with_config_file(CLI::App& app, int argc, char** argv) {
   std::string help =
       "read settings from a TOML file: the keys are the long options without '--' (lr = 0.05, quiet = true, "
-      "model = \"cifar\") and command = \"train\" | \"eval\"; the command line overrides the file (docs/CONFIG.md)";
+      "model = \"cifar\") and command = \"train\" | \"eval\" | \"predict\"; the command line overrides the file (docs/CONFIG.md)";
   if (!config_file_support()) help += ". This build reads none: " + config_file_support_text();
   app.add_option_function<std::string>("--" + std::string(kConfigName), [](const std::string&) {}, help)  // read below
       ->type_name("FILE")

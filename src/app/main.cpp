@@ -11,6 +11,7 @@
 #include "cnn/evaluate_command.hpp"
 #include "cnn/launch_agreement.hpp"
 #include "cnn/launch_environment.hpp"
+#include "cnn/predict_command.hpp"
 #include "cnn/phase_times.hpp"
 #include "cnn/run_options.hpp"
 #include "cnn/signals.hpp"
@@ -78,7 +79,7 @@ int run(EarlyStart& early, const cnn::MpiWorld& world, double process_start) {
     throw cnn::UsageError(early.usage_error + " (see --help)");
   });
   const cnn::CliResult& cli = early.cli;
-  cnn::agree_on_settings(world, {{"the command", cli.exit_now ? "--help or --version" : "train or eval"}});
+  cnn::agree_on_settings(world, {{"the command", cli.exit_now ? "--help or --version" : "train, eval or predict"}});
   if (cli.exit_now) {
     if (world.rank() == 0) std::cout << cli.text << std::flush;
     return *cli.exit_now;
@@ -91,6 +92,7 @@ int run(EarlyStart& early, const cnn::MpiWorld& world, double process_start) {
   // Rank 0 chose the default run directory name from its clock; all ranks use rank 0's.
   config.out_dir = world.broadcast_string(config.out_dir);
   if (config.command == cnn::Command::kEval) return cnn::evaluate_checkpoint_command(config, world);
+  if (config.command == cnn::Command::kPredict) return cnn::predict_command(config, world, early.hooks);
   cnn::train(config, world, early.hooks, process_start, std::move(early.data));
   return static_cast<int>(cnn::ExitCode::kOk);
 }

@@ -57,6 +57,7 @@ const char* command_name(Command command) {
   switch (command) {
     case Command::kTrain: return "train";
     case Command::kEval: return "eval";
+    case Command::kPredict: return "predict";
     case Command::kBench: return "bench";
   }
   return "train";
@@ -79,6 +80,7 @@ std::vector<std::pair<const char*, std::optional<std::string>>> option_values(co
       {"h5-labels", text(c.h5_labels)},
       {"train-samples", integer(c.train_samples)},
       {"test-samples", integer(c.test_samples)},
+      {"split", text(c.split)},
       {"model", text(c.model)},
       {"filters", integer(c.filters)},
       {"batch", integer(c.batch)},

@@ -56,6 +56,7 @@ TestHooks read_test_hooks_from_environment() {
   hooks.stop_after_steps = positive_env("CNN_TEST_STOP_AFTER_STEPS");
   hooks.step_delay_ms = positive_env("CNN_TEST_STEP_DELAY_MS");
   hooks.stall = stall_from_environment();
+  hooks.predict_block = positive_env("CNN_TEST_PREDICT_BLOCK");
   return hooks;
 }
 

@@ -192,8 +192,12 @@ class CpuBackend final : public Backend {
     return s;
   }
 
-  BatchStats evaluate(std::int64_t first, std::int64_t count) override {
+  BatchStats evaluate(std::int64_t first, std::int64_t count) override { return evaluate_logits(first, count, nullptr); }
+
+  // logits: nullptr, or [count, classes] floats that each micro-batch's logits are copied into.
+  BatchStats evaluate_logits(std::int64_t first, std::int64_t count, float* logits) override {
     const double start = wall_seconds();
+    const std::int64_t classes = network_.classes;
     std::vector<BatchStats> stats(static_cast<std::size_t>(threads_));
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
@@ -204,6 +208,9 @@ class CpuBackend final : public Backend {
         for (std::int64_t s = 0; s < mb; ++s) indices[s] = static_cast<std::int32_t>(first + share.begin + done + s);
         runner.gather(*test_, indices.data(), mb);
         runner.forward(params_.data(), mb, 0, false, stats[static_cast<std::size_t>(t)]);
+        if (logits != nullptr)
+          std::memcpy(logits + (share.begin + done) * classes, runner.logits(),
+                      static_cast<std::size_t>(mb * classes) * sizeof(float));
       }
     });
     BatchStats total;

@@ -51,6 +51,9 @@ class CpuOpRunner {
 
   // d loss / d logits of the micro-batch forwarded last (the loss op's output), where the backward starts.
   float* loss_gradient() { return output(ops_.size() - 1, 0); }
+  // The logits of the micro-batch forwarded last, [mb, classes]: the loss op's input (every CPU plan
+  // ends with softmax_cross_entropy after the last fc layer, op_plan.hpp). Valid until the next forward.
+  const float* logits() { return input_of(ops_.size() - 1, 0); }
   // The overlapped step's gradient of ops[i]'s input (an op with parameters), per slot: written by the
   // backward call that ends at ops[i], read by the next one (keep_slots first).
   float* kept_input_gradient(std::size_t i, std::int64_t slot);

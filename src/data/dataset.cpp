@@ -119,4 +119,15 @@ DataSplits load_dataset(const std::string& dataset, const std::string& dir, cons
   return splits;
 }
 
+Dataset load_dataset_split(const std::string& dataset, const std::string& dir, bool train) {
+  const std::optional<DatasetKind> kind = dataset_named(dataset);
+  if (!kind) throw UsageError("unknown dataset '" + dataset + "'; valid names: " + valid_names());
+  if (*kind == DatasetKind::kHdf5) throw UsageError("load_dataset_split: hdf5 splits are read by H5ImageFile");
+  require_directory(dir);
+  if (*kind == DatasetKind::kCifar10)
+    return train ? read_cifar10_split(dir, cifar10_train_files(), "cifar10/train")
+                 : read_cifar10_split(dir, {cifar10_test_file()}, "cifar10/test");
+  return train ? load_idx_split(dataset, dir, "train", "train") : load_idx_split(dataset, dir, "t10k", "test");
+}
+
 }  // namespace cnn

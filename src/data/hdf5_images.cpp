@@ -125,32 +125,9 @@ std::vector<Run> runs_of(const std::vector<std::int64_t>& samples) {
   return runs;
 }
 
-}  // namespace
-
-struct H5ImageFile::Handles {
-  h5::Handle file;
-  h5::Handle images;
-};
-
-H5ImageFile::H5ImageFile(const std::string& path, const H5ImagePaths& paths)
-    : path_(path), paths_(paths), handles_(std::make_unique<Handles>()) {
-  const h5::QuietErrors quiet;
-  require_readable_file(path);
-  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file");
-  const h5::FileContext file(path, h5::Mode::kRead);
-  handles_->file = file.own(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "H5Fopen", "");
-  const hid_t fid = handles_->file.get();
-
-  h5::Node images = open_dataset(file, fid, paths.images, "--h5-images");
-  h5::Node labels = open_dataset(file, fid, paths.labels, "--h5-labels");
-  require_uint8(file, images);
-  require_uint8(file, labels);
-  const std::vector<hsize_t> image_dims = dims_of(file, images, kImageRank, "[N,C,H,W]");
-  const std::vector<hsize_t> label_dims = dims_of(file, labels, kLabelRank, "[N]");
-  if (image_dims[0] != label_dims[0]) {
-    file.fail("sample counts disagree: " + images.path + " holds " + std::to_string(image_dims[0]) + " images but " +
-              labels.path + " holds " + std::to_string(label_dims[0]) + " labels");
-  }
+// The sample count and image shape from the images' dimensions, checked against the limits.
+void check_image_dims(const h5::FileContext& file, const h5::Node& images, const std::vector<hsize_t>& image_dims,
+                      TensorShape& shape, std::int64_t& count) {
   if (image_dims[0] == 0) file.fail(images.path + " holds no samples");
   if (image_dims[0] > static_cast<hsize_t>(kMaxSamples))
     file.fail(images.path + " holds " + std::to_string(image_dims[0]) + " samples, more than the limit of " +
@@ -161,10 +138,47 @@ H5ImageFile::H5ImageFile(const std::string& path, const H5ImagePaths& paths)
                 h5::shape_text(std::vector<std::int64_t>(image_dims.begin(), image_dims.end())) + ": dimension " +
                 std::to_string(d) + " is not in 1.." + std::to_string(kMaxSide));
   }
-  shape_ = {static_cast<int>(image_dims[1]), static_cast<int>(image_dims[2]), static_cast<int>(image_dims[3])};
-  if (shape_.size() > kMaxImageBytes)
-    file.fail(images.path + ": one image is " + std::to_string(shape_.size()) + " bytes, more than the limit of " +
+  shape = {static_cast<int>(image_dims[1]), static_cast<int>(image_dims[2]), static_cast<int>(image_dims[3])};
+  if (shape.size() > kMaxImageBytes)
+    file.fail(images.path + ": one image is " + std::to_string(shape.size()) + " bytes, more than the limit of " +
               std::to_string(kMaxImageBytes));
+  count = static_cast<std::int64_t>(image_dims[0]);
+}
+
+}  // namespace
+
+struct H5ImageFile::Handles {
+  h5::Handle file;
+  h5::Handle images;
+};
+
+H5ImageFile::H5ImageFile(const std::string& path, const H5ImagePaths& paths, H5Labels label_policy)
+    : path_(path), paths_(paths), handles_(std::make_unique<Handles>()) {
+  const h5::QuietErrors quiet;
+  require_readable_file(path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw InputError(path + ": not an HDF5 file");
+  const h5::FileContext file(path, h5::Mode::kRead);
+  handles_->file = file.own(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose, "H5Fopen", "");
+  const hid_t fid = handles_->file.get();
+
+  h5::Node images = open_dataset(file, fid, paths.images, "--h5-images");
+  require_uint8(file, images);
+  const std::vector<hsize_t> image_dims = dims_of(file, images, kImageRank, "[N,C,H,W]");
+  has_labels_ = label_policy == H5Labels::kRequired || (!paths.labels.empty() && paths.labels[0] == '/' &&
+                                                        h5::exists(file, fid, paths.labels));
+  if (!has_labels_) {
+    check_image_dims(file, images, image_dims, shape_, count_);
+    handles_->images = std::move(images.handle);
+    return;
+  }
+  h5::Node labels = open_dataset(file, fid, paths.labels, "--h5-labels");
+  require_uint8(file, labels);
+  const std::vector<hsize_t> label_dims = dims_of(file, labels, kLabelRank, "[N]");
+  if (image_dims[0] != label_dims[0]) {
+    file.fail("sample counts disagree: " + images.path + " holds " + std::to_string(image_dims[0]) + " images but " +
+              labels.path + " holds " + std::to_string(label_dims[0]) + " labels");
+  }
+  check_image_dims(file, images, image_dims, shape_, count_);
   classes_ = classes_of(file, labels);
 
   labels_.resize(static_cast<std::size_t>(label_dims[0]));

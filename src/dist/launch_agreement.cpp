@@ -76,7 +76,8 @@ std::string resume_mode(const std::string& resume) {
 LaunchSettings settings_that_must_agree(const TrainConfig& c) {
   LaunchSettings s = {
       {"the build", std::string(CNN_VERSION) + " (source " + CNN_SOURCE_ID + ")"},
-      {"the command", c.command == Command::kEval ? "eval" : "train"},
+      {"the command", c.command == Command::kEval ? "eval" : c.command == Command::kPredict ? "predict" : "train"},
+      {"--split", c.split},
       {"--dataset", dataset_name(c.dataset)},
       {"--train-samples", text(c.train_samples)},
       {"--test-samples", text(c.test_samples)},

@@ -30,4 +30,18 @@ void softmax_cross_entropy(float* grad_logits, double* loss_sum, std::int64_t* c
   *correct += hits;
 }
 
+int softmax_probabilities(const float* logits, int classes, double* probabilities) {
+  int best = 0;
+  for (int k = 1; k < classes; ++k)
+    if (logits[k] > logits[best]) best = k;
+  const double top = logits[best];
+  double denominator = 0.0;
+  for (int k = 0; k < classes; ++k) {
+    probabilities[k] = std::exp(static_cast<double>(logits[k]) - top);
+    denominator += probabilities[k];
+  }
+  for (int k = 0; k < classes; ++k) probabilities[k] /= denominator;
+  return best;
+}
+
 }  // namespace cnn
