@@ -131,10 +131,15 @@ void read_training_options(const h5::FileContext& file, const h5::Node& group, C
   c.nesterov = nesterov == 1;
   if (c.warmup_steps < 0) file.fail("/config warmup_steps " + std::to_string(c.warmup_steps) + " is negative");
   if (c.total_steps < 0) file.fail("/config total_steps " + std::to_string(c.total_steps) + " is negative");
+  const auto shown = [](double value) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", value);
+    return std::string(text);
+  };
   if (!(std::isfinite(c.weight_decay) && c.weight_decay >= 0.0))
-    file.fail("/config weight_decay " + std::to_string(c.weight_decay) + " is not 0 or positive");
+    file.fail("/config weight_decay " + shown(c.weight_decay) + " is not 0 or positive");
   if (!(c.label_smoothing >= 0.0 && c.label_smoothing <= 1.0))
-    file.fail("/config label_smoothing " + std::to_string(c.label_smoothing) + " is not in [0, 1]");
+    file.fail("/config label_smoothing " + shown(c.label_smoothing) + " is not in [0, 1]");
 }
 
 CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
