@@ -30,8 +30,9 @@ int optimizer_state_per_param(OptimizerKind kind);
 
 // Every update below works on the mean gradient g = grad_scale * grads (grads: the SUM over the global
 // batch) and, with weight decay W, adds L2 decay to it as PyTorch does: g = g + W * p, on every
-// parameter, after the allreduce and the 1/B scaling. W = 0 runs the very arithmetic of builds before
-// weight decay existed, so their runs keep their bits.
+// parameter, after the allreduce and the 1/B scaling. sgd and momentum with W = 0 (and no Nesterov)
+// run the very arithmetic of the builds before weight decay existed, so their runs keep their bits;
+// Adam's constants changed (adam_step), and with them the last bits of Adam runs.
 
 // torch.optim.SGD(lr, weight_decay=W):  g = scale * grads + W * p ;  p -= lr * g
 void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float weight_decay, float grad_scale);

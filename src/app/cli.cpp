@@ -240,6 +240,10 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--lr", c.lr, "learning rate")->group("Training");
   app.add_option("--optimizer", choices.optimizer, "sgd | momentum | adam | adamw (adam with decoupled weight decay)")
       ->group("Training");
+  app.add_option("--momentum", c.momentum, "momentum coefficient for --optimizer momentum")->group("Training");
+  app.add_option("--beta1", c.beta1, "adam, adamw: decay of the gradient average")->group("Training");
+  app.add_option("--beta2", c.beta2, "adam, adamw: decay of the squared-gradient average")->group("Training");
+  app.add_option("--eps", c.eps, "adam, adamw: added to the denominator")->group("Training");
   app.add_option("--lr-schedule", choices.lr_schedule,
                  "constant | step:E1,E2,...[/GAMMA] (lr times GAMMA, default 0.1, from each epoch Ei on) | cosine "
                  "(to 0 over the run) | onecycle (PyTorch's OneCycleLR, max lr --lr)")
@@ -254,10 +258,6 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--label-smoothing", c.label_smoothing,
                  "label smoothing S in [0, 1] of the training loss (targets (1-S)*onehot + S/classes)")
       ->group("Training");
-  app.add_option("--momentum", c.momentum, "momentum coefficient for --optimizer momentum")->group("Training");
-  app.add_option("--beta1", c.beta1, "adam: decay of the gradient average")->group("Training");
-  app.add_option("--beta2", c.beta2, "adam: decay of the squared-gradient average")->group("Training");
-  app.add_option("--eps", c.eps, "adam: added to the denominator")->group("Training");
   add_integer(app, "--seed", c.seed, "seed of the initialisation and of the sample order")->group("Training");
 
   app.add_option("--device", choices.device, "cpu | gpu | auto (gpu when one is usable)")->group("Execution");
