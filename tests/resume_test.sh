@@ -147,6 +147,12 @@ expect_rc cos1 "$EXIT_STOPPED"
 run_as cos "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 2 --out "$WORK/cos" --resume auto
 expect_rc cos 0
 same_bits "cosine mid-epoch resume" "$(latest "$WORK/cosref")" "$(latest "$WORK/cos")"
+# The schedule reaches the update: the same run with a constant lr ends elsewhere.
+run_as cosflat "$CNN" "${SMALL[@]}" "${SCHED[@]}" --lr-schedule constant --epochs 2 --out "$WORK/cosflat"
+expect_rc cosflat 0
+if "$PY" "$COMPARE" exact "$(latest "$WORK/cosref")" "$(latest "$WORK/cosflat")" >/dev/null 2>&1; then
+  fail "cosine and constant runs end with the same bits: the schedule never reached the update"
+else pass "cosine and constant runs differ"; fi
 run_as cosepochs "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 3 --out "$WORK/cosepochs" --resume "$(latest "$WORK/cos")"
 expect_rc cosepochs "$EXIT_USAGE"
 expect_grep cosepochs "$WORK/cosepochs.err" "--lr-schedule cosine's total steps was 40 (--epochs 2), this run has 60 (--epochs 3)"
