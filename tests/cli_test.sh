@@ -48,7 +48,7 @@ expect 2 "does not run on --device gpu" -- "$binary" --device gpu --backend seq
 expect 2 "--filters must be at most" -- "$binary" --filters 100000
 expect 2 "The following argument was not expected|unexpected|not expected" -- "$binary" --no-such-option
 expect 2 "--train-samples" -- "$binary" --train-samples -3
-expect 2 "--optimizer: unknown optimizer 'adamw' \\(available: sgd, momentum, adam\\)" -- "$binary" --optimizer adamw
+expect 2 "--optimizer: unknown optimizer 'adagrad' \\(available: sgd, momentum, adam, adamw\\)" -- "$binary" --optimizer adagrad
 expect 2 "--beta2 must be in" -- "$binary" --optimizer adam --beta2 1
 expect 2 "--eps must be a positive number" -- "$binary" --optimizer adam --eps 0
 expect 3 "$work/missing: data directory does not exist" -- "$binary" --data "$work/missing" "${small[@]}"

@@ -254,19 +254,33 @@ void check_layer_twins(const cnn::SeedModel& m, std::int64_t n, std::uint32_t se
   double loss_cpu = 1.5;
   std::int64_t correct_cpu = 3;
   cnn::softmax_cross_entropy(grad_logits_cpu.data(), &loss_cpu, &correct_cpu, logits_cpu.data(), softmax_labels.data(),
-                             n, O);
+                             n, O, 0.0f);
   auto d_logits_cpu = to_device(logits_cpu);
   auto d_softmax_labels = to_device(softmax_labels);
   auto d_grad_logits = poisoned<float>(n * O);
   auto d_loss = to_device(std::vector<double>{1.5});
   auto d_correct = to_device(std::vector<std::int64_t>{3});
   cnn::cuda::softmax_cross_entropy(d_grad_logits.get(), d_loss.get(), d_correct.get(), d_logits_cpu.get(),
-                                   d_softmax_labels.get(), n, O, stream);
+                                   d_softmax_labels.get(), n, O, 0.0f, stream);
   CHECK_CLOSE_REL(to_host(d_grad_logits), grad_logits_cpu, "softmax_cross_entropy gradient");
   const double loss_gpu = to_host(d_loss)[0];
   BOOST_TEST(std::fabs(loss_gpu - loss_cpu) <= kTolerance * std::fabs(loss_cpu),
              "softmax loss sum " << loss_gpu << " vs " << loss_cpu);
   BOOST_TEST(to_host(d_correct)[0] == correct_cpu);
+  // With label smoothing (--label-smoothing): the smoothed loss and its gradient, twin against twin.
+  std::vector<float> smoothed_grad_cpu(static_cast<std::size_t>(n * O));
+  double smoothed_loss_cpu = 0.0;
+  std::int64_t smoothed_correct_cpu = 0;
+  cnn::softmax_cross_entropy(smoothed_grad_cpu.data(), &smoothed_loss_cpu, &smoothed_correct_cpu, logits_cpu.data(),
+                             softmax_labels.data(), n, O, 0.15f);
+  auto d_smoothed_loss = to_device(std::vector<double>{0.0});
+  auto d_smoothed_correct = to_device(std::vector<std::int64_t>{0});
+  cnn::cuda::softmax_cross_entropy(d_grad_logits.get(), d_smoothed_loss.get(), d_smoothed_correct.get(),
+                                   d_logits_cpu.get(), d_softmax_labels.get(), n, O, 0.15f, stream);
+  CHECK_CLOSE_REL(to_host(d_grad_logits), smoothed_grad_cpu, "smoothed softmax_cross_entropy gradient");
+  BOOST_TEST(std::fabs(to_host(d_smoothed_loss)[0] - smoothed_loss_cpu) <= kTolerance * std::fabs(smoothed_loss_cpu),
+             "smoothed loss sum " << to_host(d_smoothed_loss)[0] << " vs " << smoothed_loss_cpu);
+  BOOST_TEST(to_host(d_smoothed_correct)[0] == smoothed_correct_cpu);
 
   // fc backward: gradients accumulate (+=) into random starting values.
   const auto grad_out = uniform(rng, static_cast<std::size_t>(n * O), -1.0f, 1.0f);
@@ -323,21 +337,28 @@ BOOST_AUTO_TEST_CASE(optimizer_kernels_match_cpu_twins) {
   const auto params = uniform(rng, n, -1.0f, 1.0f);
   const auto grads = uniform(rng, n, -50.0f, 50.0f);
   const auto velocity = uniform(rng, n, -0.1f, 0.1f);
-  std::vector<float> p_cpu = params;
-  cnn::sgd_update(p_cpu.data(), grads.data(), static_cast<std::int64_t>(n), 0.1f, 1.0f / 1000);
-  auto d_p = to_device(params);
   auto d_g = to_device(grads);
-  cnn::cuda::sgd_update(d_p.get(), d_g.get(), static_cast<std::int64_t>(n), 0.1f, 1.0f / 1000, nullptr);
-  CHECK_CLOSE_REL(to_host(d_p), p_cpu, "sgd_update");
-
-  std::vector<float> pm_cpu = params, v_cpu = velocity;
-  cnn::momentum_update(pm_cpu.data(), v_cpu.data(), grads.data(), static_cast<std::int64_t>(n), 0.1f, 0.9f, 1.0f / 1000);
-  auto d_pm = to_device(params);
-  auto d_v = to_device(velocity);
-  cnn::cuda::momentum_update(d_pm.get(), d_v.get(), d_g.get(), static_cast<std::int64_t>(n), 0.1f, 0.9f, 1.0f / 1000,
-                             nullptr);
-  CHECK_CLOSE_REL(to_host(d_pm), pm_cpu, "momentum_update params");
-  CHECK_CLOSE_REL(to_host(d_v), v_cpu, "momentum_update velocity");
+  // Without and with --weight-decay, and momentum with and without --nesterov.
+  for (const float decay : {0.0f, 0.01f}) {
+    BOOST_TEST_CONTEXT("weight decay " << decay) {
+      std::vector<float> p_cpu = params;
+      cnn::sgd_update(p_cpu.data(), grads.data(), static_cast<std::int64_t>(n), 0.1f, decay, 1.0f / 1000);
+      auto d_p = to_device(params);
+      cnn::cuda::sgd_update(d_p.get(), d_g.get(), static_cast<std::int64_t>(n), 0.1f, decay, 1.0f / 1000, nullptr);
+      CHECK_CLOSE_REL(to_host(d_p), p_cpu, "sgd_update");
+      for (const bool nesterov : {false, true}) {
+        std::vector<float> pm_cpu = params, v_cpu = velocity;
+        cnn::momentum_update(pm_cpu.data(), v_cpu.data(), grads.data(), static_cast<std::int64_t>(n), 0.1f, 0.9f, decay,
+                             nesterov, 1.0f / 1000);
+        auto d_pm = to_device(params);
+        auto d_v = to_device(velocity);
+        cnn::cuda::momentum_update(d_pm.get(), d_v.get(), d_g.get(), static_cast<std::int64_t>(n), 0.1f, 0.9f, decay,
+                                   nesterov, 1.0f / 1000, nullptr);
+        CHECK_CLOSE_REL(to_host(d_pm), pm_cpu, "momentum_update params, nesterov " << nesterov);
+        CHECK_CLOSE_REL(to_host(d_v), v_cpu, "momentum_update velocity, nesterov " << nesterov);
+      }
+    }
+  }
 }
 
 // The divergence check (kernels/ops/nonfinite.cu): the first non-finite index wherever it lies, and the
@@ -365,7 +386,8 @@ BOOST_AUTO_TEST_CASE(nonfinite_check_finds_the_first_and_gates_the_update) {
   bad_grads[777] = nan;
   cnn::cuda::DeferredNonFiniteCheck check(stream);
   BOOST_TEST(check.result() == -1);  // nothing enqueued yet
-  for (cnn::OptimizerKind kind : {cnn::OptimizerKind::kSgd, cnn::OptimizerKind::kMomentum, cnn::OptimizerKind::kAdam}) {
+  for (cnn::OptimizerKind kind : {cnn::OptimizerKind::kSgd, cnn::OptimizerKind::kMomentum, cnn::OptimizerKind::kAdam,
+                                  cnn::OptimizerKind::kAdamW}) {
     BOOST_TEST_CONTEXT(cnn::optimizer_name(kind)) {
       cnn::OptimizerSettings settings;
       settings.kind = kind;

@@ -2,10 +2,11 @@
 //   1. every CUDA layer op (kernels/ops/layer_ops.hpp) and adam_update against its CPU twin, on fresh
 //      random data, multi-channel, with stride, padding, odd sizes and overlapping pool windows;
 //   2. the cuda backend on layer networks against `seq`: the cifar preset's loss and every gradient,
-//      a strided/padded network, and three Adam steps; residual networks (res[...]) with identity and
-//      projection shortcuts, a block after a ReLU (the identity's gradient masked), a block first, a
-//      body that starts with a ReLU and one whose last conv folds a ReLU in, with the CUDA plan and
-//      with nothing folded;
+//      a strided/padded network, and three Adam steps; a cosine lr with warm-up, weight decay,
+//      Nesterov, AdamW and label smoothing on the seed op and a layer network; residual networks
+//      (res[...]) with identity and projection shortcuts, a block after a ReLU (the identity's
+//      gradient masked), a block first, a body that starts with a ReLU and one whose last conv folds
+//      a ReLU in, with the CUDA plan and with nothing folded;
 //   3. its fused ops against the layer ops they replace, on the GPU and against `seq`: the seed
 //      model's conv_relu_pool_fc_softmax against conv_relu_pool + fc and against every layer on its
 //      own, and the cifar preset's first conv_relu_pool against conv, relu and maxpool (the op lists
@@ -31,6 +32,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cnn/backend.hpp"
@@ -38,6 +40,7 @@
 #include "cnn/gradient_ready.hpp"
 #include "cnn/layer_ops.hpp"
 #include "cnn/layer_registry.hpp"
+#include "cnn/lr_schedule.hpp"
 #include "cnn/network.hpp"
 #include "cnn/op_plan.hpp"
 #include "cnn/ops.hpp"
@@ -316,14 +319,28 @@ BOOST_AUTO_TEST_CASE(adam_matches_cpu) {
   auto d_p = to_device(p);
   auto d_m = to_device(m);
   auto d_v = to_device(v);
+  // Plain, then adam's L2 decay, then adamw's decoupled decay (--weight-decay): the host's constants
+  // (cnn::adam_step) go to both twins.
+  const std::pair<cnn::OptimizerKind, float> kinds[] = {{cnn::OptimizerKind::kAdam, 0.0f},
+                                                        {cnn::OptimizerKind::kAdam, 0.01f},
+                                                        {cnn::OptimizerKind::kAdamW, 0.01f},
+                                                        {cnn::OptimizerKind::kAdamW, 0.1f}};
+  std::int64_t round = 0;
   for (std::int64_t step : {1, 2, 7, 1000}) {
     const auto g = uniform(rng, n, -50.0f, 50.0f);
-    cnn::adam_update(p.data(), m.data(), v.data(), g.data(), static_cast<std::int64_t>(n), 1e-3f, 0.9f, 0.999f, 1e-8f,
-                     step, 1.0f / 64);
+    cnn::OptimizerSettings settings;
+    settings.kind = kinds[round].first;
+    settings.weight_decay = kinds[round].second;
+    settings.lr = 1e-3f;
+    settings.step = step;
+    ++round;
+    const cnn::AdamStep constants = cnn::adam_step(settings);
+    cnn::adam_update(p.data(), m.data(), v.data(), g.data(), static_cast<std::int64_t>(n), constants, 1.0f / 64);
     auto d_g = to_device(g);
-    cnn::cuda::adam_update(d_p.get(), d_m.get(), d_v.get(), d_g.get(), static_cast<std::int64_t>(n), 1e-3f, 0.9f,
-                           0.999f, 1e-8f, step, 1.0f / 64, nullptr);
-    BOOST_TEST_CONTEXT("step " << step) {
+    cnn::cuda::adam_update(d_p.get(), d_m.get(), d_v.get(), d_g.get(), static_cast<std::int64_t>(n), constants,
+                           1.0f / 64, nullptr);
+    BOOST_TEST_CONTEXT("step " << step << ", " << cnn::optimizer_name(settings.kind) << ", weight decay "
+                               << settings.weight_decay) {
       CHECK_REL(to_host(d_p), p, 1e-6, "adam params");
       CHECK_REL(to_host(d_m), m, 1e-6, "adam m");
       CHECK_REL(to_host(d_v), v, 1e-6, "adam v");
@@ -357,13 +374,22 @@ std::vector<float> initial_params(const cnn::Network& net, std::uint64_t seed) {
   return params;
 }
 
+// What a run trains with beyond the optimizer's kind (docs/TRAINING.md): the defaults train as before.
+struct Regime {
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  float label_smoothing = 0.0f;
+  const cnn::LearningRate* lr = nullptr;  // the lr of each step; null: a fixed lr
+};
+
 // kind: "seq" or "cuda"; for cuda, `ops` (another plan of the network) or, when empty, the ops
 // make_cuda_backend picks (plan_ops for FusionTarget::kCuda). graphs: BackendOptions::cuda_graphs.
 std::unique_ptr<cnn::Backend> make(const std::string& kind, const cnn::Network& net, cnn::OptimizerKind optimizer,
                                    bool graphs = true, const std::vector<cnn::Op>& ops = {},
-                                   cnn::Precision precision = cnn::Precision::kFp32) {
+                                   cnn::Precision precision = cnn::Precision::kFp32, float label_smoothing = 0.0f) {
   cnn::BackendOptions options;
   options.precision = precision;
+  options.label_smoothing = label_smoothing;
   options.kind = kind == "seq" ? cnn::BackendKind::kSeq : cnn::BackendKind::kCuda;
   options.optimizer = optimizer;
   options.cuda_graphs = graphs;
@@ -400,14 +426,18 @@ struct Run {
 // `steps` steps of `batch` (the last one 13 samples smaller: a second batch size, a second graph),
 // updating with `optimizer` between them; the gradients of the last step are kept.
 Run train(const std::string& kind, const cnn::Network& net, const RandomData& data, cnn::OptimizerKind optimizer,
-          int steps, std::int64_t batch, bool graphs = true, const std::vector<cnn::Op>& ops = {}) {
-  auto backend = make(kind, net, optimizer, graphs, ops);
+          int steps, std::int64_t batch, bool graphs = true, const std::vector<cnn::Op>& ops = {},
+          const Regime& regime = {}) {
+  auto backend = make(kind, net, optimizer, graphs, ops, cnn::Precision::kFp32, regime.label_smoothing);
   backend->bind_data(data.train, data.test);
   backend->upload_params(initial_params(net, 5));
   backend->begin_epoch(cnn::Sampler(7, data.train.count()).permutation(0));
   cnn::OptimizerSettings settings;
   settings.kind = optimizer;
-  settings.lr = optimizer == cnn::OptimizerKind::kAdam ? 1e-3f : 0.05f;
+  const bool adam = optimizer == cnn::OptimizerKind::kAdam || optimizer == cnn::OptimizerKind::kAdamW;
+  settings.lr = adam ? 1e-3f : 0.05f;
+  settings.weight_decay = regime.weight_decay;
+  settings.nesterov = regime.nesterov;
   Run run;
   std::int64_t first = 0;
   for (int step = 0; step < steps; ++step) {
@@ -424,6 +454,7 @@ Run train(const std::string& kind, const cnn::Network& net, const RandomData& da
       run.grads = std::move(grads);
     }
     settings.step = step + 1;
+    if (regime.lr != nullptr) settings.lr = regime.lr->at_float(step);  // a new lr at every step, as trainer.cpp
     backend->apply_update(settings, 1.0f / static_cast<float>(count));
   }
   run.stats = backend->take_train_stats();
@@ -488,6 +519,54 @@ BOOST_AUTO_TEST_CASE(strided_padded_network_matches_seq) {
   const Run gpu = train("cuda", net, data, cnn::OptimizerKind::kMomentum, 2, 50);
   std::printf("%s: %s vs seq\n", net.describe().c_str(), gpu.description.c_str());
   check_against(gpu, seq, net, kStepTolerance);
+}
+
+// Issue 26: a cosine lr with warm-up, so every step's update has a new lr while the steps replay their
+// CUDA graphs (the update runs after the graph, its lr a plain argument), with weight decay, Nesterov
+// momentum or AdamW's decoupled decay, and label smoothing in the loss: on the fused seed op (its own
+// loss kernel) and on a layer network (the softmax_cross_entropy op), against `seq`, and graphs
+// against eager steps bit for bit.
+BOOST_AUTO_TEST_CASE(schedule_and_regularisers_match_seq_through_graph_replays) {
+  struct Case {
+    const char* spec;
+    int filters;
+    cnn::TensorShape input;
+    cnn::OptimizerKind optimizer;
+    const char* cuda_ops;
+  };
+  const Case cases[] = {
+      {"seed", 8, {1, 28, 28}, cnn::OptimizerKind::kMomentum, "ops conv_relu_pool_fc_softmax,"},
+      {"seed", 8, {1, 28, 28}, cnn::OptimizerKind::kAdamW, "ops conv_relu_pool_fc_softmax,"},
+      {"conv3x3:8/p1 relu maxpool2 conv3x3:8/p1 relu fc:16 relu fc:10", 0, {3, 16, 16},
+       cnn::OptimizerKind::kMomentum, "softmax_cross_entropy,"},
+      {"conv3x3:8/p1 relu maxpool2 conv3x3:8/p1 relu fc:16 relu fc:10", 0, {3, 16, 16}, cnn::OptimizerKind::kAdam,
+       "softmax_cross_entropy,"},
+  };
+  constexpr int kSteps = 6;
+  std::uint32_t seed = 60;
+  for (const Case& c : cases) {
+    const cnn::Network net = cnn::build_network(c.spec, c.filters, c.input, 10);
+    const RandomData data = random_data(net.input, 400, 60, seed++);
+    const bool adam = c.optimizer != cnn::OptimizerKind::kMomentum;
+    const cnn::LearningRate lr(adam ? 2e-3 : 0.08, cnn::parse_lr_schedule("cosine"), 2, kSteps, kSteps);
+    Regime regime;
+    regime.weight_decay = adam ? 0.05f : 5e-3f;
+    regime.nesterov = !adam;
+    regime.label_smoothing = 0.1f;
+    regime.lr = &lr;
+    BOOST_TEST_CONTEXT(c.spec << ", " << cnn::optimizer_name(c.optimizer)) {
+      const Run seq = train("seq", net, data, c.optimizer, kSteps, 50, true, {}, regime);
+      const Run gpu = train("cuda", net, data, c.optimizer, kSteps, 50, true, {}, regime);
+      const Run eager = train("cuda", net, data, c.optimizer, kSteps, 50, false, {}, regime);
+      std::printf("%s, %s, cosine + warm-up, decay, smoothing: %s vs seq\n", net.describe().c_str(),
+                  cnn::optimizer_name(c.optimizer), gpu.description.c_str());
+      BOOST_TEST(gpu.description.find(c.cuda_ops) != std::string::npos, gpu.description);
+      check_against(gpu, seq, net, kStepTolerance);
+      CHECK_REL(gpu.state, seq.state, kStepTolerance, "optimizer state");
+      BOOST_TEST(bitwise_equal(gpu.params, eager.params), "graph and eager runs differ");
+      BOOST_TEST(bitwise_equal(gpu.state, eager.state), "graph and eager optimizer states differ");
+    }
+  }
 }
 
 // Residual blocks (kernels/layers/residual.cu) against `seq`: each network with the CUDA plan (ReLUs

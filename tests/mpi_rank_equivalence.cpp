@@ -1,7 +1,8 @@
 // Rank equivalence, run under mpiexec -n 2 and -n 4: N ranks with global batch B compute the same
 // mathematics as 1 rank with batch B. Every rank trains with the real MPI communicator, and also
 // computes the one-rank reference alone (LocalCommunicator); after 24 steps (more than two epochs,
-// uneven rank slices, a short last batch) the parameters agree to 1e-5 relative error. Two N-rank
+// uneven rank slices, a short last batch) the parameters agree to 1e-5 relative error, also with a
+// cosine lr and warm-up, weight decay, Nesterov momentum or AdamW, and label smoothing. Two N-rank
 // runs are bitwise identical.
 #define BOOST_TEST_MODULE mpi_rank_equivalence
 #include <mpi.h>
@@ -11,6 +12,7 @@
 
 #include "boost_test.hpp"
 #include "cnn/config.hpp"
+#include "cnn/lr_schedule.hpp"
 #include "cnn/sampler.hpp"
 #include "cnn/train_step.hpp"
 #include "test_util.hpp"
@@ -26,8 +28,10 @@ struct MpiFixture {
 };
 std::unique_ptr<cnn::MpiWorld> MpiFixture::world;
 
-std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind, const cnn::OptimizerSettings& opt,
-                               int steps, std::int64_t global_batch) {
+// lr: the lr of each step (null: opt.lr throughout); label_smoothing: the training loss's.
+std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind, cnn::OptimizerSettings opt,
+                               int steps, std::int64_t global_batch, const cnn::LearningRate* lr = nullptr,
+                               float label_smoothing = 0.0f) {
   // Real images: on uniform-noise images with random labels, lr 0.1 is chaotic and one float-level
   // flip of a pool winner grows past 1e-5 within 20 steps; real data is what the contract is about.
   static const cnn::Dataset train = [] {
@@ -43,6 +47,7 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   options.kind = cnn::parse_backend_kind(kind);
   options.threads = 2;
   options.optimizer = opt.kind;
+  options.label_smoothing = label_smoothing;
   auto backend = cnn::make_backend(options, cnn::seed_network(model));
   backend->bind_data(train, train);
   std::vector<float> params(static_cast<std::size_t>(layout.total()));
@@ -53,6 +58,8 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   cnn::PhaseTimes times;
   for (int step = 0; step < steps; ++step) {
     if (step % per_epoch == 0) backend->begin_epoch(sampler.permutation(step / per_epoch));
+    opt.step = step + 1;
+    if (lr != nullptr) opt.lr = lr->at_float(step);
     cnn::train_step(*backend, comm, opt, layout.total(),
                     cnn::global_batch_range(step % per_epoch, train.count(), global_batch), times);
   }
@@ -86,6 +93,29 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_the_same_global_batch,
     BOOST_TEST_MESSAGE("ranks=" << comm.size() << " optimizer=" << optimizer << " rel err " << error);
     BOOST_TEST(error <= 1e-5, optimizer << ": " << comm.size() << " ranks vs 1 rank, rel err " << error);
     BOOST_TEST(error > 0.0);  // different summation order: identical bits would mean no communication happened
+  }
+}
+
+BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_a_schedule_and_regularisers,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) { return fashion_present(); })) {
+  cnn::MpiCommunicator comm(*MpiFixture::world);
+  const std::int64_t global_batch = 30;
+  const int steps = 24;
+  for (const char* optimizer : {"momentum", "adamw"}) {
+    cnn::OptimizerSettings opt;
+    opt.kind = cnn::parse_optimizer(optimizer);
+    const bool adam = opt.kind == cnn::OptimizerKind::kAdamW;
+    opt.nesterov = !adam;
+    opt.weight_decay = adam ? 0.05f : 1e-3f;
+    const cnn::LearningRate lr(adam ? 1e-3 : 0.05, cnn::parse_lr_schedule("cosine"), 5,
+                               cnn::batches_per_epoch(250, global_batch), steps);
+    const std::vector<float> distributed = train_steps(comm, "threads", opt, steps, global_batch, &lr, 0.1f);
+    cnn::test::LocalCommunicator alone;
+    const std::vector<float> reference = train_steps(alone, "seq", opt, steps, global_batch, &lr, 0.1f);
+    const double error = cnn::test::relative_error(distributed, reference);
+    BOOST_TEST_MESSAGE("ranks=" << comm.size() << " optimizer=" << optimizer << " rel err " << error);
+    BOOST_TEST(error <= 1e-5, optimizer << ": " << comm.size() << " ranks vs 1 rank, rel err " << error);
+    BOOST_TEST(error > 0.0);
   }
 }
 

@@ -2,7 +2,8 @@
 # Exact resume (docs/CHECKPOINT.md, "Resuming"): a run stopped at an epoch boundary or in the middle
 # of an epoch and resumed ends with a final checkpoint whose datasets are bitwise those of an
 # uninterrupted run; resumed on another rank count, within 1e-5; --resume auto skips a corrupt newest
-# file; refused and allowed changes of settings; a finished run is a no-op.
+# file; refused and allowed changes of settings; a finished run is a no-op; a cosine schedule with the
+# regularisers resumes bitwise and refuses other --epochs; an older checkpoint still resumes.
 # Usage: resume_test.sh BUILD_DIR SOURCE_DIR
 BUILD_DIR=$1
 SOURCE_DIR=$2
@@ -117,6 +118,52 @@ run_as adamspec "$CNN" "${SMALL[@]}" "${ADAM[@]}" --model "conv3x3:4/p1 relu fc:
   --resume "$(latest "$WORK/adamref")"
 expect_rc adamspec "$EXIT_USAGE"
 expect_grep adamspec "$WORK/adamspec.err" "model was 'conv3x3:4/p1 relu maxpool2/s3 fc:16 relu fc:10', this run has 'conv3x3:4/p1 relu fc:10'"
+
+# A checkpoint written before the options of docs/TRAINING.md existed (their /config attributes
+# removed, the header resealed) still resumes, with their defaults, to the same bits.
+ADAM_MID="$WORK/adam/checkpoints/ckpt-e0000-s00000013.h5"
+mkdir -p "$WORK/adamold/checkpoints"
+cp "$ADAM_MID" "$WORK/adamold/checkpoints/"
+"$PY" - "$WORK/adamold/checkpoints/ckpt-e0000-s00000013.h5" <<'PYEOF'
+import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    for name in ("lr_schedule", "warmup_steps", "total_steps", "weight_decay", "nesterov", "label_smoothing"):
+        del f["/config"].attrs[name]
+PYEOF
+"$PY" "$SOURCE_DIR/tests/ckpt_seal.py" "$WORK/adamold/checkpoints/ckpt-e0000-s00000013.h5"
+run_as adamold "$CNN" "${SMALL[@]}" "${ADAM[@]}" --epochs 2 --out "$WORK/adamold" --resume auto
+expect_rc adamold 0
+same_bits "resume of a checkpoint without the new /config keys" "$(latest "$WORK/adamref")" "$(latest "$WORK/adamold")"
+
+# A cosine schedule with warm-up, weight decay, Nesterov momentum and label smoothing: stopped in the
+# middle of epoch 1, resumed, bitwise the uninterrupted run (each step's lr is a function of its global
+# step); another --epochs is refused, naming the schedule (its lr depends on the run's total steps),
+# where a step schedule allows it.
+SCHED=(--lr-schedule cosine --warmup-steps 7 --weight-decay 5e-4 --nesterov --label-smoothing 0.1)
+run_as cosref "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 2 --out "$WORK/cosref"
+expect_rc cosref 0
+run_as cos1 env CNN_TEST_STOP_AFTER_STEPS=13 "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 2 --out "$WORK/cos"
+expect_rc cos1 "$EXIT_STOPPED"
+run_as cos "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 2 --out "$WORK/cos" --resume auto
+expect_rc cos 0
+same_bits "cosine mid-epoch resume" "$(latest "$WORK/cosref")" "$(latest "$WORK/cos")"
+# The schedule reaches the update: the same run with a constant lr ends elsewhere.
+run_as cosflat "$CNN" "${SMALL[@]}" "${SCHED[@]}" --lr-schedule constant --epochs 2 --out "$WORK/cosflat"
+expect_rc cosflat 0
+if "$PY" "$COMPARE" exact "$(latest "$WORK/cosref")" "$(latest "$WORK/cosflat")" >/dev/null 2>&1; then
+  fail "cosine and constant runs end with the same bits: the schedule never reached the update"
+else pass "cosine and constant runs differ"; fi
+run_as cosepochs "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 3 --out "$WORK/cosepochs" --resume "$(latest "$WORK/cos")"
+expect_rc cosepochs "$EXIT_USAGE"
+expect_grep cosepochs "$WORK/cosepochs.err" "--lr-schedule cosine's total steps was 40 (--epochs 2), this run has 60 (--epochs 3)"
+run_as cosdecay "$CNN" "${SMALL[@]}" "${SCHED[@]}" --weight-decay 1e-3 --epochs 3 --out "$WORK/cosdecay" \
+  --resume "$(latest "$WORK/cos")"
+expect_rc cosdecay "$EXIT_USAGE"
+expect_grep cosdecay "$WORK/cosdecay.err" "weight decay was 0.0005, this run has 0.001"
+run_as steps1 "$CNN" "${SMALL[@]}" --lr-schedule step:1 --epochs 1 --out "$WORK/steps"
+run_as steps "$CNN" "${SMALL[@]}" --lr-schedule step:1 --epochs 2 --out "$WORK/steps" --resume auto
+expect_rc steps 0
+expect_grep steps "$WORK/steps.out" "resume: epochs 1 -> 2"
 
 # An existing run directory is refused without --resume (its logs are never overwritten).
 run_as again "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/ref"

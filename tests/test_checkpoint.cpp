@@ -251,6 +251,14 @@ void check_round_trip(const std::string& optimizer) {
   Fixture f;
   CheckpointState saved = make_state(f.layout, optimizer, kFilters);
   saved.config.precision = optimizer == "adam" ? "bf16" : "tf32";
+  if (optimizer != "sgd") {  // the options of docs/TRAINING.md, set (sgd keeps their defaults)
+    saved.config.lr_schedule = "step:3,7/0.25";
+    saved.config.warmup_steps = 11;
+    saved.config.total_steps = 1800;
+    saved.config.weight_decay = 5e-4;
+    saved.config.nesterov = optimizer == "momentum";
+    saved.config.label_smoothing = 0.1;
+  }
   write_checkpoint(f.path, saved, f.layout);
   BOOST_CHECK(!fs::exists(f.path + ".tmp"));
 
@@ -285,6 +293,12 @@ void check_round_trip(const std::string& optimizer) {
   BOOST_CHECK_EQUAL(a.dataset_digest, b.dataset_digest);
   BOOST_CHECK_EQUAL(a.train_samples, b.train_samples);
   BOOST_CHECK_EQUAL(a.precision, b.precision);
+  BOOST_CHECK_EQUAL(a.lr_schedule, b.lr_schedule);
+  BOOST_CHECK_EQUAL(a.warmup_steps, b.warmup_steps);
+  BOOST_CHECK_EQUAL(a.total_steps, b.total_steps);
+  BOOST_CHECK_EQUAL(a.weight_decay, b.weight_decay);
+  BOOST_CHECK_EQUAL(a.nesterov, b.nesterov);
+  BOOST_CHECK_EQUAL(a.label_smoothing, b.label_smoothing);
 
   BOOST_CHECK_EQUAL(loaded.progress.epoch, saved.progress.epoch);
   BOOST_CHECK_EQUAL(loaded.progress.step_in_epoch, saved.progress.step_in_epoch);
@@ -299,6 +313,7 @@ void check_round_trip(const std::string& optimizer) {
 BOOST_AUTO_TEST_CASE(sgd_is_bitwise) { check_round_trip("sgd"); }
 BOOST_AUTO_TEST_CASE(momentum_is_bitwise) { check_round_trip("momentum"); }
 BOOST_AUTO_TEST_CASE(adam_two_states_is_bitwise) { check_round_trip("adam"); }
+BOOST_AUTO_TEST_CASE(adamw_two_states_is_bitwise) { check_round_trip("adamw"); }
 
 BOOST_AUTO_TEST_CASE(same_state_gives_same_data_bytes) {
   // Bitwise-identical runs must give identical parameter bytes on disk (only `created` may differ).
@@ -314,11 +329,14 @@ BOOST_AUTO_TEST_CASE(same_state_gives_same_data_bytes) {
   BOOST_CHECK(std::equal(first.begin() + offset, first.begin() + offset + bytes, second.begin() + offset));
 }
 
-// Files written before specs (and adam, and --precision) existed have no spec, beta1, beta2, eps or
-// precision attributes.
+// Files written before specs (and adam, --precision, the schedules and regularisers) existed have no
+// spec, beta1, beta2, eps, precision, lr_schedule, warmup_steps, total_steps, weight_decay, nesterov or
+// label_smoothing attributes.
 void remove_new_config_attrs(hid_t file) {
   const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
-  for (const char* name : {"spec", "beta1", "beta2", "eps", "precision"}) BOOST_REQUIRE(H5Adelete(config, name) >= 0);
+  for (const char* name : {"spec", "beta1", "beta2", "eps", "precision", "lr_schedule", "warmup_steps", "total_steps",
+                           "weight_decay", "nesterov", "label_smoothing"})
+    BOOST_REQUIRE(H5Adelete(config, name) >= 0);
   H5Gclose(config);
 }
 
@@ -330,6 +348,12 @@ BOOST_AUTO_TEST_CASE(checkpoints_without_a_spec_derive_it_from_model_and_filters
   BOOST_CHECK_EQUAL(c.spec, "conv3x3:" + std::to_string(kFilters) + " relu maxpool2 fc:10");
   BOOST_CHECK_EQUAL(c.beta1, 0.9);
   BOOST_CHECK_EQUAL(c.precision, "fp32");
+  BOOST_CHECK_EQUAL(c.lr_schedule, "constant");
+  BOOST_CHECK_EQUAL(c.warmup_steps, 0);
+  BOOST_CHECK_EQUAL(c.total_steps, 0);
+  BOOST_CHECK_EQUAL(c.weight_decay, 0.0);
+  BOOST_CHECK_EQUAL(c.nesterov, false);
+  BOOST_CHECK_EQUAL(c.label_smoothing, 0.0);
   BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).params.size(), static_cast<std::size_t>(f.layout.total()));
 }
 

@@ -2,7 +2,8 @@
 // conv_relu_pool_backward / fc_backward / softmax_cross_entropy against central differences of the
 // forward loss. As in Caffe's GradientChecker, coordinates where the perturbation crosses a kink
 // (a ReLU or a max-pool winner changes) are skipped: there the loss is not differentiable.
-// And the same fused op as the first of several conv layers, through the `threads` backend.
+// And the same fused op as the first of several conv layers, through the `threads` backend; and the
+// loss with label smoothing against PyTorch's definition, and its gradient against finite differences.
 #define BOOST_TEST_MODULE gradients
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@ struct Net {
   std::vector<float> input;          // [n, C, H, W]
   std::vector<std::uint8_t> labels;  // [n]
   std::int64_t n;
+  float label_smoothing = 0.0f;
 
   const float* at(const std::vector<float>& params, int view) const {
     return params.data() + layout.views()[static_cast<std::size_t>(view)].offset;
@@ -40,7 +42,8 @@ struct Net {
     cnn::fc_forward(logits.data(), pooled.data(), at(params, 2), at(params, 3), n, model.fc_inputs(), model.classes);
     double sum = 0.0;
     std::int64_t correct = 0;
-    cnn::softmax_cross_entropy(nullptr, &sum, &correct, logits.data(), labels.data(), n, model.classes);
+    cnn::softmax_cross_entropy(nullptr, &sum, &correct, logits.data(), labels.data(), n, model.classes,
+                               label_smoothing);
     if (pattern != nullptr) {
       pattern->assign(argmax.begin(), argmax.end());
       for (float p : pooled) pattern->push_back(p > 0.0f ? 1 : 0);
@@ -59,7 +62,8 @@ struct Net {
     cnn::fc_forward(logits.data(), pooled.data(), at(params, 2), at(params, 3), n, model.fc_inputs(), model.classes);
     double sum = 0.0;
     std::int64_t correct = 0;
-    cnn::softmax_cross_entropy(grad_logits.data(), &sum, &correct, logits.data(), labels.data(), n, model.classes);
+    cnn::softmax_cross_entropy(grad_logits.data(), &sum, &correct, logits.data(), labels.data(), n, model.classes,
+                               label_smoothing);
     auto view = [&](int v) { return grads.data() + layout.views()[static_cast<std::size_t>(v)].offset; };
     cnn::fc_backward(grad_pooled.data(), view(2), view(3), grad_logits.data(), pooled.data(), at(params, 2), n,
                      model.fc_inputs(), model.classes);
@@ -122,6 +126,61 @@ void check_every_parameter(const Net& net, std::uint32_t seed) {
 
 BOOST_AUTO_TEST_CASE(seed_model_every_parameter_group) {
   check_every_parameter(make_net(4, {1, 10, 10}, 3, 11), 5);
+}
+
+BOOST_AUTO_TEST_CASE(seed_model_every_parameter_group_with_label_smoothing) {
+  Net net = make_net(4, {1, 10, 10}, 3, 11);
+  net.label_smoothing = 0.2f;
+  check_every_parameter(net, 5);
+}
+
+// torch.nn.CrossEntropyLoss(label_smoothing=S): -sum_k q_k log softmax(z)_k with q = (1-S) onehot + S/K,
+// in double, against the float loss; and its gradient softmax(z) - q against central differences of it.
+BOOST_AUTO_TEST_CASE(label_smoothing_loss_is_torchs_and_its_gradient_matches_finite_differences) {
+  constexpr int kClasses = 7;
+  constexpr std::int64_t kSamples = 5;
+  std::vector<float> logits(kSamples * kClasses);
+  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = 3.0f * std::sin(0.7f * static_cast<float>(i) + 0.3f);
+  logits[3] = 40.0f;  // a dominant logit: the max shift must keep the smoothed loss finite and exact
+  const std::vector<std::uint8_t> labels = {0, 6, 3, 2, 0};
+  const auto torch_loss = [&](const std::vector<double>& z, std::int64_t s, double smoothing) {
+    double top = z[0];
+    for (double v : z) top = std::max(top, v);
+    double denominator = 0.0;
+    for (double v : z) denominator += std::exp(v - top);
+    double loss = 0.0;
+    for (int k = 0; k < kClasses; ++k) {
+      const double q = (k == labels[static_cast<std::size_t>(s)] ? 1.0 - smoothing : 0.0) + smoothing / kClasses;
+      loss -= q * (z[static_cast<std::size_t>(k)] - top - std::log(denominator));
+    }
+    return loss;
+  };
+  for (const float smoothing : {0.0f, 0.1f, 0.5f, 1.0f}) {
+    BOOST_TEST_CONTEXT("label smoothing " << smoothing) {
+      std::vector<float> grad(logits.size());
+      double loss = 0.0;
+      std::int64_t correct = 0;
+      cnn::softmax_cross_entropy(grad.data(), &loss, &correct, logits.data(), labels.data(), kSamples, kClasses,
+                                 smoothing);
+      double expected = 0.0;
+      for (std::int64_t s = 0; s < kSamples; ++s) {
+        std::vector<double> z(logits.begin() + s * kClasses, logits.begin() + (s + 1) * kClasses);
+        expected += torch_loss(z, s, smoothing);
+        for (int k = 0; k < kClasses; ++k) {
+          const double h = 1e-4;
+          std::vector<double> up = z, down = z;
+          up[static_cast<std::size_t>(k)] += h;
+          down[static_cast<std::size_t>(k)] -= h;
+          const double numeric = (torch_loss(up, s, smoothing) - torch_loss(down, s, smoothing)) / (2 * h);
+          BOOST_TEST(std::fabs(grad[static_cast<std::size_t>(s * kClasses + k)] - numeric) <= 1e-5,
+                     "sample " << s << " class " << k << ": " << grad[static_cast<std::size_t>(s * kClasses + k)]
+                               << " vs " << numeric);
+        }
+      }
+      BOOST_TEST(std::fabs(loss - expected) <= 1e-5 * std::max(1.0, std::fabs(expected)),
+                 "loss " << loss << " vs torch's " << expected);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(seed_model_odd_sizes_and_filters_not_a_vector_multiple) {

@@ -302,29 +302,3 @@ BOOST_AUTO_TEST_CASE(layer_by_layer_seed_matches_its_fused_ops) {
   check_close(net.layout, layered, fused, 1e-5);
 }
 
-// ---- adam -----------------------------------------------------------------------------------------
-
-BOOST_AUTO_TEST_CASE(adam_two_steps_by_hand) {
-  // PyTorch's Adam, written out in double: m, v, bias corrections, p -= lr*mhat/(sqrt(vhat)+eps).
-  const float lr = 0.01f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, scale = 0.5f;
-  std::vector<float> p = {1.0f, -2.0f, 0.5f}, state(6, 0.0f);
-  const std::vector<std::vector<float>> grads = {{0.4f, -1.0f, 0.0f}, {-0.2f, -0.6f, 2.0f}};
-  std::vector<double> ep = {1.0, -2.0, 0.5}, em(3, 0.0), ev(3, 0.0);
-  for (int t = 1; t <= 2; ++t) {
-    const std::vector<float>& g = grads[static_cast<std::size_t>(t - 1)];
-    cnn::adam_update(p.data(), state.data(), state.data() + 3, g.data(), 3, lr, b1, b2, eps, t, scale);
-    for (int i = 0; i < 3; ++i) {
-      const double gi = scale * static_cast<double>(g[static_cast<std::size_t>(i)]);
-      em[i] = b1 * em[i] + (1 - static_cast<double>(b1)) * gi;
-      ev[i] = b2 * ev[i] + (1 - static_cast<double>(b2)) * gi * gi;
-      const double mhat = em[i] / (1 - std::pow(static_cast<double>(b1), t));
-      const double vhat = ev[i] / (1 - std::pow(static_cast<double>(b2), t));
-      ep[i] -= lr * mhat / (std::sqrt(vhat) + eps);
-    }
-  }
-  for (int i = 0; i < 3; ++i) {
-    BOOST_TEST(std::fabs(p[static_cast<std::size_t>(i)] - ep[i]) <= 1e-6, "param " << i << ": " << p[i] << " vs " << ep[i]);
-    BOOST_TEST(std::fabs(state[static_cast<std::size_t>(i)] - em[i]) <= 1e-7);
-    BOOST_TEST(std::fabs(state[static_cast<std::size_t>(3 + i)] - ev[i]) <= 1e-8);
-  }
-}

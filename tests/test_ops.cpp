@@ -108,11 +108,26 @@ BOOST_AUTO_TEST_CASE(softmax_cross_entropy_of_equal_logits_is_log_k) {
   std::vector<float> grad(4);
   double loss = 0;
   std::int64_t correct = 0;
-  cnn::softmax_cross_entropy(grad.data(), &loss, &correct, logits.data(), &label, 1, 4);
+  cnn::softmax_cross_entropy(grad.data(), &loss, &correct, logits.data(), &label, 1, 4, 0.0f);
   BOOST_TEST(loss == std::log(4.0), boost::test_tools::tolerance(1e-6));
   BOOST_TEST(correct == 0);  // argmax picks the first of equal logits, class 0
   BOOST_TEST(grad[2] == 0.25f - 1.0f, boost::test_tools::tolerance(1e-6f));
   BOOST_TEST(grad[0] == 0.25f, boost::test_tools::tolerance(1e-6f));
+}
+
+// Label smoothing S = 0.2 over K = 4 classes: the targets are 0.05, and 0.85 for the label. Equal logits
+// give p = 0.25 everywhere: the loss is still log 4 (sum_k q_k = 1), the gradient p - q.
+BOOST_AUTO_TEST_CASE(smoothed_softmax_cross_entropy_of_equal_logits) {
+  const std::vector<float> logits = {3, 3, 3, 3};
+  const std::uint8_t label = 2;
+  std::vector<float> grad(4);
+  double loss = 0;
+  std::int64_t correct = 0;
+  cnn::softmax_cross_entropy(grad.data(), &loss, &correct, logits.data(), &label, 1, 4, 0.2f);
+  BOOST_TEST(loss == std::log(4.0), boost::test_tools::tolerance(1e-6));
+  BOOST_TEST(grad[2] == 0.25f - 0.85f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(grad[0] == 0.25f - 0.05f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(grad[3] == 0.25f - 0.05f, boost::test_tools::tolerance(1e-6f));
 }
 
 BOOST_AUTO_TEST_CASE(softmax_cross_entropy_survives_huge_logits) {
@@ -120,7 +135,7 @@ BOOST_AUTO_TEST_CASE(softmax_cross_entropy_survives_huge_logits) {
   const std::uint8_t label = 0;
   double loss = 0;
   std::int64_t correct = 0;
-  cnn::softmax_cross_entropy(nullptr, &loss, &correct, logits.data(), &label, 1, 2);
+  cnn::softmax_cross_entropy(nullptr, &loss, &correct, logits.data(), &label, 1, 2, 0.0f);
   BOOST_TEST(std::isfinite(loss));
   BOOST_TEST(loss < 1e-6);
   BOOST_TEST(correct == 1);

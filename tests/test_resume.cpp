@@ -102,6 +102,64 @@ BOOST_AUTO_TEST_CASE(lr_and_epochs_may_change_and_are_printed) {
   BOOST_TEST(v.notes[1] == "resume: epochs 3 -> 5");
 }
 
+// The options of docs/TRAINING.md change the update or the loss from the resumed step on: refused.
+BOOST_AUTO_TEST_CASE(schedule_decay_nesterov_and_smoothing_changes_are_refused) {
+  CheckpointConfig now = saved_config();
+  now.lr_schedule = "cosine";
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "lr schedule was constant, this run has cosine"));
+  now = saved_config();
+  now.warmup_steps = 10;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "warm-up steps was 0, this run has 10"));
+  now = saved_config();
+  now.weight_decay = 5e-4;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "weight decay was 0, this run has 0.0005"));
+  now = saved_config();
+  now.nesterov = true;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "nesterov was off, this run has on"));
+  now = saved_config();
+  now.label_smoothing = 0.1;
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "label smoothing was 0, this run has 0.1"));
+}
+
+// cosine and onecycle set every step's lr from the run's total steps; constant and step do not.
+BOOST_AUTO_TEST_CASE(other_epochs_are_refused_with_cosine_and_onecycle_only) {
+  for (const char* schedule : {"cosine", "onecycle"}) {
+    CheckpointConfig saved = saved_config();
+    saved.lr_schedule = schedule;
+    saved.total_steps = 60;  // 3 epochs of 20 steps
+    CheckpointConfig now = saved;
+    now.epochs = 4;
+    now.total_steps = 80;
+    BOOST_TEST(contains(check_resume(saved, now).refusal,
+                        std::string("--lr-schedule ") + schedule +
+                            "'s total steps was 60 (--epochs 3), this run has 80 (--epochs 4)"),
+               check_resume(saved, now).refusal);
+    BOOST_TEST(check_resume(saved, saved).refusal.empty());
+  }
+  for (const char* schedule : {"constant", "step:2/0.1"}) {
+    CheckpointConfig saved = saved_config();
+    saved.lr_schedule = schedule;
+    saved.total_steps = 60;
+    CheckpointConfig now = saved;
+    now.epochs = 4;
+    now.total_steps = 80;
+    const ResumeVerdict v = check_resume(saved, now);
+    BOOST_TEST(v.refusal.empty(), schedule << ": " << v.refusal);
+    BOOST_REQUIRE(v.notes.size() == 1u);
+    BOOST_TEST(v.notes[0] == "resume: epochs 3 -> 4");
+  }
+}
+
+// A checkpoint written before these options existed holds none of them: the reader's defaults, which
+// are what such a run used, resume against a run that leaves them off.
+BOOST_AUTO_TEST_CASE(an_older_checkpoints_defaults_resume_with_the_options_off) {
+  CheckpointConfig older = saved_config();
+  older.total_steps = 0;  // not recorded
+  CheckpointConfig now = saved_config();
+  now.total_steps = 60;
+  BOOST_TEST(check_resume(older, now).refusal.empty());
+}
+
 BOOST_AUTO_TEST_CASE(another_precision_is_allowed_and_printed) {
   CheckpointConfig now = saved_config();
   now.precision = "bf16";

@@ -141,6 +141,7 @@ struct BackendOptions {
   int local_rank = 0;               // for `cuda`: device = local_rank % visible devices
   OptimizerKind optimizer = OptimizerKind::kSgd;
   Precision precision = Precision::kFp32;  // cuda only: the layer products' precision (choices.hpp)
+  float label_smoothing = 0.0f;     // of the training loss (--label-smoothing; ops.hpp); evaluation has none
   bool cuda_graphs = true;          // cuda: replay each step as one CUDA graph (the knob CNN_CUDA_GRAPHS=0: eager, for A/B)
 };
 

@@ -7,7 +7,8 @@
 //   /config                  attrs model, spec, filters, input_shape, classes, global_batch, lr, optimizer,
 //                            momentum, beta1, beta2, eps, seed, dataset, dataset_digest, train_samples, epochs
 //                            (optional, for files written before they existed: epochs, the --epochs the
-//                            run aimed at; spec, derived from model + filters when absent; beta1, beta2, eps)
+//                            run aimed at; spec, derived from model + filters when absent; beta1, beta2, eps;
+//                            lr_schedule, warmup_steps, total_steps, weight_decay, nesterov, label_smoothing)
 //   /model/<layer>/<param>   float32, natural shape (e.g. /model/conv1/weight [d,1,3,3])
 //   /optimizer/<layer>/<param>/<state>   (momentum: "velocity"; adam: "m", "v"); attr step on /optimizer
 //   /progress                attrs epoch, step_in_epoch, global_step, samples_seen, world_size_at_save,
@@ -52,6 +53,15 @@ struct CheckpointConfig {
   std::int64_t train_samples = 0;  // training images per epoch actually used
   std::int64_t epochs = 0;         // --epochs of the run that wrote it (0: not recorded)
   std::string precision = "fp32";  // --precision (files written before it existed: fp32)
+  // The options of docs/TRAINING.md; files written before they existed hold none of them and resume
+  // with these defaults, which are what those runs used.
+  std::string lr_schedule = "constant";  // lr_schedule_text() of --lr-schedule
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 0;     // epochs * steps per epoch of the writing run (0: not recorded);
+                                    // what cosine and onecycle anneal over
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  double label_smoothing = 0.0;
 };
 
 struct CheckpointProgress {

@@ -8,6 +8,7 @@
 #include "cnn/backend.hpp"
 #include "cnn/choices.hpp"
 #include "cnn/knobs.hpp"
+#include "cnn/lr_schedule.hpp"
 #include "cnn/optimizer.hpp"
 
 namespace cnn {
@@ -44,6 +45,11 @@ struct TrainConfig {
   double beta1 = 0.9;                   // adam
   double beta2 = 0.999;
   double eps = 1e-8;
+  LrSchedule lr_schedule;               // --lr-schedule (lr_schedule.hpp); constant by default
+  std::int64_t warmup_steps = 0;        // linear warm-up over the first N updates (0: none)
+  double weight_decay = 0.0;            // L2 (sgd, momentum, adam) or decoupled (adamw); docs/TRAINING.md
+  bool nesterov = false;                // momentum only
+  double label_smoothing = 0.0;         // of the training loss, in [0, 1]
   std::uint64_t seed = 1;
 
   // Execution

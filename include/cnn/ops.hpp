@@ -47,13 +47,15 @@ void fc_backward(float* grad_in /*[n,I] or null*/, float* grad_weight /*[O,I]*/,
                  const float* grad_out /*[n,O]*/, const float* in /*[n,I]*/, const float* weight /*[O,I]*/,
                  std::int64_t n, std::int64_t in_features, std::int64_t out_features);
 
-// Softmax cross-entropy with integer labels, per sample:
-//   loss_s = log(sum_k exp(z_k)) - z_y ,  dloss_s/dz_k = softmax(z)_k - [k == y]
-// Adds the loss sum to *loss_sum and the number of argmax(z) == y to *correct. grad_logits may be
-// null (evaluation).
+// Softmax cross-entropy with integer labels and label smoothing S (torch.nn.CrossEntropyLoss(
+// label_smoothing=S)): the target of sample s is q_k = (1 - S) [k == y] + S / K, and
+//   loss_s = log(sum_k exp(z_k)) - (1 - S) z_y - (S / K) sum_k z_k ,  dloss_s/dz_k = softmax(z)_k - q_k
+// (with S = 0: log(sum_k exp(z_k)) - z_y and softmax(z)_k - [k == y], the very arithmetic of S = 0
+// before smoothing existed). Adds the loss sum to *loss_sum and the number of argmax(z) == y to
+// *correct. grad_logits may be null (evaluation, which the callers run with S = 0).
 void softmax_cross_entropy(float* grad_logits /*[n,K] or null*/, double* loss_sum, std::int64_t* correct,
                            const float* logits /*[n,K]*/, const std::uint8_t* labels /*[n]*/,
-                           std::int64_t n, int classes);
+                           std::int64_t n, int classes, float label_smoothing);
 
 // One sample's class probabilities softmax(z), in double with the largest logit subtracted first, and
 // the predicted class: the index of the largest logit, the first of equal ones, as softmax_cross_entropy

@@ -4,7 +4,9 @@
 // receives the same state by broadcast, so all continue from identical parameters and progress.
 // What may change between the stop and the resume is decided here (docs/CHECKPOINT.md, "Resuming"):
 //   refused (exit 2): model spec, input shape, classes (the parameters would not fit);
-//                     seed, global batch, optimizer, data (the continuation would not be exact)
+//                     seed, global batch, optimizer, data, lr schedule, warm-up, weight decay,
+//                     nesterov, label smoothing (the continuation would not be exact); epochs with
+//                     a cosine or onecycle schedule (its lr depends on the run's total steps)
 //   allowed, printed: lr, momentum, adam betas and eps, epochs, output directory
 #pragma once
 

@@ -8,6 +8,7 @@
 #include "cnn/checkpoint.hpp"
 #include "cnn/checkpointer.hpp"
 #include "cnn/config.hpp"
+#include "cnn/lr_schedule.hpp"
 #include "cnn/network.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/resume.hpp"
@@ -22,8 +23,13 @@ CheckpointerOptions checkpointer_options(const TrainConfig& config);
 ExchangeOptions exchange_options(const TrainConfig& config);
 // `local_rank` picks the GPU.
 BackendOptions backend_options(const TrainConfig& config, int local_rank);
-// The update's settings, as the float values the backends use (the CLI checked them as floats).
+// The update's settings, as the float values the backends use (the CLI checked them as floats); the
+// lr and the step are set before each update (trainer.cpp).
 OptimizerSettings optimizer_settings(const TrainConfig& config);
+// The run's total number of updates: --epochs times the steps of an epoch over train_samples images.
+std::int64_t total_steps(const TrainConfig& config, std::int64_t train_samples);
+// The lr of every step of the run (--lr, --lr-schedule, --warmup-steps), over train_samples images an epoch.
+LearningRate learning_rate(const TrainConfig& config, std::int64_t train_samples);
 
 // What this run writes into a checkpoint's /config, and compares with a resumed one's: the option
 // texts as they were given (optimizer and data set by name), the network's spec, and the training

@@ -6,6 +6,7 @@
 
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cnn/backend.hpp"
@@ -13,6 +14,7 @@
 #include "cnn/communicator.hpp"
 #include "cnn/config.hpp"
 #include "cnn/gradient_overlap.hpp"
+#include "cnn/lr_schedule.hpp"
 #include "cnn/network.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/resume.hpp"
@@ -26,6 +28,7 @@ struct TrainingRun {
   std::unique_ptr<TrainingData> data;
   Network network;
   OptimizerSettings optimizer;
+  std::optional<LearningRate> learning_rate;  // the lr of each global step (set with the data)
   ResumePoint resume;                      // where the loop starts (all zero when fresh)
   std::unique_ptr<RunDirectory> run_dir;   // rank 0 owns the directory (a lock) while this lives
   std::unique_ptr<RunLog> log;

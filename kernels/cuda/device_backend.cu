@@ -29,8 +29,8 @@ int pick_device(int local_rank) {
 
 DeviceBackend::DeviceBackend(const BackendOptions& options, const Network& network, const std::string& details)
     : total_(network.layout.total()), sample_size_(network.input.size()), classes_(network.classes),
-      model_text_(network.describe()),
-      optimizer_(options.optimizer), device_(pick_device(options.local_rank)),
+      model_text_(network.describe()), optimizer_(options.optimizer), label_smoothing_(options.label_smoothing),
+      device_(pick_device(options.local_rank)),
       graphs_(options.cuda_graphs, "rerun with CNN_CUDA_GRAPHS=0 and report this"),
       overlapped_graphs_(options.cuda_graphs, "rerun with --overlap off and report this") {
   CNN_CHECK_CUDA(cudaSetDevice(device_));
@@ -138,6 +138,7 @@ void DeviceBackend::enqueue_train_step(std::int64_t n, const std::int32_t* indic
   batch.indices = batch_indices_.get();
   batch.loss_sum = loss_sums_.get() + kTrainSlot;
   batch.correct = correct_counts_.get() + kTrainSlot;
+  batch.label_smoothing = label_smoothing_;
   enqueue_step(batch, timed, listener);
 }
 

@@ -39,6 +39,7 @@ struct DeviceBatch {
   double* loss_sum = nullptr;             // [1]: the batch's loss sum is added here
   std::int64_t* correct = nullptr;        // [1]: and its correct count here
   float* logits = nullptr;                // evaluation, when set: [n, classes], the loss op copies the logits here
+  float label_smoothing = 0.0f;           // of the loss: --label-smoothing in a training step, 0 in evaluation
 };
 
 class DeviceBackend : public Backend {
@@ -118,6 +119,7 @@ class DeviceBackend : public Backend {
   std::int64_t classes_;      // logits per sample
   std::string model_text_;    // the network, for data errors
   OptimizerKind optimizer_;
+  float label_smoothing_;  // of the training loss, a constant of the captured steps
   int device_ = 0;
   std::string description_;
   cudaStream_t stream_ = nullptr;

@@ -59,7 +59,7 @@ class SeedOp final : public DeviceOp {
     fc_forward(logits_.get(), pooled_.get(), p + fc_.weight_offset, p + fc_.bias_offset, n, model_.fc_inputs(),
                model_.classes, shared_.stream);
     softmax_cross_entropy(nullptr, batch.loss_sum, batch.correct, logits_.get(), labels_.get(), n, model_.classes,
-                          shared_.stream);
+                          0.0f, shared_.stream);
     if (batch.logits != nullptr) copy_logits(batch.logits, logits_.get(), n, model_.classes, shared_.stream);
   }
 
@@ -109,6 +109,7 @@ class SeedOp final : public DeviceOp {
     t.patches = patches_.get();
     t.loss_sum = batch.loss_sum;
     t.correct = batch.correct;
+    t.label_smoothing = batch.label_smoothing;
     return t;
   }
 

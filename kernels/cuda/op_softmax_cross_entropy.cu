@@ -37,14 +37,14 @@ class SoftmaxCrossEntropyOp final : public DeviceOp {
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     if (!batch.training) {
       gather_labels(labels_.get(), batch.labels, batch.indices, batch.n, shared_.stream);
-      softmax_cross_entropy(nullptr, batch.loss_sum, batch.correct, t.in, labels_.get(), batch.n, classes_,
+      softmax_cross_entropy(nullptr, batch.loss_sum, batch.correct, t.in, labels_.get(), batch.n, classes_, 0.0f,
                             shared_.stream);
       if (batch.logits != nullptr) copy_logits(batch.logits, t.in, batch.n, classes_, shared_.stream);
       return;
     }
     CNN_CHECK_CUDA(cudaStreamWaitEvent(shared_.stream, labels_ready_, 0));
     softmax_cross_entropy_per_sample(t.grad_in, sample_loss_.get(), sample_correct_.get(), t.in, labels_.get(),
-                                     batch.n, classes_, shared_.stream);
+                                     batch.n, classes_, batch.label_smoothing, shared_.stream);
     shared_.fork();
     add_batch_stats(batch.loss_sum, batch.correct, sample_loss_.get(), sample_correct_.get(), batch.n,
                     shared_.side_stream);

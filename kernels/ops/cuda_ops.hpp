@@ -46,17 +46,19 @@ void fc_backward(float* grad_in /*[n,I] or null*/, float* grad_weight /*[O,I]*/,
                  const float* grad_out /*[n,O]*/, const float* in /*[n,I]*/, const float* weight /*[O,I]*/,
                  std::int64_t n, std::int64_t in_features, std::int64_t out_features, cudaStream_t stream);
 
-// loss_sum and correct are DEVICE pointers; the batch's sums are added to them.
+// loss_sum and correct are DEVICE pointers; the batch's sums are added to them. label_smoothing: S of
+// include/cnn/ops.hpp (0 for evaluation).
 void softmax_cross_entropy(float* grad_logits /*[n,K] or null*/, double* loss_sum /*[1]*/,
                            std::int64_t* correct /*[1]*/, const float* logits /*[n,K]*/,
-                           const std::uint8_t* labels /*[n]*/, std::int64_t n, int classes, cudaStream_t stream);
+                           const std::uint8_t* labels /*[n]*/, std::int64_t n, int classes, float label_smoothing,
+                           cudaStream_t stream);
 // Its two halves, for a caller that keeps the per-sample buffers and sums the batch's stats on
 // another stream than the one the backward continues on: the per-sample loss and hit (and
 // dL/dlogits), then their fixed-order sums added to loss_sum and correct.
 void softmax_cross_entropy_per_sample(float* grad_logits /*[n,K] or null*/, float* sample_loss /*[n]*/,
                                       int* sample_correct /*[n]*/, const float* logits /*[n,K]*/,
                                       const std::uint8_t* labels /*[n]*/, std::int64_t n, int classes,
-                                      cudaStream_t stream);
+                                      float label_smoothing, cudaStream_t stream);
 void add_batch_stats(double* loss_sum /*[1]*/, std::int64_t* correct /*[1]*/, const float* sample_loss /*[n]*/,
                      const int* sample_correct /*[n]*/, std::int64_t n, cudaStream_t stream);
 
@@ -67,13 +69,14 @@ void copy_logits(float* out /*[n,K]*/, const float* logits /*[n,K]*/, std::int64
 
 // The optimizer twins. skip_flag (optional): the divergence check's device word (nonfinite.cuh);
 // when it is set the update leaves everything as it was.
-void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float grad_scale, cudaStream_t stream,
-                const unsigned long long* skip_flag = nullptr);
+void sgd_update(float* params, const float* grads, std::int64_t n, float lr, float weight_decay, float grad_scale,
+                cudaStream_t stream, const unsigned long long* skip_flag = nullptr);
 void momentum_update(float* params, float* velocity, const float* grads, std::int64_t n, float lr, float momentum,
-                     float grad_scale, cudaStream_t stream, const unsigned long long* skip_flag = nullptr);
-void adam_update(float* params, float* m, float* v, const float* grads, std::int64_t n, float lr, float beta1,
-                 float beta2, float eps, std::int64_t step, float grad_scale, cudaStream_t stream,
-                 const unsigned long long* skip_flag = nullptr);
+                     float weight_decay, bool nesterov, float grad_scale, cudaStream_t stream,
+                     const unsigned long long* skip_flag = nullptr);
+// c: cnn::adam_step(settings), the host's float constants (the CPU twin's very values).
+void adam_update(float* params, float* m, float* v, const float* grads, std::int64_t n, const AdamStep& c,
+                 float grad_scale, cudaStream_t stream, const unsigned long long* skip_flag = nullptr);
 // The twin of cnn::apply_optimizer over a whole flat buffer of `total` floats, by settings.kind
 // (`state`: optimizer_state_per_param(kind) whole copies, adam: m then v): the device backend's
 // apply_update.

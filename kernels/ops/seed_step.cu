@@ -155,7 +155,7 @@ __global__ void fc_softmax_kernel(float* __restrict__ grad_logits /*[n,O]*/, flo
                                   const float* __restrict__ fc_partial /*[parts, n, O]*/,
                                   const float* __restrict__ fc_bias /*[O]*/, const std::uint8_t* __restrict__ labels,
                                   const std::int32_t* __restrict__ label_indices /*[n] or null*/, std::int64_t n,
-                                  std::int64_t parts) {
+                                  std::int64_t parts, float label_smoothing) {
   start_after_previous_kernel();
   const unsigned lane = threadIdx.x & 31u;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
@@ -164,7 +164,8 @@ __global__ void fc_softmax_kernel(float* __restrict__ grad_logits /*[n,O]*/, flo
     fc_logits_from_partials(z, fc_partial, fc_bias, n, parts, s, lane);
     if (lane == 0) {
       const int label = labels[label_indices != nullptr ? label_indices[s] : s];
-      softmax_cross_entropy_sample(z, label, grad_logits + s * kSeedClasses, sample_loss[s], sample_correct[s]);
+      softmax_cross_entropy_sample(z, label, label_smoothing, grad_logits + s * kSeedClasses, sample_loss[s],
+                                   sample_correct[s]);
     }
   }
 }
@@ -229,7 +230,8 @@ void forward_for_channels(const SeedStepTensors& t, const SeedModel& m, const Se
                    m.filters, plan.filters_per_group, m.input.height, m.input.width, p.height, p.width);
   CNN_CHECK_LAUNCH();
   launch_dependent(fc_softmax_kernel, grid_for(n * 32, 128), 128, 0, stream, t.grad_logits, t.sample_loss,
-                   t.sample_correct, t.fc_partial, t.fc_bias, t.all_labels, t.indices, n, plan.logit_parts);
+                   t.sample_correct, t.fc_partial, t.fc_bias, t.all_labels, t.indices, n, plan.logit_parts,
+                   t.label_smoothing);
   CNN_CHECK_LAUNCH();
 }
 

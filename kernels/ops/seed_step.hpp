@@ -47,6 +47,7 @@ struct SeedStepTensors {
   uint4* patches = nullptr;               // [plan.patch_words]: [n, C, P] 4x4 uint8 input patches
   double* loss_sum = nullptr;             // [1], the batch's loss sum is added
   std::int64_t* correct = nullptr;        // [1], the batch's correct count is added
+  float label_smoothing = 0.0f;           // of the loss (--label-smoothing; include/cnn/ops.hpp)
 };
 
 // Launch shapes and scratch sizes for a batch of n; fixed by (model, n, GPU model), so the order of

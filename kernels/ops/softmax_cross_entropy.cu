@@ -1,4 +1,5 @@
-// Softmax cross-entropy with integer labels: the twin of src/ops_softmax.cpp's softmax_cross_entropy.
+// Softmax cross-entropy with integer labels and label smoothing: the twin of
+// src/ops/softmax_cross_entropy.cpp's softmax_cross_entropy.
 // The loss and correct count are summed per sample first, then by one block in a fixed order, so the
 // device-side totals repeat bit for bit (no atomics).
 #include "cuda/cuda_check.hpp"
@@ -15,7 +16,8 @@ __global__ void softmax_cross_entropy_kernel(float* __restrict__ grad_logits /*[
                                              float* __restrict__ sample_loss /*[n]*/,
                                              int* __restrict__ sample_correct /*[n]*/,
                                              const float* __restrict__ logits /*[n,O]*/,
-                                             const std::uint8_t* __restrict__ labels /*[n]*/, std::int64_t n) {
+                                             const std::uint8_t* __restrict__ labels /*[n]*/, std::int64_t n,
+                                             float label_smoothing) {
   start_after_previous_kernel();
   constexpr int kO = kSeedClasses;
   for (std::int64_t s = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; s < n;
@@ -23,7 +25,7 @@ __global__ void softmax_cross_entropy_kernel(float* __restrict__ grad_logits /*[
     float z[kO];
 #pragma unroll
     for (int k = 0; k < kO; ++k) z[k] = logits[s * kO + k];
-    softmax_cross_entropy_sample(z, labels[s], grad_logits != nullptr ? grad_logits + s * kO : nullptr,
+    softmax_cross_entropy_sample(z, labels[s], label_smoothing, grad_logits != nullptr ? grad_logits + s * kO : nullptr,
                                  sample_loss[s], sample_correct[s]);
   }
 }
@@ -45,11 +47,12 @@ void check_classes(int classes) {
 }  // namespace
 
 void softmax_cross_entropy_per_sample(float* grad_logits, float* sample_loss, int* sample_correct, const float* logits,
-                                      const std::uint8_t* labels, std::int64_t n, int classes, cudaStream_t stream) {
+                                      const std::uint8_t* labels, std::int64_t n, int classes, float label_smoothing,
+                                      cudaStream_t stream) {
   check_classes(classes);
   if (n <= 0) return;
   launch_dependent(softmax_cross_entropy_kernel, grid_for(n), kBlockThreads, 0, stream, grad_logits, sample_loss,
-                   sample_correct, logits, labels, n);
+                   sample_correct, logits, labels, n, label_smoothing);
   CNN_CHECK_LAUNCH();
 }
 
@@ -62,13 +65,14 @@ void add_batch_stats(double* loss_sum, std::int64_t* correct, const float* sampl
 }
 
 void softmax_cross_entropy(float* grad_logits, double* loss_sum, std::int64_t* correct, const float* logits,
-                           const std::uint8_t* labels, std::int64_t n, int classes, cudaStream_t stream) {
+                           const std::uint8_t* labels, std::int64_t n, int classes, float label_smoothing,
+                           cudaStream_t stream) {
   check_classes(classes);
   if (n <= 0) return;
   StreamScratch<float> sample_loss(n, stream);
   StreamScratch<int> sample_correct(n, stream);
   softmax_cross_entropy_per_sample(grad_logits, sample_loss.get(), sample_correct.get(), logits, labels, n, classes,
-                                   stream);
+                                   label_smoothing, stream);
   add_batch_stats(loss_sum, correct, sample_loss.get(), sample_correct.get(), n, stream);
   sample_correct.release();
   sample_loss.release();

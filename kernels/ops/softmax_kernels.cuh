@@ -10,10 +10,13 @@
 
 namespace cnn::cuda {
 
-// One sample:  loss = log(sum_k exp(z_k)) - z_y,  dloss/dz_k = softmax(z)_k - [k == y].
+// One sample, with label smoothing S (the CPU twin's formula, include/cnn/ops.hpp): the target is
+// q_k = (1 - S) [k == y] + S / K, loss = log(sum_k exp(z_k)) - (1 - S) z_y - (S / K) sum_k z_k,
+// dloss/dz_k = softmax(z)_k - q_k; S = 0 runs the arithmetic of the builds before smoothing existed.
 // The max is subtracted before exp so large logits cannot overflow. Writes the gradient when
 // `grad` is not null; `correct` is 1 when the first maximal logit is the label.
 __device__ __forceinline__ void softmax_cross_entropy_sample(const float (&z)[kSeedClasses], int label,
+                                                             float label_smoothing,
                                                              float* __restrict__ grad /*[O] or null*/, float& loss,
                                                              int& correct) {
   constexpr int kO = kSeedClasses;
@@ -35,12 +38,21 @@ __device__ __forceinline__ void softmax_cross_entropy_sample(const float (&z)[kS
   float z_label = z[0];
 #pragma unroll
   for (int k = 1; k < kO; ++k) z_label = k == label ? z[k] : z_label;
-  loss = logf(sum) - (z_label - top);  // the CPU twin's form, so both round alike
+  const float off_target = label_smoothing / static_cast<float>(kO);
+  const float on_target = 1.0f - label_smoothing + off_target;
+  if (label_smoothing == 0.0f) {
+    loss = logf(sum) - (z_label - top);  // the CPU twin's form, so both round alike
+  } else {
+    float shifted_sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kO; ++k) shifted_sum += z[k] - top;
+    loss = logf(sum) - (1.0f - label_smoothing) * (z_label - top) - off_target * shifted_sum;
+  }
   correct = top_index == label ? 1 : 0;
   if (grad != nullptr) {
     const float inv = 1.0f / sum;
 #pragma unroll
-    for (int k = 0; k < kO; ++k) grad[k] = e[k] * inv - (k == label ? 1.0f : 0.0f);
+    for (int k = 0; k < kO; ++k) grad[k] = e[k] * inv - (k == label ? on_target : off_target);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "app/optimizer_options.hpp"
 #include "cnn/build_info.hpp"
 #include "cnn/config_file.hpp"
 #include "cnn/errors.hpp"
@@ -83,6 +84,7 @@ struct ChoiceTexts {
   std::string dataset = dataset_name(DatasetKind::kFashion);
   std::string data_mode = data_mode_name(DataMode::kAuto);
   std::string optimizer = optimizer_name(OptimizerKind::kSgd);
+  std::string lr_schedule = lr_schedule_name(LrScheduleKind::kConstant);
   std::string device = device_name(DeviceChoice::kAuto);
   std::string backend;  // empty: chosen from --device
   std::string overlap = overlap_name(OverlapChoice::kAuto);
@@ -103,7 +105,8 @@ Enum parse_choice(const std::string& text, const Enum (&choices)[N], const char*
   throw UsageError(std::string(option) + ": unknown " + noun + " '" + text + "' (available: " + available + ")");
 }
 
-constexpr OptimizerKind kOptimizers[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam};
+constexpr OptimizerKind kOptimizers[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                                         OptimizerKind::kAdamW};
 constexpr DatasetKind kDatasets[] = {DatasetKind::kMnist, DatasetKind::kFashion, DatasetKind::kCifar10,
                                      DatasetKind::kHdf5};
 constexpr DataMode kDataModes[] = {DataMode::kAuto, DataMode::kMemory, DataMode::kStream};
@@ -126,6 +129,7 @@ void validate(TrainConfig& c, const ChoiceTexts& t) {
   require(unit_interval_float(c.beta2), "--beta2 must be in [0, 1) as a float (got " + str(c.beta2) + ")");
   require(positive_float(c.eps), "--eps must be a positive number that a float can hold (1.2e-38..3.4e38; got " +
                                      str(c.eps) + ")");
+  validate_optimizer_options(c, t.lr_schedule);  // schedule, warm-up, decay, nesterov, smoothing
   c.dataset = parse_choice(t.dataset, kDatasets, dataset_name, "--dataset", "data set");
   c.data_mode = parse_choice(t.data_mode, kDataModes, data_mode_name, "--data-mode", "mode");
   require(c.data_mode != DataMode::kStream || c.dataset == DatasetKind::kHdf5,
@@ -244,11 +248,26 @@ CliResult parse_command_line(int argc, char** argv) {
   add_integer(app, "--batch", c.batch, "GLOBAL batch size, split over all ranks")->group("Training");
   add_integer(app, "--epochs", c.epochs, "epochs to train")->group("Training");
   app.add_option("--lr", c.lr, "learning rate")->group("Training");
-  app.add_option("--optimizer", choices.optimizer, "sgd | momentum | adam")->group("Training");
+  app.add_option("--optimizer", choices.optimizer, "sgd | momentum | adam | adamw (adam with decoupled weight decay)")
+      ->group("Training");
   app.add_option("--momentum", c.momentum, "momentum coefficient for --optimizer momentum")->group("Training");
-  app.add_option("--beta1", c.beta1, "adam: decay of the gradient average")->group("Training");
-  app.add_option("--beta2", c.beta2, "adam: decay of the squared-gradient average")->group("Training");
-  app.add_option("--eps", c.eps, "adam: added to the denominator")->group("Training");
+  app.add_option("--beta1", c.beta1, "adam, adamw: decay of the gradient average")->group("Training");
+  app.add_option("--beta2", c.beta2, "adam, adamw: decay of the squared-gradient average")->group("Training");
+  app.add_option("--eps", c.eps, "adam, adamw: added to the denominator")->group("Training");
+  app.add_option("--lr-schedule", choices.lr_schedule,
+                 "constant | step:E1,E2,...[/GAMMA] (lr times GAMMA, default 0.1, from each epoch Ei on) | cosine "
+                 "(to 0 over the run) | onecycle (PyTorch's OneCycleLR, max lr --lr)")
+      ->group("Training");
+  add_integer(app, "--warmup-steps", c.warmup_steps,
+              "linear warm-up: update t uses the scheduled lr times min(1, (t+1)/N)")
+      ->group("Training");
+  app.add_option("--weight-decay", c.weight_decay,
+                 "weight decay W on every parameter: g + W*p for sgd, momentum and adam; decoupled for adamw")
+      ->group("Training");
+  app.add_flag("--nesterov", c.nesterov, "Nesterov momentum (--optimizer momentum)")->group("Training");
+  app.add_option("--label-smoothing", c.label_smoothing,
+                 "label smoothing S in [0, 1] of the training loss (targets (1-S)*onehot + S/classes)")
+      ->group("Training");
   add_integer(app, "--seed", c.seed, "seed of the initialisation and of the sample order")->group("Training");
 
   app.add_option("--device", choices.device, "cpu | gpu | auto (gpu when one is usable)")->group("Execution");
@@ -378,9 +397,11 @@ std::string describe(const TrainConfig& c) {
        << "  epochs: " << c.epochs << "\n"
        << "  lr: " << c.lr << "\n"
        << "  optimizer: " << optimizer_name(c.optimizer);
-  if (c.optimizer == OptimizerKind::kMomentum) text << " (momentum " << c.momentum << ")";
-  if (c.optimizer == OptimizerKind::kAdam) text << " (beta1 " << c.beta1 << ", beta2 " << c.beta2 << ", eps " << c.eps << ")";
+  if (c.optimizer == OptimizerKind::kMomentum) text << " (momentum " << c.momentum << (c.nesterov ? ", nesterov)" : ")");
+  if (c.optimizer == OptimizerKind::kAdam || c.optimizer == OptimizerKind::kAdamW)
+    text << " (beta1 " << c.beta1 << ", beta2 " << c.beta2 << ", eps " << c.eps << ")";
   text << "\n"
+       << describe_optimizer_options(c)
        << "  seed: " << c.seed << "\n"
        << "  device: " << device_name(c.device) << "\n"
        << "  backend: " << (c.backend ? backend_kind_name(*c.backend) : "") << "\n"

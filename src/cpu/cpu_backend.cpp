@@ -34,7 +34,7 @@ struct BackwardSegment {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Network& network, BackendKind kind, int threads, OptimizerKind optimizer)
+  CpuBackend(const Network& network, BackendKind kind, int threads, OptimizerKind optimizer, float label_smoothing)
       : network_(network),
         kind_(kind),
         // `seq` is the reference: it never fuses.
@@ -47,7 +47,7 @@ class CpuBackend final : public Backend {
         thread_times_(static_cast<std::size_t>(threads_)) {
     runners_.reserve(static_cast<std::size_t>(threads_));
     for (int t = 0; t < threads_; ++t) {
-      runners_.emplace_back(plan_, network_, kind != BackendKind::kSeq);
+      runners_.emplace_back(plan_, network_, kind != BackendKind::kSeq, label_smoothing);
       thread_grads_.emplace_back(static_cast<std::size_t>(total_));
     }
     // The backward from the op below the loss, cut after each op with parameters.
@@ -336,7 +336,7 @@ std::unique_ptr<Backend> make_cpu_backend(const Network& network, const BackendO
     throw std::logic_error("make_cpu_backend: not a CPU backend kind");
   // `seq` is the one-thread reference by definition, whatever --threads says.
   const int threads = options.kind == BackendKind::kSeq ? 1 : options.threads;
-  return std::make_unique<CpuBackend>(network, options.kind, threads, options.optimizer);
+  return std::make_unique<CpuBackend>(network, options.kind, threads, options.optimizer, options.label_smoothing);
 }
 
 }  // namespace cnn

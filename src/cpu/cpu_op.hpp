@@ -44,6 +44,7 @@ struct CpuForward {
   bool training;               // false: evaluation (the loss writes no gradient)
   const std::uint8_t* labels;  // [mb]
   BatchStats* stats;           // the loss adds its loss sum, hits and count
+  float label_smoothing;       // of the loss: --label-smoothing when training, 0 when evaluating
 };
 
 // One backward call. Parameter gradients are ADDED to grads (summed over micro-batches).

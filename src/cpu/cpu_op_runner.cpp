@@ -21,9 +21,11 @@ std::int64_t largest_gradient(const std::vector<std::unique_ptr<CpuOp>>& ops) {
 
 }  // namespace
 
-CpuOpRunner::CpuOpRunner(const std::vector<Op>& plan, const Network& network, bool sized_micro_batch)
+CpuOpRunner::CpuOpRunner(const std::vector<Op>& plan, const Network& network, bool sized_micro_batch,
+                         float label_smoothing)
     : ops_(make_cpu_ops(plan, network)),
       micro_batch_(sized_micro_batch ? cpu_micro_batch(ops_) : kCpuMicroBatchMax),
+      label_smoothing_(label_smoothing),
       input_(static_cast<std::size_t>(micro_batch_ * network.input.size())),
       labels_(static_cast<std::size_t>(micro_batch_)),
       outputs_(ops_.size()),
@@ -62,7 +64,8 @@ void CpuOpRunner::gather(const Dataset& data, const std::int32_t* indices, std::
 
 void CpuOpRunner::forward(const float* params, std::int64_t mb, std::int64_t slot, bool training, BatchStats& stats) {
   for (std::size_t i = 0; i < ops_.size(); ++i)
-    ops_[i]->forward({params, input_of(i, slot), output(i, slot), mb, slot, training, labels_.data(), &stats});
+    ops_[i]->forward({params, input_of(i, slot), output(i, slot), mb, slot, training, labels_.data(), &stats,
+                      training ? label_smoothing_ : 0.0f});
 }
 
 void CpuOpRunner::backward(std::size_t top, std::size_t bottom, std::int64_t mb, std::int64_t slot, float* grad_out,

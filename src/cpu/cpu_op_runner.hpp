@@ -24,7 +24,9 @@ class CpuOpRunner {
  public:
   // plan: plan_ops for a CPU target; network must outlive the runner. sized_micro_batch: micro-batches
   // of cpu_micro_batch samples for these ops (`threads`), else kCpuMicroBatchMax (`seq`).
-  CpuOpRunner(const std::vector<Op>& plan, const Network& network, bool sized_micro_batch);
+  // label_smoothing: the training loss's (--label-smoothing); evaluation's loss has none.
+  CpuOpRunner(const std::vector<Op>& plan, const Network& network, bool sized_micro_batch,
+              float label_smoothing = 0.0f);
 
   std::size_t op_count() const { return ops_.size(); }
   // Samples per micro-batch: gather, forward and backward take at most this many.
@@ -67,6 +69,7 @@ class CpuOpRunner {
 
   std::vector<std::unique_ptr<CpuOp>> ops_;
   std::int64_t micro_batch_;
+  float label_smoothing_;
   std::vector<float> input_;                              // [mb, C, H, W]
   std::vector<std::uint8_t> labels_;                      // [mb]
   std::vector<std::vector<float>> outputs_;               // per op: [slots, mb, out_size]

@@ -13,7 +13,7 @@ class SoftmaxCrossEntropyOp final : public CpuOp {
 
   void forward(const CpuForward& f) override {
     softmax_cross_entropy(f.training ? f.out : nullptr, &f.stats->loss_sum, &f.stats->correct, f.in, f.labels, f.mb,
-                          classes_);
+                          classes_, f.label_smoothing);
     f.stats->count += f.mb;
   }
 

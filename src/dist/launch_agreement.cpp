@@ -93,12 +93,17 @@ LaunchSettings settings_that_must_agree(const TrainConfig& c) {
       {"--optimizer", optimizer_name(c.optimizer)},
   };
   if (c.optimizer == OptimizerKind::kMomentum) s.emplace_back("--momentum", exact(c.momentum));
-  if (c.optimizer == OptimizerKind::kAdam) {
+  if (c.optimizer == OptimizerKind::kAdam || c.optimizer == OptimizerKind::kAdamW) {
     s.emplace_back("--beta1", exact(c.beta1));
     s.emplace_back("--beta2", exact(c.beta2));
     s.emplace_back("--eps", exact(c.eps));
   }
   const LaunchSettings rest = {
+      {"--lr-schedule", lr_schedule_text(c.lr_schedule)},
+      {"--warmup-steps", text(c.warmup_steps)},
+      {"--weight-decay", exact(c.weight_decay)},
+      {"--nesterov", c.nesterov ? "on" : "off"},
+      {"--label-smoothing", exact(c.label_smoothing)},
       {"--seed", text(c.seed)},
       {"--device", device_name(c.device)},
       {"--backend", c.backend ? backend_kind_name(*c.backend) : ""},

@@ -34,8 +34,8 @@ namespace schema {
 std::vector<std::string> state_names(const std::string& optimizer) {
   if (optimizer == "sgd") return {};
   if (optimizer == "momentum") return {"velocity"};
-  if (optimizer == "adam") return {"m", "v"};
-  throw std::invalid_argument("unknown optimizer '" + optimizer + "' (expected sgd, momentum or adam)");
+  if (optimizer == "adam" || optimizer == "adamw") return {"m", "v"};
+  throw std::invalid_argument("unknown optimizer '" + optimizer + "' (expected sgd, momentum, adam or adamw)");
 }
 
 // FNV-1a 64 over the values' little-endian bytes: cheap (a few ms for a d=256 model), no dependency,
@@ -153,6 +153,12 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, config, "train_samples", c.train_samples);
   h5::write_attr(file, config, "epochs", c.epochs);
   h5::write_attr(file, config, "precision", c.precision);
+  h5::write_attr(file, config, "lr_schedule", c.lr_schedule);
+  h5::write_attr(file, config, "warmup_steps", c.warmup_steps);
+  h5::write_attr(file, config, "total_steps", c.total_steps);
+  h5::write_attr(file, config, "weight_decay", c.weight_decay);
+  h5::write_attr(file, config, "nesterov", static_cast<std::int64_t>(c.nesterov ? 1 : 0));
+  h5::write_attr(file, config, "label_smoothing", c.label_smoothing);
 
   h5::create_group(file, fid, schema::kModelGroup);
   for (const ParamView& view : layout.views()) {

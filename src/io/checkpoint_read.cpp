@@ -14,6 +14,7 @@
 #include "io/checkpoint_schema.hpp"
 #include "cnn/checkpoint.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/lr_schedule.hpp"
 #include "cnn/network.hpp"
 #include "io/hdf5_util.hpp"
 
@@ -108,6 +109,39 @@ void check_config_ranges(const h5::FileContext& file, const CheckpointConfig& c)
   require(c.train_samples >= 1, "train_samples " + std::to_string(c.train_samples) + " is not positive");
 }
 
+// The options of docs/TRAINING.md, each optional (files written before it existed resume with the
+// defaults those runs used: a constant lr, no decay, no nesterov, no smoothing), each range-checked.
+void read_training_options(const h5::FileContext& file, const h5::Node& group, CheckpointConfig& c) {
+  if (has_attr(file, group, "lr_schedule")) {
+    c.lr_schedule = h5::read_string_attr(file, group, "lr_schedule");
+    try {
+      parse_lr_schedule(c.lr_schedule);
+    } catch (const UsageError&) {
+      file.fail("/config lr_schedule '" + c.lr_schedule + "' is not a schedule this build knows");
+    }
+  }
+  if (has_attr(file, group, "warmup_steps")) c.warmup_steps = h5::read_int64_attr(file, group, "warmup_steps");
+  if (has_attr(file, group, "total_steps")) c.total_steps = h5::read_int64_attr(file, group, "total_steps");
+  if (has_attr(file, group, "weight_decay")) c.weight_decay = h5::read_double_attr(file, group, "weight_decay");
+  if (has_attr(file, group, "label_smoothing"))
+    c.label_smoothing = h5::read_double_attr(file, group, "label_smoothing");
+  std::int64_t nesterov = 0;
+  if (has_attr(file, group, "nesterov")) nesterov = h5::read_int64_attr(file, group, "nesterov");
+  if (nesterov != 0 && nesterov != 1) file.fail("/config nesterov " + std::to_string(nesterov) + " is not 0 or 1");
+  c.nesterov = nesterov == 1;
+  if (c.warmup_steps < 0) file.fail("/config warmup_steps " + std::to_string(c.warmup_steps) + " is negative");
+  if (c.total_steps < 0) file.fail("/config total_steps " + std::to_string(c.total_steps) + " is negative");
+  const auto shown = [](double value) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%g", value);
+    return std::string(text);
+  };
+  if (!(std::isfinite(c.weight_decay) && c.weight_decay >= 0.0))
+    file.fail("/config weight_decay " + shown(c.weight_decay) + " is not 0 or positive");
+  if (!(c.label_smoothing >= 0.0 && c.label_smoothing <= 1.0))
+    file.fail("/config label_smoothing " + shown(c.label_smoothing) + " is not in [0, 1]");
+}
+
 CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
   const h5::Node group = h5::open_group(file, fid, schema::kConfigGroup);
   CheckpointConfig c;
@@ -136,6 +170,7 @@ CheckpointConfig read_config(const h5::FileContext& file, hid_t fid) {
   if (has_attr(file, group, "beta1")) c.beta1 = h5::read_double_attr(file, group, "beta1");
   if (has_attr(file, group, "beta2")) c.beta2 = h5::read_double_attr(file, group, "beta2");
   if (has_attr(file, group, "eps")) c.eps = h5::read_double_attr(file, group, "eps");
+  read_training_options(file, group, c);
   if (has_attr(file, group, "spec")) {
     c.spec = h5::read_string_attr(file, group, "spec");
   } else {

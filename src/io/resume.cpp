@@ -7,6 +7,7 @@
 
 #include "cnn/collective_errors.hpp"
 #include "cnn/config.hpp"  // kResumeAuto
+#include "cnn/lr_schedule.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/errors.hpp"
 
@@ -143,11 +144,29 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
     refuse("training images", text(saved.train_samples), text(now.train_samples), kExact);
   if (saved.dataset_digest != now.dataset_digest)
     refuse("training data digest", text(saved.dataset_digest), text(now.dataset_digest), kExact);
+  // The options of docs/TRAINING.md change the update or the loss from here on: refused, as the optimizer.
+  if (saved.lr_schedule != now.lr_schedule) refuse("lr schedule", saved.lr_schedule, now.lr_schedule, kExact);
+  if (saved.warmup_steps != now.warmup_steps)
+    refuse("warm-up steps", text(saved.warmup_steps), text(now.warmup_steps), kExact);
+  if (saved.weight_decay != now.weight_decay)
+    refuse("weight decay", text(saved.weight_decay), text(now.weight_decay), kExact);
+  if (saved.nesterov != now.nesterov)
+    refuse("nesterov", saved.nesterov ? "on" : "off", now.nesterov ? "on" : "off", kExact);
+  if (saved.label_smoothing != now.label_smoothing)
+    refuse("label smoothing", text(saved.label_smoothing), text(now.label_smoothing), kExact);
+  // cosine and onecycle set each step's lr from the run's total steps: other --epochs would change the
+  // lr of the steps still to run (constant and step do not depend on it, so they allow it).
+  const LrScheduleKind schedule = parse_lr_schedule(now.lr_schedule).kind;
+  if (saved.lr_schedule == now.lr_schedule && depends_on_total_steps(schedule) && saved.total_steps != now.total_steps)
+    refuse(std::string("--lr-schedule ") + lr_schedule_name(schedule) + "'s total steps",
+           text(saved.total_steps) + " (--epochs " + text(saved.epochs) + ")",
+           text(now.total_steps) + " (--epochs " + text(now.epochs) + ")",
+           "it sets every step's lr from the run's total; keep --epochs, or start a new run with another --out");
 
   if (saved.lr != now.lr) v.notes.push_back("resume: lr " + text(saved.lr) + " -> " + text(now.lr));
   if (saved.optimizer == optimizer_name(OptimizerKind::kMomentum) && saved.momentum != now.momentum)
     v.notes.push_back("resume: momentum " + text(saved.momentum) + " -> " + text(now.momentum));
-  if (saved.optimizer == optimizer_name(OptimizerKind::kAdam)) {
+  if (saved.optimizer == optimizer_name(OptimizerKind::kAdam) || saved.optimizer == optimizer_name(OptimizerKind::kAdamW)) {
     if (saved.beta1 != now.beta1) v.notes.push_back("resume: beta1 " + text(saved.beta1) + " -> " + text(now.beta1));
     if (saved.beta2 != now.beta2) v.notes.push_back("resume: beta2 " + text(saved.beta2) + " -> " + text(now.beta2));
     if (saved.eps != now.eps) v.notes.push_back("resume: eps " + text(saved.eps) + " -> " + text(now.eps));

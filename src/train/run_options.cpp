@@ -1,5 +1,7 @@
 #include "cnn/run_options.hpp"
 
+#include "cnn/sampler.hpp"
+
 namespace cnn {
 
 DataOptions data_options(const TrainConfig& config) {
@@ -45,6 +47,7 @@ BackendOptions backend_options(const TrainConfig& config, int local_rank) {
   o.local_rank = local_rank;
   o.optimizer = config.optimizer;
   o.precision = config.precision;
+  o.label_smoothing = static_cast<float>(config.label_smoothing);
   return o;
 }
 
@@ -53,10 +56,21 @@ OptimizerSettings optimizer_settings(const TrainConfig& config) {
   o.kind = config.optimizer;
   o.lr = static_cast<float>(config.lr);
   o.momentum = static_cast<float>(config.momentum);
-  o.beta1 = static_cast<float>(config.beta1);
-  o.beta2 = static_cast<float>(config.beta2);
-  o.eps = static_cast<float>(config.eps);
+  o.beta1 = config.beta1;  // doubles: adam_step derives its constants from them and rounds once
+  o.beta2 = config.beta2;
+  o.eps = config.eps;
+  o.weight_decay = static_cast<float>(config.weight_decay);
+  o.nesterov = config.nesterov;
   return o;
+}
+
+std::int64_t total_steps(const TrainConfig& config, std::int64_t train_samples) {
+  return static_cast<std::int64_t>(config.epochs) * batches_per_epoch(train_samples, config.batch);
+}
+
+LearningRate learning_rate(const TrainConfig& config, std::int64_t train_samples) {
+  return LearningRate(config.lr, config.lr_schedule, config.warmup_steps, batches_per_epoch(train_samples, config.batch),
+                      total_steps(config, train_samples));
 }
 
 CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network& network, std::int64_t train_samples,
@@ -80,6 +94,12 @@ CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network&
   c.train_samples = train_samples;
   c.epochs = config.epochs;
   c.precision = precision_name(config.precision);
+  c.lr_schedule = lr_schedule_text(config.lr_schedule);
+  c.warmup_steps = config.warmup_steps;
+  c.total_steps = total_steps(config, train_samples);
+  c.weight_decay = config.weight_decay;
+  c.nesterov = config.nesterov;
+  c.label_smoothing = config.label_smoothing;
   return c;
 }
 

@@ -125,6 +125,7 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   agree_on_settings(world, data_identity(*run->data));  // node-local copies must hold the same data
   run->network = build_network(config.model, config.filters, run->data->shape(), run->data->classes());
   run->optimizer = optimizer_settings(config);
+  run->learning_rate = learning_rate(config, run->data->train_count());
 
   // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
   agree_or_stop(world, [&] {

@@ -124,6 +124,8 @@ class TrainingLoop {
     StepEvent event{epoch, step, progress_.global_step, steps_run_};
     observers_.step_begin(event);
     run_.optimizer.step = progress_.global_step + 1;  // one update per step, counted over the whole run
+    // A function of the global step alone: every rank, and a resumed run, computes the same float.
+    run_.optimizer.lr = run_.learning_rate->at_float(progress_.global_step);
     divergence_.begin_step(backend_, progress_.global_step);
     train_step(backend_, *run_.comm, run_.optimizer, run_.network.layout.total(), data.batch, times_,
                run_.overlap.get(), &divergence_);
