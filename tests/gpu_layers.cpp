@@ -276,6 +276,41 @@ BOOST_AUTO_TEST_CASE(relu_and_maxpool_match_cpu) {
   }
 }
 
+// avgpool's twins give the CPU's bits (the same sums in the same order, one product by the scale),
+// windowed and global, with the ReLU mask folded into the backward.
+BOOST_AUTO_TEST_CASE(avgpool_matches_cpu) {
+  std::mt19937 rng(23);
+  //                               C   H   W  wh ww stride
+  std::vector<cnn::AvgPoolShape> pools = {{3, 8, 8, 2, 2, 2}, {2, 11, 10, 3, 3, 2}, {3, 10, 9, 3, 3, 1}, {4, 7, 5, 7, 5, 1}};
+  pools.back().global = true;
+  for (const cnn::AvgPoolShape& p : pools) {
+    BOOST_TEST_CONTEXT("avgpool C=" << p.channels << " " << p.height << "x" << p.width << " window " << p.window_h
+                                    << "x" << p.window_w << " stride " << p.stride) {
+      const std::int64_t n = 5;
+      const auto x = uniform(rng, static_cast<std::size_t>(n * p.in_size()), -1.0f, 1.0f);
+      const auto go = uniform(rng, static_cast<std::size_t>(n * p.out_size()), -1.0f, 1.0f);
+      std::vector<float> y(static_cast<std::size_t>(n * p.out_size())), gx(x.size());
+      cnn::avgpool_forward(y.data(), x.data(), n, p);
+      cnn::avgpool_backward(gx.data(), go.data(), n, p);
+      auto d_x = to_device(x);
+      auto d_go = to_device(go);
+      auto d_y = poisoned<float>(static_cast<std::int64_t>(y.size()));
+      auto d_gx = poisoned<float>(static_cast<std::int64_t>(x.size()));
+      cnn::cuda::avgpool_forward(d_y.get(), d_x.get(), n, p, nullptr);
+      cnn::cuda::avgpool_backward(d_gx.get(), d_go.get(), n, p, nullptr);
+      BOOST_TEST(bitwise_equal(to_host(d_y), y), "avgpool_forward");
+      BOOST_TEST(bitwise_equal(to_host(d_gx), gx), "avgpool_backward");
+      std::vector<float> gx_masked = gx;
+      for (std::size_t i = 0; i < gx_masked.size(); ++i)
+        if (!(x[i] > 0.0f)) gx_masked[i] = 0.0f;
+      d_gx = poisoned<float>(static_cast<std::int64_t>(x.size()));
+      cnn::cuda::avgpool_backward_masked(d_gx.get(), d_go.get(), d_x.get(), n, p, nullptr);
+      BOOST_TEST(bitwise_equal(to_host(d_gx), gx_masked), "avgpool_backward_masked");
+    }
+  }
+
+}
+
 BOOST_AUTO_TEST_CASE(general_fc_matches_cpu) {
   std::mt19937 rng(31);
   for (auto [n, I, O] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{32, 1024, 64}, {7, 33, 5}, {200, 64, 10}}) {
@@ -505,6 +540,14 @@ void check_residual_network(const char* spec, cnn::TensorShape input, std::uint3
     BOOST_TEST(bitwise_equal(gpu.params, eager.params), "graph and eager runs differ");
     CHECK_REL(gpu.state, seq.state, kStepTolerance, "adam state");
   }
+}
+
+// Average pools (windowed, global, after folded ReLUs, in a block): the cuda plan, eager and unfused,
+// against seq.
+BOOST_AUTO_TEST_CASE(pooling_networks_match_seq) {
+  check_residual_network("conv3x3:8/p1 relu avgpool2 conv3x3:8/p1 relu avgpool fc:32 relu fc:10", {3, 16, 16}, 91);
+  check_residual_network("conv3x3:8/p1 relu res[conv3x3:8/p1 relu avgpool2] avgpool3/s1 fc:10", {3, 16, 16}, 92);
+  check_residual_network("avgpool2/s1 conv3x3:8 relu avgpool3/s2 fc:10", {1, 28, 28}, 93);
 }
 
 BOOST_AUTO_TEST_CASE(residual_networks_match_seq) {

@@ -344,3 +344,22 @@ BOOST_AUTO_TEST_CASE(residual_block_first_whose_body_starts_with_a_relu) {
   // Nothing before the block has parameters, and its body's first layer has none either.
   check_network_gradients("res[relu conv3x3:2/p1] relu fc:4", {2, 8, 8}, 27, GradientCheck{});
 }
+
+// ---- average pooling (avgpool<K>[/s<S>], the global avgpool)
+
+// No ReLU: smooth, tight tolerances. Overlapping 3x3 windows moved by 2 (pixels in several windows,
+// the last row and column in none), then the global pool of a non-square plane.
+BOOST_AUTO_TEST_CASE(avgpool_windows_and_global_without_kinks) {
+  GradientCheck tight;
+  tight.smooth = true;
+  tight.element_rel = 1e-2;
+  tight.view_rel = 2e-3;
+  check_network_gradients("conv3x3:3/p1 avgpool3/s2 conv3x3:4/p1 avgpool fc:4", {2, 8, 7}, 31, tight);
+}
+
+// After ReLUs (the pool's input gradient masked by the ReLU before it), inside a residual body, and first.
+BOOST_AUTO_TEST_CASE(avgpool_after_relus_in_a_block_and_first) {
+  check_network_gradients("conv3x3:3/p1 relu avgpool2 conv3x3:4/p1 relu avgpool fc:4", {2, 8, 8}, 32, GradientCheck{});
+  check_network_gradients("conv3x3:3/p1 relu res[conv3x3:4/p1 relu avgpool2] fc:4", {2, 8, 8}, 33, GradientCheck{});
+  check_network_gradients("avgpool2/s1 conv3x3:3 relu avgpool fc:4", {2, 7, 7}, 34, GradientCheck{});
+}

@@ -1,6 +1,6 @@
 // The layer ops of layer_ops.hpp and the CPU backend that runs them:
 //   1. finite-difference gradients of every layer type (conv multi-channel with stride 2 and
-//      padding 1, relu, maxpool with stride != size, fc) and of a whole network through the backend
+//      padding 1, relu, maxpool with stride != size, avgpool windowed and global, fc) and of a whole network through the backend
 //      (with flatten), and proof that the comparison fails on a gradient 5% off;
 //   2. seq vs threads for the cifar preset; the seed layer by layer vs its fused ops;
 //   3. one Adam step against a hand computation.
@@ -146,6 +146,40 @@ BOOST_AUTO_TEST_CASE(maxpool_overlapping_windows) {
   GradCheck check;
   for (std::size_t i = 0; i < in.size(); ++i) check.add(grad[i], numeric_derivative(loss, in[i], 1e-2f));
   BOOST_TEST(check.ok());
+}
+
+// avgpool: windows that overlap (3 moved by 2, pixels in several windows, the last column in none)
+// and the global pool of a non-square plane; finite differences, and the values by hand.
+BOOST_AUTO_TEST_CASE(avgpool_overlapping_windows_and_global) {
+  cnn::AvgPoolShape windows{2, 7, 6, 3, 3, 2};
+  cnn::AvgPoolShape global{2, 5, 3, 5, 3, 1};
+  global.global = true;
+  BOOST_REQUIRE(windows.out_h() == 3 && windows.out_w() == 2);
+  BOOST_REQUIRE(global.out_h() == 1 && global.out_w() == 1);
+  for (const cnn::AvgPoolShape& shape : {windows, global}) {
+    const std::int64_t n = 2;
+    std::vector<float> in = random_vector(static_cast<std::size_t>(n * shape.in_size()), 9, 1.0f);
+    const std::vector<float> probe = random_vector(static_cast<std::size_t>(n * shape.out_size()), 10, 1.0f);
+    std::vector<float> out(probe.size()), grad(in.size(), -1.0f);
+    auto loss = [&] {
+      cnn::avgpool_forward(out.data(), in.data(), n, shape);
+      return dot(out, probe);
+    };
+    loss();
+    cnn::avgpool_backward(grad.data(), probe.data(), n, shape);
+    GradCheck check;
+    for (std::size_t i = 0; i < in.size(); ++i) check.add(grad[i], numeric_derivative(loss, in[i], 1e-2f));
+    BOOST_TEST(check.ok(), "global " << shape.global << ": worst " << check.worst);
+    // The first output is the mean of its window; the last input column of the windowed case lies in
+    // no window (gradient 0), the first pixel in one (probe / 9).
+    double mean = 0.0;
+    for (int a = 0; a < shape.window_h; ++a)
+      for (int b = 0; b < shape.window_w; ++b) mean += in[static_cast<std::size_t>(a * shape.width + b)];
+    mean /= shape.window_h * shape.window_w;
+    BOOST_TEST(std::fabs(out[0] - mean) < 1e-6);
+    BOOST_TEST(std::fabs(grad[0] - probe[0] * shape.scale()) < 1e-7);
+    if (!shape.global) BOOST_TEST(grad[static_cast<std::size_t>(shape.width - 1)] == 0.0f);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(fc) {
