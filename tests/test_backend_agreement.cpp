@@ -96,13 +96,15 @@ BOOST_AUTO_TEST_CASE(an_empty_slice_gives_zero_gradients) {
 }
 
 // The layers of general networks (not the seed) through both CPU backends: `threads` against the
-// `seq` reference on one step's loss and every gradient, for specs holding the pooling layers where
-// they can stand (after ReLUs, in a residual body).
+// `seq` reference on one step's loss and every gradient, for specs holding the pooling and dropout
+// layers where they can stand (after ReLUs, in a residual body, after the features start).
 BOOST_AUTO_TEST_CASE(threads_agree_with_seq_on_networks_with_every_layer_kind) {
   const cnn::Dataset train = cnn::test::random_dataset(120, {3, 12, 12}, 24);
   const std::vector<std::int32_t> order = cnn::Sampler(5, train.count()).permutation(0);
   for (const char* spec : {"conv3x3:6/p1 relu avgpool2 conv3x3:8/p1 relu avgpool fc:10",
-                           "conv3x3:6 relu avgpool3/s2 res[conv3x3:6/p1 relu avgpool2] fc:16 relu fc:10"}) {
+                           "conv3x3:6 relu avgpool3/s2 res[conv3x3:6/p1 relu avgpool2] fc:16 relu fc:10",
+                           "conv3x3:6/p1 relu dropout:0.25 maxpool2 res[conv3x3:6/p1 dropout:0.5 relu] fc:16 relu "
+                           "dropout:0.5 fc:10"}) {
     const cnn::Network net = cnn::build_network(spec, 0, train.shape, 10);
     std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
     cnn::initialize_params(params.data(), net.layout, 8);
@@ -111,6 +113,7 @@ BOOST_AUTO_TEST_CASE(threads_agree_with_seq_on_networks_with_every_layer_kind) {
       options.kind = kind;
       options.threads = threads;
       auto backend = cnn::make_backend(options, net);
+      backend->set_step_randomness({3, 17, 5});  // dropout's masks of step 17, the global batch from index 5
       backend->bind_data(train, train);
       backend->upload_params(params);
       backend->begin_epoch(order);

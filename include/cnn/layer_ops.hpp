@@ -1,6 +1,6 @@
 // The layer operations of a general network (--model SPEC) on the CPU, over a batch of n samples in
 // NCHW layout. Each has a CUDA twin in kernels/layers/conv.cu, fc.cu, relu.cu and maxpool.cu, declared
-// (and avgpool.cu) in kernels/ops/layer_ops.hpp with the same name and argument order (namespace cnn::cuda, device
+// (and avgpool.cu, dropout.cu) in kernels/ops/layer_ops.hpp with the same name and argument order (namespace cnn::cuda, device
 // pointers, plus a trailing cudaStream_t).
 //
 // Same conventions as include/cnn/ops.hpp: backward functions ACCUMULATE (+=) into parameter
@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "cnn/dropout_mask.hpp"
 
 namespace cnn {
 
@@ -110,5 +112,15 @@ void avgpool_forward(float* out /*[n,C,OH,OW]*/, const float* in /*[n,C,H,W]*/, 
 // pixel gathers its own sum (no scatter), so the CUDA twin adds in the same order.
 void avgpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/, std::int64_t n,
                       const AvgPoolShape& shape);
+
+// Inverted dropout over n samples of `size` floats, the samples standing from origin.first_sample
+// of the global batch: out[s,e] = in[s,e] * dropout_factor(draw, origin.step_key, first_sample + s, e)
+// (0 or 1 / (1 - P); dropout_mask.hpp). out may equal in.
+void dropout_forward(float* out, const float* in, std::int64_t n, std::int64_t size, const DropoutDraw& draw,
+                     const MaskOrigin& origin);
+
+// grad_in = grad_out times the same factors. grad_in may equal grad_out.
+void dropout_backward(float* grad_in, const float* grad_out, std::int64_t n, std::int64_t size,
+                      const DropoutDraw& draw, const MaskOrigin& origin);
 
 }  // namespace cnn

@@ -2,7 +2,7 @@
 // same argument order, same semantics (backward ops ACCUMULATE into parameter gradients and
 // OVERWRITE activation gradients), device pointers, plus the stream to run on. Each returns once its
 // kernels are queued. Scratch for split reductions comes from the stream-ordered allocator, so the
-// twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu, avgpool.cu and
+// twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu, avgpool.cu, dropout.cu and
 // conv_relu_pool.cu (the conv + ReLU + pool one).
 //
 // Below the twins: the planned forms the cuda backend's layer ops (kernels/layers/conv.cu, fc.cu) launch inside its
@@ -45,6 +45,15 @@ void avgpool_forward(float* out /*[n,C,OH,OW]*/, const float* in /*[n,C,H,W]*/, 
                      const AvgPoolShape& shape, cudaStream_t stream);
 void avgpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/, std::int64_t n,
                       const AvgPoolShape& shape, cudaStream_t stream);
+// Dropout's twins read the MaskOrigin from device memory (`origin`, written by set_mask_origin), so a
+// captured step replays with the next step's masks.
+void dropout_forward(float* out, const float* in, std::int64_t n, std::int64_t size, const DropoutDraw& draw,
+                     const MaskOrigin* origin, cudaStream_t stream);
+void dropout_backward(float* grad_in, const float* grad_out, std::int64_t n, std::int64_t size,
+                      const DropoutDraw& draw, const MaskOrigin* origin, cudaStream_t stream);
+// *origin = value, in stream order (a one-thread kernel: its argument is copied at the launch, so the
+// host never waits and may overwrite `value` at once).
+void set_mask_origin(MaskOrigin* origin, const MaskOrigin& value, cudaStream_t stream);
 
 // ---- planned forms, for the cuda backend's layer ops ----------------------------------------------
 // The three products of a convolution or fully connected layer over a batch of n.

@@ -124,6 +124,9 @@ class TrainingLoop {
     StepEvent event{epoch, step, progress_.global_step, steps_run_};
     observers_.step_begin(event);
     run_.optimizer.step = progress_.global_step + 1;  // one update per step, counted over the whole run
+    // Dropout's masks: a pure function of (seed, global step, sample in the global batch), so a resume
+    // or another rank count draws the same ones.
+    backend_.set_step_randomness({config_.seed, progress_.global_step, data.batch.begin});
     divergence_.begin_step(backend_, progress_.global_step);
     train_step(backend_, *run_.comm, run_.optimizer, run_.network.layout.total(), data.batch, times_,
                run_.overlap.get(), &divergence_);
