@@ -2,6 +2,7 @@
 //   1. every CUDA kernel against its CPU twin (include/cnn/ops.hpp) on fresh random data;
 //   2. one whole training step of make_cuda_backend (the seed model's fused op,
 //      conv_relu_pool_fc_softmax) against `seq`: loss and every gradient; evaluation and its logits;
+//      dropout's masks (with avgpool) against seq's at successive steps;
 //   3. determinism: identical runs (graphs on, graphs on again, graphs off) give identical bits, and the
 //      overlapped step's fc-first backward gives the plain step's bits;
 //   4. (disabled unless named: --run_test=measure_epoch_time, measure_fc_first) ms per epoch at the
@@ -32,6 +33,7 @@
 #include "cnn/model.hpp"
 #include "cnn/ops.hpp"
 #include "cnn/optimizer.hpp"
+#include "cnn/network.hpp"
 #include "cnn/sampler.hpp"
 #include "kernels/ops/cuda_ops.hpp"
 #include "kernels/cuda/device_buffer.hpp"
@@ -558,6 +560,53 @@ std::unique_ptr<cnn::Backend> make_cuda(const cnn::SeedModel& m, bool graphs = t
 
 // A gradient passes when it is within kTolerance of seq, or, failing that, when it is at least as
 // close to the float64 result as seq's is (seq's own float32 rounding then dominates the difference).
+// Dropout's masks on the GPU are the CPU's: a network with avgpool and dropout, the same samples (a
+// slice standing at 30 in its global batch, as on a rank) at four global steps. Each step's gradient
+// matches seq's for that step, the steps differ from each other (the masks move with the step, also
+// when a captured graph replays the step), and the graph and eager runs agree bit for bit.
+BOOST_AUTO_TEST_CASE(dropout_masks_match_seq_at_every_step) {
+  const cnn::SeedModel m = seed_model(8);
+  const cnn::Network net =
+      cnn::build_network("conv3x3:8 relu avgpool2 dropout:0.25 fc:64 relu dropout:0.5 fc:10", 0, m.input, 10);
+  const RandomData data = random_data(m, 400, 100, 77);
+  std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
+  cnn::initialize_params(params.data(), net.layout, 9);
+  const auto permutation = cnn::Sampler(3, data.train.count()).permutation(0);
+  const auto steps = [&](cnn::BackendKind kind, bool graphs) {
+    cnn::BackendOptions options;
+    options.kind = kind;
+    options.cuda_graphs = graphs;
+    auto backend = kind == cnn::BackendKind::kCuda ? cnn::make_cuda_backend(options, net) : cnn::make_backend(options, net);
+    backend->bind_data(data.train, data.test);
+    backend->upload_params(params);
+    backend->begin_epoch(permutation);
+    std::vector<std::vector<float>> grads;
+    for (std::int64_t step = 0; step < 4; ++step) {
+      backend->set_step_randomness({21, step, 100});
+      backend->compute_gradients(130, 70);
+      backend->synchronize();
+      grads.push_back(kind == cnn::BackendKind::kCuda ? download_grads(*backend, net.layout.total())
+                                                       : std::vector<float>(backend->grads(),
+                                                                            backend->grads() + net.layout.total()));
+    }
+    return grads;
+  };
+  const auto seq = steps(cnn::BackendKind::kSeq, true);
+  const auto gpu = steps(cnn::BackendKind::kCuda, true);
+  const auto eager = steps(cnn::BackendKind::kCuda, false);
+  for (std::size_t step = 0; step < seq.size(); ++step) {
+    BOOST_TEST_CONTEXT("step " << step) {
+      for (const cnn::ParamView& view : net.layout.views()) {
+        const auto at = static_cast<std::size_t>(view.offset);
+        const double error = relative_error(gpu[step].data() + at, seq[step].data() + at, static_cast<std::size_t>(view.size));
+        BOOST_TEST(error <= kTolerance, view.name() << ": relative error " << error << " vs seq");
+      }
+      BOOST_TEST((gpu[step] == eager[step]), "graph and eager steps differ");
+      if (step > 0) BOOST_TEST((seq[step] != seq[step - 1]), "the masks did not change with the step");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
   for (int filters : {32, 64, 256}) {
     BOOST_TEST_CONTEXT("d=" << filters) {

@@ -279,6 +279,66 @@ BOOST_AUTO_TEST_CASE(relu_and_maxpool_match_cpu) {
   }
 }
 
+// avgpool's twins give the CPU's bits (the same sums in the same order, one product by the scale),
+// windowed and global, with the ReLU mask folded into the backward; dropout's draw the CPU's masks
+// from the MaskOrigin in device memory, for a slice that starts inside the global batch, and P = 0
+// copies every bit.
+BOOST_AUTO_TEST_CASE(avgpool_and_dropout_match_cpu) {
+  std::mt19937 rng(23);
+  //                               C   H   W  wh ww stride
+  std::vector<cnn::AvgPoolShape> pools = {{3, 8, 8, 2, 2, 2}, {2, 11, 10, 3, 3, 2}, {3, 10, 9, 3, 3, 1}, {4, 7, 5, 7, 5, 1}};
+  pools.back().global = true;
+  for (const cnn::AvgPoolShape& p : pools) {
+    BOOST_TEST_CONTEXT("avgpool C=" << p.channels << " " << p.height << "x" << p.width << " window " << p.window_h
+                                    << "x" << p.window_w << " stride " << p.stride) {
+      const std::int64_t n = 5;
+      const auto x = uniform(rng, static_cast<std::size_t>(n * p.in_size()), -1.0f, 1.0f);
+      const auto go = uniform(rng, static_cast<std::size_t>(n * p.out_size()), -1.0f, 1.0f);
+      std::vector<float> y(static_cast<std::size_t>(n * p.out_size())), gx(x.size());
+      cnn::avgpool_forward(y.data(), x.data(), n, p);
+      cnn::avgpool_backward(gx.data(), go.data(), n, p);
+      auto d_x = to_device(x);
+      auto d_go = to_device(go);
+      auto d_y = poisoned<float>(static_cast<std::int64_t>(y.size()));
+      auto d_gx = poisoned<float>(static_cast<std::int64_t>(x.size()));
+      cnn::cuda::avgpool_forward(d_y.get(), d_x.get(), n, p, nullptr);
+      cnn::cuda::avgpool_backward(d_gx.get(), d_go.get(), n, p, nullptr);
+      BOOST_TEST(bitwise_equal(to_host(d_y), y), "avgpool_forward");
+      BOOST_TEST(bitwise_equal(to_host(d_gx), gx), "avgpool_backward");
+      std::vector<float> gx_masked = gx;
+      for (std::size_t i = 0; i < gx_masked.size(); ++i)
+        if (!(x[i] > 0.0f)) gx_masked[i] = 0.0f;
+      d_gx = poisoned<float>(static_cast<std::int64_t>(x.size()));
+      cnn::cuda::avgpool_backward_masked(d_gx.get(), d_go.get(), d_x.get(), n, p, nullptr);
+      BOOST_TEST(bitwise_equal(to_host(d_gx), gx_masked), "avgpool_backward_masked");
+    }
+  }
+
+  for (const double rate : {0.0, 0.1, 0.5, 0.9}) {
+    BOOST_TEST_CONTEXT("dropout P=" << rate) {
+      const std::int64_t n = 7, size = 1031;
+      const auto x = uniform(rng, static_cast<std::size_t>(n * size), -1.0f, 1.0f);
+      const auto go = uniform(rng, x.size(), -1.0f, 1.0f);
+      const cnn::DropoutDraw draw = cnn::dropout_draw(rate, 3);
+      const cnn::MaskOrigin origin{cnn::dropout_step_key(5, 41), 19};
+      std::vector<float> y(x.size()), gx(x.size());
+      cnn::dropout_forward(y.data(), x.data(), n, size, draw, origin);
+      cnn::dropout_backward(gx.data(), go.data(), n, size, draw, origin);
+      DeviceBuffer<cnn::MaskOrigin> d_origin(1);
+      cnn::cuda::set_mask_origin(d_origin.get(), origin, nullptr);
+      auto d_x = to_device(x);
+      auto d_go = to_device(go);
+      auto d_y = poisoned<float>(static_cast<std::int64_t>(y.size()));
+      auto d_gx = poisoned<float>(static_cast<std::int64_t>(x.size()));
+      cnn::cuda::dropout_forward(d_y.get(), d_x.get(), n, size, draw, d_origin.get(), nullptr);
+      cnn::cuda::dropout_backward(d_gx.get(), d_go.get(), n, size, draw, d_origin.get(), nullptr);
+      BOOST_TEST(bitwise_equal(to_host(d_y), y), "dropout_forward");
+      BOOST_TEST(bitwise_equal(to_host(d_gx), gx), "dropout_backward");
+      if (rate == 0.0) BOOST_TEST(bitwise_equal(y, x), "dropout:0 keeps every bit");
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(general_fc_matches_cpu) {
   std::mt19937 rng(31);
   for (auto [n, I, O] : {std::tuple<std::int64_t, std::int64_t, std::int64_t>{32, 1024, 64}, {7, 33, 5}, {200, 64, 10}}) {
@@ -442,6 +502,7 @@ Run train(const std::string& kind, const cnn::Network& net, const RandomData& da
   std::int64_t first = 0;
   for (int step = 0; step < steps; ++step) {
     const std::int64_t count = step == steps - 1 && steps > 1 ? batch - 13 : batch;
+    backend->set_step_randomness({11, step, 0});  // dropout's masks: step `step`, samples numbered from 0
     backend->compute_gradients(first, count);
     first += count;
     if (step == steps - 1) {
@@ -591,6 +652,17 @@ void check_residual_network(const char* spec, cnn::TensorShape input, std::uint3
     BOOST_TEST(bitwise_equal(gpu.params, eager.params), "graph and eager runs differ");
     CHECK_REL(gpu.state, seq.state, kStepTolerance, "adam state");
   }
+}
+
+// Average pools (windowed, global, after folded ReLUs, in a block) and dropout (after a pool, after an
+// fc, first, in a block): the cuda plan, eager and unfused, against seq. The masks of each step come
+// from the MaskOrigin written before it, so a graph replay drops what seq drops at that step.
+BOOST_AUTO_TEST_CASE(pooling_and_dropout_networks_match_seq) {
+  check_residual_network("conv3x3:8/p1 relu avgpool2 dropout:0.25 conv3x3:8/p1 relu avgpool fc:32 relu dropout:0.5 fc:10",
+                         {3, 16, 16}, 91);
+  check_residual_network("conv3x3:8/p1 relu res[conv3x3:8/p1 dropout:0.3 relu avgpool2] avgpool3/s1 fc:10", {3, 16, 16},
+                         92);
+  check_residual_network("dropout:0.2 conv3x3:8 relu avgpool3/s2 fc:10", {1, 28, 28}, 93);
 }
 
 BOOST_AUTO_TEST_CASE(residual_networks_match_seq) {

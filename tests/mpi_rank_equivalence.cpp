@@ -13,6 +13,7 @@
 #include "boost_test.hpp"
 #include "cnn/config.hpp"
 #include "cnn/lr_schedule.hpp"
+#include "cnn/network.hpp"
 #include "cnn/sampler.hpp"
 #include "cnn/train_step.hpp"
 #include "test_util.hpp"
@@ -28,10 +29,11 @@ struct MpiFixture {
 };
 std::unique_ptr<cnn::MpiWorld> MpiFixture::world;
 
-// lr: the lr of each step (null: opt.lr throughout); label_smoothing: the training loss's.
+// lr: the lr of each step (null: opt.lr throughout); label_smoothing: the training loss's; spec: a
+// --model spec, or empty for the seed model at 16 filters.
 std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind, cnn::OptimizerSettings opt,
                                int steps, std::int64_t global_batch, const cnn::LearningRate* lr = nullptr,
-                               float label_smoothing = 0.0f) {
+                               float label_smoothing = 0.0f, const std::string& spec = "") {
   // Real images: on uniform-noise images with random labels, lr 0.1 is chaotic and one float-level
   // flip of a pool winner grows past 1e-5 within 20 steps; real data is what the contract is about.
   static const cnn::Dataset train = [] {
@@ -42,13 +44,14 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   cnn::SeedModel model;
   model.input = train.shape;
   model.filters = 16;
-  const cnn::ParamLayout layout = model.layout();
+  const cnn::Network net = spec.empty() ? cnn::seed_network(model) : cnn::build_network(spec, 0, train.shape, 10);
+  const cnn::ParamLayout& layout = net.layout;
   cnn::BackendOptions options;
   options.kind = cnn::parse_backend_kind(kind);
   options.threads = 2;
   options.optimizer = opt.kind;
   options.label_smoothing = label_smoothing;
-  auto backend = cnn::make_backend(options, cnn::seed_network(model));
+  auto backend = cnn::make_backend(options, net);
   backend->bind_data(train, train);
   std::vector<float> params(static_cast<std::size_t>(layout.total()));
   cnn::initialize_params(params.data(), layout, 17);
@@ -60,8 +63,9 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
     if (step % per_epoch == 0) backend->begin_epoch(sampler.permutation(step / per_epoch));
     opt.step = step + 1;
     if (lr != nullptr) opt.lr = lr->at_float(step);
-    cnn::train_step(*backend, comm, opt, layout.total(),
-                    cnn::global_batch_range(step % per_epoch, train.count(), global_batch), times);
+    const cnn::Range batch = cnn::global_batch_range(step % per_epoch, train.count(), global_batch);
+    backend->set_step_randomness({9, step, batch.begin});  // as the trainer does: dropout's masks
+    cnn::train_step(*backend, comm, opt, layout.total(), batch, times);
   }
   return backend->download_params();
 }
@@ -117,6 +121,27 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_a_schedule_and_regularisers,
     BOOST_TEST(error <= 1e-5, optimizer << ": " << comm.size() << " ranks vs 1 rank, rel err " << error);
     BOOST_TEST(error > 0.0);
   }
+}
+
+// Dropout's masks follow the samples, not the ranks: each sample keeps its index in the global batch
+// whatever slice it lands in, so N ranks drop what one rank drops (and average pooling sums alike).
+BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_dropout,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) { return fashion_present(); })) {
+  cnn::MpiCommunicator comm(*MpiFixture::world);
+  cnn::OptimizerSettings opt;
+  opt.kind = cnn::OptimizerKind::kMomentum;
+  opt.lr = 0.05f;
+  const std::string spec = "conv3x3:8 relu avgpool2 dropout:0.25 conv3x3:8 relu avgpool fc:32 relu dropout:0.5 fc:10";
+  const std::vector<float> distributed = train_steps(comm, "threads", opt, 12, 30, nullptr, 0.0f, spec);
+  cnn::test::LocalCommunicator alone;
+  const std::vector<float> reference = train_steps(alone, "seq", opt, 12, 30, nullptr, 0.0f, spec);
+  const double error = cnn::test::relative_error(distributed, reference);
+  BOOST_TEST_MESSAGE("dropout: ranks=" << comm.size() << " rel err " << error);
+  BOOST_TEST(error <= 1e-5, "dropout: " << comm.size() << " ranks vs 1 rank, rel err " << error);
+  // The masks are drawn at all: without the step's randomness the run differs.
+  BOOST_TEST(error < cnn::test::relative_error(train_steps(alone, "seq", opt, 12, 30, nullptr, 0.0f, "conv3x3:8 relu avgpool2 "
+                                                           "conv3x3:8 relu avgpool fc:32 relu fc:10"),
+                                               reference));
 }
 
 BOOST_AUTO_TEST_CASE(same_rank_count_twice_is_bitwise_identical,

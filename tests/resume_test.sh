@@ -3,7 +3,8 @@
 # of an epoch and resumed ends with a final checkpoint whose datasets are bitwise those of an
 # uninterrupted run; resumed on another rank count, within 1e-5; --resume auto skips a corrupt newest
 # file; refused and allowed changes of settings; a finished run is a no-op; a cosine schedule with the
-# regularisers resumes bitwise and refuses other --epochs; an older checkpoint still resumes.
+# regularisers resumes bitwise and refuses other --epochs; an older checkpoint still resumes; dropout's
+# masks resume too.
 # Usage: resume_test.sh BUILD_DIR SOURCE_DIR
 BUILD_DIR=$1
 SOURCE_DIR=$2
@@ -164,6 +165,22 @@ run_as steps1 "$CNN" "${SMALL[@]}" --lr-schedule step:1 --epochs 1 --out "$WORK/
 run_as steps "$CNN" "${SMALL[@]}" --lr-schedule step:1 --epochs 2 --out "$WORK/steps" --resume auto
 expect_rc steps 0
 expect_grep steps "$WORK/steps.out" "resume: epochs 1 -> 2"
+
+# Dropout (its masks a pure function of seed, global step and sample) and average pooling: stopped
+# mid-epoch, resumed, bitwise equal to an uninterrupted run; the model with dropout:0.5 is not that
+# with dropout:0.25 (the canonical spec keeps P).
+DROP=(--model "conv3x3:4/p1 relu dropout:0.25 avgpool2 fc:16 relu dropout:.5 fc:10")
+run_as dropref "$CNN" "${SMALL[@]}" "${DROP[@]}" --epochs 2 --out "$WORK/dropref"
+expect_rc dropref 0
+run_as drop1 env CNN_TEST_STOP_AFTER_STEPS=13 "$CNN" "${SMALL[@]}" "${DROP[@]}" --epochs 2 --out "$WORK/drop"
+expect_rc drop1 "$EXIT_STOPPED"
+run_as drop "$CNN" "${SMALL[@]}" "${DROP[@]}" --epochs 2 --out "$WORK/drop" --resume auto
+expect_rc drop 0
+same_bits "dropout mid-epoch resume" "$(latest "$WORK/dropref")" "$(latest "$WORK/drop")"
+run_as dropspec "$CNN" "${SMALL[@]}" --model "conv3x3:4/p1 relu dropout:0.5 avgpool2 fc:16 relu dropout:.5 fc:10" \
+  --epochs 2 --out "$WORK/dropspec" --resume "$(latest "$WORK/dropref")"
+expect_rc dropspec "$EXIT_USAGE"
+expect_grep dropspec "$WORK/dropspec.err" "model was 'conv3x3:4/p1 relu dropout:0.25 avgpool2 fc:16 relu dropout:0.5 fc:10'"
 
 # An existing run directory is refused without --resume (its logs are never overwritten).
 run_as again "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/ref"

@@ -208,6 +208,7 @@ struct GradientProbe {
         params(static_cast<std::size_t>(net.layout.total())),
         samples(data.count()) {
     backend->bind_data(data, data);
+    backend->set_step_randomness({seed, 3, 0});  // dropout's masks: those of step 3 of a run seeded `seed`
     cnn::initialize_params(params.data(), net.layout, seed);
     std::vector<std::int32_t> order(static_cast<std::size_t>(samples));
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int32_t>(i);
@@ -215,12 +216,19 @@ struct GradientProbe {
     backend->begin_epoch(order);
     backend->compute_gradients(0, samples);
     analytic.assign(backend->grads(), backend->grads() + net.layout.total());
+    backend->take_train_stats();
   }
 
+  // Evaluation's loss, or with training_loss the training step's, whose dropout layers drop (the same
+  // masks at every call: the step's randomness stays).
   double loss() {
     backend->upload_params(params);
-    return backend->evaluate(0, samples).loss_sum;
+    if (!training_loss) return backend->evaluate(0, samples).loss_sum;
+    backend->compute_gradients(0, samples);
+    return backend->take_train_stats().loss_sum;
   }
+
+  bool training_loss = false;
 
   std::unique_ptr<cnn::Backend> backend;
   std::vector<float> params;    // change a coordinate, then loss()
@@ -286,6 +294,7 @@ struct GradientCheck {
   bool smooth = false;        // no ReLU or max-pool: no kinks, one step of 1e-2 for every coordinate
   double element_rel = 2e-2;  // each coordinate: |analytic - numeric| <= rel * |numeric| + noise(h)
   double view_rel = 1e-2;     // each view: ||analytic - numeric|| / ||numeric|| over its checked coordinates
+  bool training_loss = false; // differentiate the training step's loss (dropout on), not evaluation's
 };
 
 // The finite-difference steps, largest first (least float noise), and the noise of a difference
@@ -308,6 +317,7 @@ void check_network_gradients(const std::string& spec, cnn::TensorShape shape, st
   cnn::BackendOptions options;
   options.kind = cnn::BackendKind::kSeq;
   GradientProbe probe(net, data, options, seed + 1);
+  probe.training_loss = check.training_loss;
   std::vector<float>& params = probe.params;
   const std::vector<float>& analytic = probe.analytic;
   auto loss = [&] { return probe.loss(); };
@@ -402,4 +412,41 @@ BOOST_AUTO_TEST_CASE(residual_bodies_starting_with_a_relu_or_holding_a_pool) {
 BOOST_AUTO_TEST_CASE(residual_block_first_whose_body_starts_with_a_relu) {
   // Nothing before the block has parameters, and its body's first layer has none either.
   check_network_gradients("res[relu conv3x3:2/p1] relu fc:4", {2, 8, 8}, 27, GradientCheck{});
+}
+
+// ---- average pooling (avgpool<K>[/s<S>], the global avgpool)
+
+// No ReLU: smooth, tight tolerances. Overlapping 3x3 windows moved by 2 (pixels in several windows,
+// the last row and column in none), then the global pool of a non-square plane.
+BOOST_AUTO_TEST_CASE(avgpool_windows_and_global_without_kinks) {
+  GradientCheck tight;
+  tight.smooth = true;
+  tight.element_rel = 1e-2;
+  tight.view_rel = 2e-3;
+  check_network_gradients("conv3x3:3/p1 avgpool3/s2 conv3x3:4/p1 avgpool fc:4", {2, 8, 7}, 31, tight);
+}
+
+// After ReLUs (the pool's input gradient masked by the ReLU before it), inside a residual body, and first.
+BOOST_AUTO_TEST_CASE(avgpool_after_relus_in_a_block_and_first) {
+  check_network_gradients("conv3x3:3/p1 relu avgpool2 conv3x3:4/p1 relu avgpool fc:4", {2, 8, 8}, 32, GradientCheck{});
+  check_network_gradients("conv3x3:3/p1 relu res[conv3x3:4/p1 relu avgpool2] fc:4", {2, 8, 8}, 33, GradientCheck{});
+  check_network_gradients("avgpool2/s1 conv3x3:3 relu avgpool fc:4", {2, 7, 7}, 34, GradientCheck{});
+}
+
+// ---- dropout (dropout:<P>), through the training step's loss: its masks stay fixed within a step, so
+// the loss is differentiable there (evaluation, with dropout off, would be another function).
+
+BOOST_AUTO_TEST_CASE(dropout_after_pools_and_fc_layers_and_in_a_block) {
+  GradientCheck dropping;
+  dropping.training_loss = true;
+  check_network_gradients("conv3x3:3/p1 relu dropout:0.3 avgpool2 conv3x3:4/p1 relu fc:8 relu dropout:0.5 fc:4",
+                          {2, 8, 8}, 41, dropping);
+  // The block's ReLU-free body keeps the kinks to conv1's ReLU (a ReLU in the body, after the scaled
+  // values, puts most of conv1's coordinates at a kink for a step of this size).
+  check_network_gradients("conv3x3:3/p1 relu res[conv3x3:3/p1 dropout:0.25] dropout:0.4 fc:4", {2, 6, 6}, 42, dropping);
+  // No ReLU: smooth.
+  dropping.smooth = true;
+  dropping.element_rel = 1e-2;
+  dropping.view_rel = 2e-3;
+  check_network_gradients("dropout:0.2 conv3x3:3/p1 dropout:0.5 avgpool fc:4", {2, 6, 6}, 43, dropping);
 }

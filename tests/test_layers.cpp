@@ -1,6 +1,6 @@
 // The layer ops of layer_ops.hpp and the CPU backend that runs them:
 //   1. finite-difference gradients of every layer type (conv multi-channel with stride 2 and
-//      padding 1, relu, maxpool with stride != size, fc) and of a whole network through the backend
+//      padding 1, relu, maxpool with stride != size, avgpool windowed and global, dropout, fc) and of a whole network through the backend
 //      (with flatten), and proof that the comparison fails on a gradient 5% off;
 //   2. seq vs threads for the cifar preset; the seed layer by layer vs its fused ops;
 //   3. one Adam step against a hand computation.
@@ -148,6 +148,88 @@ BOOST_AUTO_TEST_CASE(maxpool_overlapping_windows) {
   BOOST_TEST(check.ok());
 }
 
+// avgpool: windows that overlap (3 moved by 2, pixels in several windows, the last column in none)
+// and the global pool of a non-square plane; finite differences, and the values by hand.
+BOOST_AUTO_TEST_CASE(avgpool_overlapping_windows_and_global) {
+  cnn::AvgPoolShape windows{2, 7, 6, 3, 3, 2};
+  cnn::AvgPoolShape global{2, 5, 3, 5, 3, 1};
+  global.global = true;
+  BOOST_REQUIRE(windows.out_h() == 3 && windows.out_w() == 2);
+  BOOST_REQUIRE(global.out_h() == 1 && global.out_w() == 1);
+  for (const cnn::AvgPoolShape& shape : {windows, global}) {
+    const std::int64_t n = 2;
+    std::vector<float> in = random_vector(static_cast<std::size_t>(n * shape.in_size()), 9, 1.0f);
+    const std::vector<float> probe = random_vector(static_cast<std::size_t>(n * shape.out_size()), 10, 1.0f);
+    std::vector<float> out(probe.size()), grad(in.size(), -1.0f);
+    auto loss = [&] {
+      cnn::avgpool_forward(out.data(), in.data(), n, shape);
+      return dot(out, probe);
+    };
+    loss();
+    cnn::avgpool_backward(grad.data(), probe.data(), n, shape);
+    GradCheck check;
+    for (std::size_t i = 0; i < in.size(); ++i) check.add(grad[i], numeric_derivative(loss, in[i], 1e-2f));
+    BOOST_TEST(check.ok(), "global " << shape.global << ": worst " << check.worst);
+    // The first output is the mean of its window; the last input column of the windowed case lies in
+    // no window (gradient 0), the first pixel in one (probe / 9).
+    double mean = 0.0;
+    for (int a = 0; a < shape.window_h; ++a)
+      for (int b = 0; b < shape.window_w; ++b) mean += in[static_cast<std::size_t>(a * shape.width + b)];
+    mean /= shape.window_h * shape.window_w;
+    BOOST_TEST(std::fabs(out[0] - mean) < 1e-6);
+    BOOST_TEST(std::fabs(grad[0] - probe[0] * shape.scale()) < 1e-7);
+    if (!shape.global) BOOST_TEST(grad[static_cast<std::size_t>(shape.width - 1)] == 0.0f);
+  }
+}
+
+// dropout: inverted (kept values times 1 / (1 - P), the rest 0), about P of the elements dropped, the
+// backward through the same factors; the mask a pure function of (step key, sample, layer, element):
+// a slice that starts at sample 3 draws what the whole batch draws for sample 3, and another step,
+// sample or layer draws another mask. P = 0 changes no bit.
+BOOST_AUTO_TEST_CASE(dropout_masks_scale_and_gradient) {
+  const std::int64_t n = 6, size = 500;
+  const std::vector<float> in = random_vector(static_cast<std::size_t>(n * size), 11, 1.0f);
+  const std::vector<float> probe = random_vector(in.size(), 12, 1.0f);
+  const cnn::DropoutDraw draw = cnn::dropout_draw(0.3, 4);
+  const cnn::MaskOrigin origin{cnn::dropout_step_key(7, 12), 0};
+  std::vector<float> out(in.size()), grad(in.size());
+  cnn::dropout_forward(out.data(), in.data(), n, size, draw, origin);
+  cnn::dropout_backward(grad.data(), probe.data(), n, size, draw, origin);
+  std::int64_t dropped = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const bool kept = out[i] != 0.0f;
+    dropped += kept ? 0 : 1;
+    if (kept) BOOST_TEST(out[i] == in[i] * draw.scale);
+    BOOST_TEST(grad[i] == (kept ? probe[i] * draw.scale : 0.0f));
+  }
+  BOOST_TEST(draw.scale == static_cast<float>(1.0 / 0.7));
+  // 3000 elements at P = 0.3: 900 expected, standard deviation 25.
+  BOOST_TEST(dropped > 800);
+  BOOST_TEST(dropped < 1000);
+
+  // Samples 3..5 as a slice of their own, standing at 3.
+  std::vector<float> part(static_cast<std::size_t>(3 * size));
+  cnn::dropout_forward(part.data(), in.data() + 3 * size, 3, size, draw, {origin.step_key, 3});
+  BOOST_TEST(std::equal(part.begin(), part.end(), out.begin() + 3 * size));
+  // Samples 0 and 1 of the same step differ; the same sample at another step or in another layer too.
+  const auto mask_of = [&](const cnn::DropoutDraw& d, const cnn::MaskOrigin& o) {
+    std::vector<float> ones(static_cast<std::size_t>(size), 1.0f), mask(ones.size());
+    cnn::dropout_forward(mask.data(), ones.data(), 1, size, d, o);
+    return mask;
+  };
+  const std::vector<float> base = mask_of(draw, origin);
+  BOOST_TEST((base == mask_of(draw, origin)));
+  BOOST_TEST((base != mask_of(draw, {origin.step_key, 1})));
+  BOOST_TEST((base != mask_of(draw, {cnn::dropout_step_key(7, 13), 0})));
+  BOOST_TEST((base != mask_of(draw, {cnn::dropout_step_key(8, 12), 0})));
+  BOOST_TEST((base != mask_of(cnn::dropout_draw(0.3, 5), origin)));
+
+  // P = 0: every bit kept.
+  const cnn::DropoutDraw none = cnn::dropout_draw(0.0, 4);
+  cnn::dropout_forward(out.data(), in.data(), n, size, none, origin);
+  BOOST_TEST((out == in));
+}
+
 BOOST_AUTO_TEST_CASE(fc) {
   const std::int64_t n = 3, inputs = 7, outputs = 5;
   std::vector<float> in = random_vector(static_cast<std::size_t>(n * inputs), 9, 1.0f);
@@ -275,6 +357,40 @@ BOOST_AUTO_TEST_CASE(cifar_preset_threads_agree_with_seq) {
   const std::vector<float> again = step_gradients(cnn::make_backend(options, net), data, params, 150, &stats);
   const std::vector<float> once = step_gradients(cnn::make_backend(options, net), data, params, 150, &stats);
   BOOST_TEST((again == once));
+}
+
+// dropout:0 changes no bit: a network with it gives the gradients and losses of the network without
+// it (the same parameters), on both CPU backends; dropout:0.5 does change them (its masks are drawn),
+// and evaluation, where dropout is off, gives the same loss with or without it.
+BOOST_AUTO_TEST_CASE(dropout_zero_is_bitwise_no_layer) {
+  const cnn::Dataset data = cnn::test::random_dataset(80, {1, 12, 12}, 31);
+  const cnn::Network plain = cnn::build_network("conv3x3:4 relu maxpool2 fc:16 relu fc:10", 0, data.shape, 10);
+  const cnn::Network zero =
+      cnn::build_network("dropout:0 conv3x3:4 relu maxpool2 dropout:0.0 fc:16 relu dropout:0 fc:10", 0, data.shape, 10);
+  const cnn::Network half = cnn::build_network("conv3x3:4 relu maxpool2 fc:16 relu dropout:0.5 fc:10", 0, data.shape, 10);
+  BOOST_TEST(zero.spec == "dropout:0 conv3x3:4 relu maxpool2 dropout:0 fc:16 relu dropout:0 fc:10");
+  BOOST_REQUIRE(zero.layout.total() == plain.layout.total());
+  std::vector<float> params(static_cast<std::size_t>(plain.layout.total()));
+  cnn::initialize_params(params.data(), plain.layout, 6);
+  for (const cnn::BackendKind kind : {cnn::BackendKind::kSeq, cnn::BackendKind::kThreads}) {
+    cnn::BackendOptions options;
+    options.kind = kind;
+    options.threads = 2;
+    cnn::BatchStats plain_stats, zero_stats, half_stats;
+    const std::vector<float> a = step_gradients(cnn::make_backend(options, plain), data, params, 80, &plain_stats);
+    const std::vector<float> b = step_gradients(cnn::make_backend(options, zero), data, params, 80, &zero_stats);
+    const std::vector<float> c = step_gradients(cnn::make_backend(options, half), data, params, 80, &half_stats);
+    BOOST_TEST((a == b));
+    BOOST_TEST(plain_stats.loss_sum == zero_stats.loss_sum);
+    BOOST_TEST((a != c));
+    auto evaluated = [&](const cnn::Network& net) {
+      auto backend = cnn::make_backend(options, net);
+      backend->bind_data(data, data);
+      backend->upload_params(params);
+      return backend->evaluate(0, data.count()).loss_sum;
+    };
+    BOOST_TEST(evaluated(plain) == evaluated(half));
+  }
 }
 
 // The seed model layer by layer (`seq`, the reference plan) against its fused conv_relu_pool op (the

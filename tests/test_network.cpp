@@ -83,6 +83,36 @@ BOOST_AUTO_TEST_CASE(spec_options_and_canonical_form) {
   BOOST_TEST(build_network("fc:10", 0, kFashion, 10).layout.total() == 7850);
 }
 
+// avgpool (global: C x 1 x 1, whatever the plane), avgpool<K>[/s<S>] (maxpool's sizes) and
+// dropout:<P> (the shape kept; P printed back shortest), and where they may stand.
+BOOST_AUTO_TEST_CASE(pooling_and_dropout_tokens) {
+  const Network net = build_network("conv3x3:8 avgpool3/s2 dropout:0.50 avgpool2/s2 relu avgpool dropout:.125 fc:10", 0,
+                                    {3, 32, 30}, 10);
+  BOOST_TEST(net.spec == "conv3x3:8 avgpool3/s2 dropout:0.5 avgpool2 relu avgpool dropout:0.125 fc:10");
+  BOOST_TEST(cnn::shape_text(net.layers[1].out) == "8x14x13");  // (30 - 3) / 2 + 1, (28 - 3) / 2 + 1
+  BOOST_TEST(cnn::shape_text(net.layers[2].out) == "8x14x13");
+  BOOST_TEST(cnn::shape_text(net.layers[3].out) == "8x7x6");
+  BOOST_TEST(cnn::shape_text(net.layers[5].out) == "8x1x1");
+  BOOST_TEST(net.layers[5].avg_pool.global);
+  BOOST_TEST(net.layers[5].avg_pool.window_h == 7);
+  BOOST_TEST(net.layers[5].avg_pool.window_w == 6);
+  BOOST_TEST(net.layers[2].dropout == 0.5);
+  BOOST_TEST(std::string(cnn::layer_kind_name(net.layers[1].kind)) == "avgpool");
+  BOOST_TEST(std::string(cnn::layer_kind_name(net.layers[2].kind)) == "dropout");
+  BOOST_TEST(net.layout.find("fc.weight").shape[1] == 8);  // the global pool's 8 features
+  BOOST_TEST(names(net) == "conv1.weight conv1.bias fc.weight fc.bias");
+  // The canonical spec builds the same network; a global pool of a 7x7 map is not avgpool7.
+  BOOST_TEST(build_network(net.spec, 0, {3, 32, 30}, 10).spec == net.spec);
+  BOOST_TEST(build_network("avgpool28 fc:10", 0, kFashion, 10).spec == "avgpool28 fc:10");
+  BOOST_TEST(build_network("avgpool fc:10", 0, kFashion, 10).spec == "avgpool fc:10");
+  BOOST_TEST(build_network("dropout:0.1 fc:10", 0, kFashion, 10).spec == "dropout:0.1 fc:10");
+  BOOST_TEST(build_network("dropout:0.3333333333333333 fc:10", 0, kFashion, 10).spec == "dropout:0.3333333333333333 fc:10");
+  // Dropout stands anywhere: after the features start, and inside a block.
+  BOOST_TEST(build_network("fc:32 relu dropout:0.5 fc:10", 0, kFashion, 10).spec == "fc:32 relu dropout:0.5 fc:10");
+  BOOST_TEST(build_network("conv3x3:4/p1 res[conv3x3:4/p1 dropout:0.2 relu avgpool2] fc:10", 0, kFashion, 10).spec ==
+             "conv3x3:4/p1 res[conv3x3:4/p1 dropout:0.2 relu avgpool2] fc:10");
+}
+
 BOOST_AUTO_TEST_CASE(bad_specs_name_the_token) {
   struct Case {
     std::string spec, expected;
@@ -104,6 +134,22 @@ BOOST_AUTO_TEST_CASE(bad_specs_name_the_token) {
       {"conv3x3:8 fc:x", "token 2 'fc:x': fc:<N> needs a whole number N"},
       {"fc:0 fc:10", "token 1 'fc:0': fc needs at least 1 output"},
       {"conv3x3:99999999999 fc:10", "token 1 'conv3x3:99999999999'"},
+      {"avgpool0 fc:10", "token 1 'avgpool0': the window size must be at least 1"},
+      {"avgpool2/s0 fc:10", "token 1 'avgpool2/s0': the stride must be at least 1"},
+      {"avgpoolx fc:10", "token 1 'avgpoolx': avgpool takes a window size or nothing"},
+      {"avgpool2/p1 fc:10", "token 1 'avgpool2/p1': unexpected '/p'"},
+      {"avgpool29 fc:10", "token 1 'avgpool29': a 29x29 window does not fit its 1x28x28 input"},
+      {"fc:8 avgpool fc:10", "token 2 'avgpool': an avgpool needs C x H x W input"},
+      {"dropout:1 fc:10", "token 1 'dropout:1': the drop probability must be below 1"},
+      {"dropout:1.5 fc:10", "token 1 'dropout:1.5': the drop probability must be below 1"},
+      {"dropout:x fc:10", "token 1 'dropout:x': the drop probability must be a number in [0, 1)"},
+      {"dropout:-0.1 fc:10", "token 1 'dropout:-0.1': the drop probability must be a number"},
+      {"dropout:0.5x fc:10", "token 1 'dropout:0.5x': the drop probability must be a number"},
+      {"dropout:1e-1 fc:10", "token 1 'dropout:1e-1': the drop probability must be a number"},
+      {"dropout:. fc:10", "token 1 'dropout:.': the drop probability must be a number"},
+      {"dropout: fc:10", "token 1 'dropout:': the drop probability must be a number"},
+      {"dropout fc:10", "token 1 'dropout': dropout needs its drop probability"},
+      {"dropout0.5 fc:10", "token 1 'dropout0.5': dropout needs its drop probability"},
       {"", "no layers"},
   };
   for (const Case& c : cases) {

@@ -10,6 +10,7 @@
 
 #include "cnn/choices.hpp"
 #include "cnn/dataset.hpp"
+#include "cnn/dropout_mask.hpp"
 #include "cnn/gradient_ready.hpp"
 #include "cnn/network.hpp"
 #include "cnn/optimizer.hpp"
@@ -46,9 +47,25 @@ struct DeviceQueue {
   std::int64_t floats = 0;        // of params() and grads(): what a communicator must be able to reduce
 };
 
+// The randomness of the training steps that follow: dropout's masks (dropout_mask.hpp) are drawn
+// from the run's seed, the global step, and each sample's index in the global batch, which is its
+// index into the epoch's order (compute_gradients' `first` onwards) minus batch_begin, where the
+// global batch begins there. So a rank's slice draws what the same samples draw on one rank.
+struct StepRandomness {
+  std::uint64_t seed = 0;
+  std::int64_t global_step = 0;
+  std::int64_t batch_begin = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Set by the trainer before each step's compute_gradients (the default: seed 0, step 0, batch at 0).
+  void set_step_randomness(const StepRandomness& randomness) {
+    randomness_ = randomness;
+    step_key_ = dropout_step_key(randomness.seed, randomness.global_step);
+  }
 
   virtual std::string name() const = 0;
   // What the backend runs on, for the start-up line ("2 threads", "NVIDIA H100 80GB HBM3 (GPU 0)").
@@ -126,6 +143,14 @@ class Backend {
   // Seconds per phase (data, h2d, forward, backward, update) since the last call. The cuda backend
   // measures with CUDA events, so reading it synchronises.
   virtual PhaseTimes take_phase_times() { return {}; }
+
+ protected:
+  // Where the samples from index `first` of the epoch's order on stand in the current step.
+  MaskOrigin mask_origin(std::int64_t first) const { return MaskOrigin{step_key_, first - randomness_.batch_begin}; }
+
+ private:
+  StepRandomness randomness_;
+  std::uint64_t step_key_ = dropout_step_key(0, 0);
 };
 
 enum class BackendKind { kSeq, kThreads, kCuda };

@@ -1,6 +1,6 @@
 // The layer operations of a general network (--model SPEC) on the CPU, over a batch of n samples in
 // NCHW layout. Each has a CUDA twin in kernels/layers/conv.cu, fc.cu, relu.cu and maxpool.cu, declared
-// in kernels/ops/layer_ops.hpp with the same name and argument order (namespace cnn::cuda, device
+// (and avgpool.cu, dropout.cu) in kernels/ops/layer_ops.hpp with the same name and argument order (namespace cnn::cuda, device
 // pointers, plus a trailing cudaStream_t).
 //
 // Same conventions as include/cnn/ops.hpp: backward functions ACCUMULATE (+=) into parameter
@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "cnn/dropout_mask.hpp"
 
 namespace cnn {
 
@@ -79,5 +81,46 @@ void maxpool_forward(float* out /*[n,C,OH,OW]*/, std::int32_t* argmax /*[n,C,OH,
 // Overwrites all of grad_in.
 void maxpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/,
                       const std::int32_t* argmax /*[n,C,OH,OW]*/, std::int64_t n, const PoolShape& shape);
+
+// An average pool: windows of window_h x window_w moved by `stride`, no padding, windows that would
+// cross the border dropped (maxpool's rule). avgpool<K>[/s<S>] is K x K at stride S; the global
+// avgpool is one window of the whole H x W plane (stride 1), so its output is C x 1 x 1.
+struct AvgPoolShape {
+  int channels = 0;
+  int height = 0;
+  int width = 0;
+  int window_h = 2;
+  int window_w = 2;
+  int stride = 2;
+  bool global = false;  // the token was avgpool alone: the window is the whole plane, whatever its size
+
+  int out_h() const { return (height - window_h) / stride + 1; }
+  int out_w() const { return (width - window_w) / stride + 1; }
+  // 1 / (window_h * window_w): each window's sum is multiplied by it, each window's gradient too.
+  float scale() const { return 1.0f / static_cast<float>(window_h * window_w); }
+  std::int64_t in_size() const { return static_cast<std::int64_t>(channels) * height * width; }
+  std::int64_t out_size() const { return static_cast<std::int64_t>(channels) * out_h() * out_w(); }
+};
+
+//   out[s,c,py,px] = (sum over the window (py*stride + a, px*stride + b), a < window_h, b < window_w,
+//                     in row-major order) * scale()
+void avgpool_forward(float* out /*[n,C,OH,OW]*/, const float* in /*[n,C,H,W]*/, std::int64_t n,
+                     const AvgPoolShape& shape);
+
+// grad_in[s,c,h,w] = (sum over the windows (py, px) that hold (h,w), in row-major (py, px) order, of
+// grad_out[s,c,py,px]) * scale(); zero for pixels no window covers. Overwrites all of grad_in. Each
+// pixel gathers its own sum (no scatter), so the CUDA twin adds in the same order.
+void avgpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/, std::int64_t n,
+                      const AvgPoolShape& shape);
+
+// Inverted dropout over n samples of `size` floats, the samples standing from origin.first_sample
+// of the global batch: out[s,e] = in[s,e] * dropout_factor(draw, origin.step_key, first_sample + s, e)
+// (0 or 1 / (1 - P); dropout_mask.hpp). out may equal in.
+void dropout_forward(float* out, const float* in, std::int64_t n, std::int64_t size, const DropoutDraw& draw,
+                     const MaskOrigin& origin);
+
+// grad_in = grad_out times the same factors. grad_in may equal grad_out.
+void dropout_backward(float* grad_in, const float* grad_out, std::int64_t n, std::int64_t size,
+                      const DropoutDraw& draw, const MaskOrigin& origin);
 
 }  // namespace cnn

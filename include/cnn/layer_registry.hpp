@@ -21,11 +21,12 @@ namespace cnn {
 // One token as parsed, before shapes are known (what the kinds' parse functions fill in).
 struct LayerToken {
   int kernel = 0, filters = 0, stride = 1, pad = 0, fc_out = 0;
+  double rate = 0.0;  // dropout:<P>
 };
 
 // Where a kind may stand relative to the first flatten or fc (after which inputs are features).
 enum class LayerInput {
-  kAny,             // relu: either
+  kAny,             // relu, dropout: either
   kSpatial,         // conv, maxpool: C x H x W only; after a flatten or fc the spec is refused
   kFlat,            // fc: features; the builder adds the implicit flatten before the first one
   kFlatOnce,        // flatten: makes features; once flat, a further flatten token is a no-op and dropped

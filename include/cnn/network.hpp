@@ -4,11 +4,14 @@
 //   conv<K>x<K>:<F>[/s<S>][/p<P>]   convolution, K x K kernel, F filters, stride S (1), zero padding P (0)
 //   relu                            max(0, x)
 //   maxpool<K>[/s<S>]               max-pool over K x K windows, stride S (default K)
+//   avgpool                         global average pool: C x H x W -> C x 1 x 1
+//   avgpool<K>[/s<S>]               average pool over K x K windows, stride S (default K)
+//   dropout:<P>                     inverted dropout, drop probability P in [0, 1); off in evaluation
 //   flatten                         C x H x W -> C*H*W features (implicit before the first fc)
 //   fc:<N>                          fully connected, N outputs
 //   res[<layers>]                   a residual block: out = layers(x) + shortcut(x), where the shortcut is
 //                                   the identity, or a 1x1 conv (stride to match) when the layers change
-//                                   the shape; the layers are conv, relu and maxpool
+//                                   the shape; the layers are conv, relu, maxpool, avgpool and dropout
 // The last layer must be fc:<classes>; softmax cross-entropy follows it. Presets:
 //   seed  = conv3x3:D relu maxpool2 fc:<classes>   (D = --filters; the default)
 //   cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10
@@ -48,6 +51,8 @@ struct Layer {
   TensorShape out;
   ConvShape conv;                     // kConv only
   PoolShape pool;                     // kMaxPool only
+  AvgPoolShape avg_pool;              // kAvgPool only
+  double dropout = 0.0;               // kDropout only: the drop probability P, 0 <= P < 1
   int fc_out = 0;                     // kFc only (its in-features are in.size())
   std::string name;                   // parameter layer name ("conv2", "fc", "fc1"); empty without parameters
   std::int64_t weight_offset = -1;    // into the flat parameter buffer; -1 without parameters

@@ -5,10 +5,17 @@
 
 #include <cstdint>
 
+// Host and device alike: the dropout kernels draw their masks with mix64 (dropout_mask.hpp).
+#ifdef __CUDACC__
+#define CNN_HOST_DEVICE __host__ __device__
+#else
+#define CNN_HOST_DEVICE
+#endif
+
 namespace cnn {
 
 // The 64-bit finaliser of MurmurHash3 (also SplitMix64's output mix): a bijection with full avalanche.
-inline std::uint64_t mix64(std::uint64_t x) {
+CNN_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
   x ^= x >> 33;
@@ -18,7 +25,7 @@ inline std::uint64_t mix64(std::uint64_t x) {
 }
 
 // Distinct purposes (sampling, initialisation) get independent streams from one user seed.
-enum class Stream : std::uint64_t { kSampler = 1, kInit = 2 };
+enum class Stream : std::uint64_t { kSampler = 1, kInit = 2, kDropout = 3 };
 
 inline std::uint64_t stream_key(std::uint64_t seed, Stream stream, std::uint64_t sub) {
   return mix64(mix64(seed ^ 0x9e3779b97f4a7c15ULL) + mix64(static_cast<std::uint64_t>(stream)) * 3 +

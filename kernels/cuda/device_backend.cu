@@ -8,6 +8,7 @@
 #include "cnn/errors.hpp"
 #include "cuda/cuda_check.hpp"
 #include "ops/cuda_ops.hpp"
+#include "ops/layer_ops.hpp"
 #include "cuda/launch.hpp"
 
 namespace cnn::cuda {
@@ -23,6 +24,13 @@ int pick_device(int local_rank) {
     throw Error(ExitCode::kFailure, "the cuda backend found no usable CUDA device on " + where_am_i() +
                                         " HINT: check CUDA_VISIBLE_DEVICES and nvidia-smi, or use --backend threads");
   return local_rank % count;
+}
+
+// Whether any layer, inside blocks too, is of `kind`.
+bool has_layer_kind(const std::vector<Layer>& layers, LayerKind kind) {
+  for (const Layer& layer : layers)
+    if (layer.kind == kind || has_layer_kind(layer.body, kind) || has_layer_kind(layer.shortcut, kind)) return true;
+  return false;
 }
 
 }  // namespace
@@ -60,6 +68,9 @@ DeviceBackend::DeviceBackend(const BackendOptions& options, const Network& netwo
   if (optimizer_state_.size() > 0)
     CNN_CHECK_CUDA(cudaMemsetAsync(optimizer_state_.get(), 0, optimizer_state_.bytes(), stream_));
 
+  draws_masks_ = has_layer_kind(network.layers, LayerKind::kDropout);
+  mask_origin_.resize(1);
+  CNN_CHECK_CUDA(cudaMemsetAsync(mask_origin_.get(), 0, mask_origin_.bytes(), stream_));
   loss_sums_.resize(2);
   correct_counts_.resize(2);
   loss_readback_.resize(1);
@@ -139,6 +150,7 @@ void DeviceBackend::enqueue_train_step(std::int64_t n, const std::int32_t* indic
   batch.loss_sum = loss_sums_.get() + kTrainSlot;
   batch.correct = correct_counts_.get() + kTrainSlot;
   batch.label_smoothing = label_smoothing_;
+  batch.mask_origin = mask_origin_.get();
   enqueue_step(batch, timed, listener);
 }
 
@@ -149,6 +161,7 @@ void DeviceBackend::compute_gradients(std::int64_t first, std::int64_t count) {
     return;
   }
   ensure_batch_capacity(count);
+  if (draws_masks_) set_mask_origin(mask_origin_.get(), mask_origin(first), stream_);  // before the step (graph)
   graphs_.run(count, batch_indices_.get(), data_.order.get() + first, false, stream_, *timer_,
               [&](const std::int32_t* indices, bool timed) { enqueue_train_step(count, indices, timed, nullptr); });
   train_samples_ += count;
@@ -163,6 +176,7 @@ void DeviceBackend::compute_gradients_overlapped(std::int64_t first, std::int64_
   }
   check_train_range(first, count);
   ensure_batch_capacity(count);
+  if (draws_masks_) set_mask_origin(mask_origin_.get(), mask_origin(first), stream_);
   overlapped_graphs_.set_generation(listener.generation());
   // Eager: the first step of an epoch or of a batch size (timed phase by phase, and its communication
   // by the communicator's events), or every step with graphs off.

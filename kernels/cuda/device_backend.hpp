@@ -40,6 +40,7 @@ struct DeviceBatch {
   std::int64_t* correct = nullptr;        // [1]: and its correct count here
   float* logits = nullptr;                // evaluation, when set: [n, classes], the loss op copies the logits here
   float label_smoothing = 0.0f;           // of the loss: --label-smoothing in a training step, 0 in evaluation
+  const MaskOrigin* mask_origin = nullptr; // training: [1], the step's (dropout_mask.hpp); null in evaluation
 };
 
 class DeviceBackend : public Backend {
@@ -132,6 +133,10 @@ class DeviceBackend : public Backend {
   DeviceDataset data_;
   // The training step's copy of its slice of the epoch's order (the graphs' index copy writes it).
   DeviceBuffer<std::int32_t> batch_indices_;
+  // Where this step's samples stand, for dropout's masks; written before each step only when the
+  // network has a dropout layer (draws_masks_).
+  DeviceBuffer<MaskOrigin> mask_origin_;
+  bool draws_masks_ = false;
   std::int64_t capacity_ = 0;  // the largest batch prepared so far
 
   // Device-side sums, read only when asked: [0] train, [1] evaluation.

@@ -2,7 +2,7 @@
 // same argument order, same semantics (backward ops ACCUMULATE into parameter gradients and
 // OVERWRITE activation gradients), device pointers, plus the stream to run on. Each returns once its
 // kernels are queued. Scratch for split reductions comes from the stream-ordered allocator, so the
-// twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu and
+// twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu, avgpool.cu, dropout.cu and
 // conv_relu_pool.cu (the conv + ReLU + pool one).
 //
 // Below the twins: the planned forms the cuda backend's layer ops (kernels/layers/conv.cu, fc.cu) launch inside its
@@ -41,6 +41,19 @@ void maxpool_forward(float* out /*[n,C,OH,OW]*/, std::int32_t* argmax /*[n,C,OH,
 void maxpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/,
                       const std::int32_t* argmax /*[n,C,OH,OW]*/, std::int64_t n, const PoolShape& shape,
                       cudaStream_t stream);
+void avgpool_forward(float* out /*[n,C,OH,OW]*/, const float* in /*[n,C,H,W]*/, std::int64_t n,
+                     const AvgPoolShape& shape, cudaStream_t stream);
+void avgpool_backward(float* grad_in /*[n,C,H,W]*/, const float* grad_out /*[n,C,OH,OW]*/, std::int64_t n,
+                      const AvgPoolShape& shape, cudaStream_t stream);
+// Dropout's twins read the MaskOrigin from device memory (`origin`, written by set_mask_origin), so a
+// captured step replays with the next step's masks.
+void dropout_forward(float* out, const float* in, std::int64_t n, std::int64_t size, const DropoutDraw& draw,
+                     const MaskOrigin* origin, cudaStream_t stream);
+void dropout_backward(float* grad_in, const float* grad_out, std::int64_t n, std::int64_t size,
+                      const DropoutDraw& draw, const MaskOrigin* origin, cudaStream_t stream);
+// *origin = value, in stream order (a one-thread kernel: its argument is copied at the launch, so the
+// host never waits and may overwrite `value` at once).
+void set_mask_origin(MaskOrigin* origin, const MaskOrigin& value, cudaStream_t stream);
 
 // ---- planned forms, for the cuda backend's layer ops ----------------------------------------------
 // The three products of a convolution or fully connected layer over a batch of n.
@@ -123,6 +136,11 @@ int staged_channels(int c, Precision precision);
 // winner's input is its window's maximum, so the test reads pooled_out > 0.
 void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax,
                              const float* pooled_out, std::int64_t n, const PoolShape& shape, cudaStream_t stream);
+
+// avgpool_backward with the backward of a ReLU before the pool folded in (when relu_in, the pool's
+// input, is given): zero wherever relu_in <= 0 (avgpool.cu).
+void avgpool_backward_masked(float* grad_in, const float* grad_out, const float* relu_in, std::int64_t n,
+                             const AvgPoolShape& shape, cudaStream_t stream);
 
 // A first layer conv3x3 (stride 1, no padding, 1 or 3 channels) + ReLU + 2x2/2 max-pool is the seed
 // model's fused op (conv_relu_pool_forward / conv_relu_pool_backward, cuda_ops.hpp): the forward

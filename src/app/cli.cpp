@@ -239,7 +239,7 @@ CliResult parse_command_line(int argc, char** argv) {
                  "a preset or a layer spec (quote it). Presets: seed = conv3x3:D relu maxpool2 fc:<classes>; "
                  "cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10. "
                  "Spec tokens, space-separated: conv<K>x<K>:<F>[/s<S>][/p<P>] (stride S=1, zero padding P=0), "
-                 "relu, maxpool<K>[/s<S>] (S=K), flatten (implicit before the first fc), fc:<N>, "
+                 "relu, maxpool<K>[/s<S>] (S=K), avgpool<K>[/s<S>], avgpool (global), dropout:<P> (0<=P<1), flatten (implicit before the first fc), fc:<N>, "
                  "res[<layers>] (a residual block: its layers plus the identity, or a 1x1 conv shortcut when "
                  "they change the shape; e.g. 'res[conv3x3:64/p1 relu conv3x3:64/p1] relu'); the last "
                  "layer must be fc:<classes>")

@@ -256,7 +256,7 @@ class CpuBackend final : public Backend {
     const double t0 = wall_seconds();
     runner.gather(*train_, permutation_.data() + at, mb);
     const double t1 = wall_seconds();
-    runner.forward(params_.data(), mb, slot, true, stats);
+    runner.forward(params_.data(), mb, slot, true, stats, mask_origin(at));
     const double t2 = wall_seconds();
     runner.backward(top, bottom, mb, slot, runner.loss_gradient(), grad_in, params_.data(), thread_gradients(t));
     times.data += t1 - t0;

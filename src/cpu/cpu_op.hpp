@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cnn/backend.hpp"
+#include "cnn/dropout_mask.hpp"
 #include "cnn/network.hpp"
 #include "cnn/op_plan.hpp"
 
@@ -41,10 +42,11 @@ struct CpuForward {
   float* out;                  // [mb, out_size], the micro-batch's slot
   std::int64_t mb;
   std::int64_t slot;           // where the op keeps its own data for this micro-batch
-  bool training;               // false: evaluation (the loss writes no gradient)
+  bool training;               // false: evaluation (the loss writes no gradient, dropout is the identity)
   const std::uint8_t* labels;  // [mb]
   BatchStats* stats;           // the loss adds its loss sum, hits and count
   float label_smoothing;       // of the loss: --label-smoothing when training, 0 when evaluating
+  MaskOrigin origin;           // training: the step's key and the micro-batch's first sample (dropout_mask.hpp)
 };
 
 // One backward call. Parameter gradients are ADDED to grads (summed over micro-batches).

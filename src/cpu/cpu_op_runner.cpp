@@ -62,10 +62,11 @@ void CpuOpRunner::gather(const Dataset& data, const std::int32_t* indices, std::
   if (!images_only) gather_labels(labels_.data(), data.labels.data(), indices, mb);
 }
 
-void CpuOpRunner::forward(const float* params, std::int64_t mb, std::int64_t slot, bool training, BatchStats& stats) {
+void CpuOpRunner::forward(const float* params, std::int64_t mb, std::int64_t slot, bool training, BatchStats& stats,
+                          const MaskOrigin& origin) {
   for (std::size_t i = 0; i < ops_.size(); ++i)
     ops_[i]->forward({params, input_of(i, slot), output(i, slot), mb, slot, training, labels_.data(), &stats,
-                      training ? label_smoothing_ : 0.0f});
+                      training ? label_smoothing_ : 0.0f, origin});
 }
 
 void CpuOpRunner::backward(std::size_t top, std::size_t bottom, std::int64_t mb, std::int64_t slot, float* grad_out,

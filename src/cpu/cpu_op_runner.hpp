@@ -43,7 +43,9 @@ class CpuOpRunner {
 
   // Every op on the gathered micro-batch, its kept outputs in `slot`; adds loss and correct count to
   // stats. training: the loss op also writes its gradient of the logits.
-  void forward(const float* params, std::int64_t mb, std::int64_t slot, bool training, BatchStats& stats);
+  // origin: where the micro-batch's samples stand in the training step (dropout's masks).
+  void forward(const float* params, std::int64_t mb, std::int64_t slot, bool training, BatchStats& stats,
+               const MaskOrigin& origin = MaskOrigin{});
 
   // The backward of ops[top] down to ops[bottom] for the micro-batch in `slot`, ADDING weight gradients
   // to grads. grad_out: d loss / d output of ops[top] (may be overwritten); the gradient of ops[bottom]'s

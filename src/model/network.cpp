@@ -66,6 +66,11 @@ std::string with_commas(std::int64_t value) {
   return digits;
 }
 
+// "a conv", "an avgpool": a kind's name in an error.
+std::string with_article(const std::string& name) {
+  return (name.find_first_of("aeiou") == 0 ? "an " : "a ") + name;
+}
+
 // Parses one token's text with the registry entry whose keyword it matches (*def); returns "" or the
 // reason it is not a layer.
 std::string parse_token(const std::string& text, LayerToken& t, const LayerDef*& def) {
@@ -126,13 +131,13 @@ class LayerListBuilder {
       layer.in = shape;
       // Where the kind may stand: before or after the features start (the first flatten or fc).
       if (block != nullptr && (def->input == LayerInput::kFlat || def->input == LayerInput::kFlatOnce))
-        fail(token, std::string("a ") + def->name + " cannot stand inside a block: its layers keep C x H x W");
+        fail(token, with_article(def->name) + " cannot stand inside a block: its layers keep C x H x W");
       switch (def->input) {
         case LayerInput::kAny:
           break;
         case LayerInput::kSpatial:
           if (flat)
-            fail(token, std::string("a ") + def->name + " needs C x H x W input, but it comes after a flatten or fc");
+            fail(token, with_article(def->name) + " needs C x H x W input, but it comes after a flatten or fc");
           break;
         case LayerInput::kFlatOnce:
           if (flat) continue;  // already flat: a no-op

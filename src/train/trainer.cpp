@@ -126,6 +126,9 @@ class TrainingLoop {
     run_.optimizer.step = progress_.global_step + 1;  // one update per step, counted over the whole run
     // A function of the global step alone: every rank, and a resumed run, computes the same float.
     run_.optimizer.lr = run_.learning_rate->at_float(progress_.global_step);
+    // Dropout's masks: a pure function of (seed, global step, sample in the global batch), so a resume
+    // or another rank count draws the same ones.
+    backend_.set_step_randomness({config_.seed, progress_.global_step, data.batch.begin});
     divergence_.begin_step(backend_, progress_.global_step);
     train_step(backend_, *run_.comm, run_.optimizer, run_.network.layout.total(), data.batch, times_,
                run_.overlap.get(), &divergence_);
