@@ -167,7 +167,7 @@ BOOST_AUTO_TEST_CASE(bad_files_stop_with_the_file_line_and_key, *boost::unit_tes
                     "FILE:1: 'optim' is a table; a config file holds top-level keys only (lr = 0.05, not [optim] or "
                     "optim.name = ...)");
   BOOST_CHECK_EQUAL(refusal("command = \"fly\"\n"),
-                    "FILE:1: key 'command' must be one of the subcommands (train, eval), got 'fly'");
+                    "FILE:1: key 'command' must be one of the subcommands (train, eval, predict), got 'fly'");
   BOOST_CHECK_EQUAL(refusal("config = \"other.toml\"\n"), "FILE:1: key 'config': a config file cannot read another one");
   BOOST_CHECK_EQUAL(refusal("\"a\\nb\" = 1\n"),
                     "FILE:1: unknown key 'a\\x0ab' (the keys are the long options without '--')");
