@@ -109,13 +109,21 @@ bool CudaBackend::prepare_batch(std::int64_t n) {
   return moved;
 }
 
-OpTensors CudaBackend::tensors(std::size_t k) const {
+// Op k writes op k-1's output gradient staged when k-1 offers it and k can (device_op.hpp).
+StagedGrad CudaBackend::staged_handover(std::size_t k, std::int64_t n) const {
+  if (k == 0 || k >= ops_.size() || !ops_[k]->needs_input_grad() || !ops_[k]->writes_staged_input_grad()) return {};
+  return ops_[k - 1]->staged_output_grad(n);
+}
+
+OpTensors CudaBackend::tensors(std::size_t k, std::int64_t n) const {
   OpTensors t;
   t.in = activations_[k].get();
   t.out = activations_[k + 1].get();
   t.grad_in = ops_[k]->needs_input_grad() ? gradients_[k].get() : nullptr;
   t.grad_out = gradients_[k + 1].get();
   t.input_is_relu = k > 0 && ops_[k - 1]->output_is_relu();
+  t.grad_in_staged = staged_handover(k, n);
+  t.grad_out_staged = staged_handover(k + 1, n).words != nullptr;
   return t;
 }
 
@@ -126,7 +134,7 @@ void CudaBackend::enqueue_gather(const DeviceBatch& batch) {
 }
 
 void CudaBackend::enqueue_forward(const DeviceBatch& batch) {
-  for (std::size_t k = 0; k < ops_.size(); ++k) ops_[k]->forward(batch, tensors(k));
+  for (std::size_t k = 0; k < ops_.size(); ++k) ops_[k]->forward(batch, tensors(k, batch.n));
 }
 
 // In stream order, after the index copy. What an op queues on the side stream first (the labels'
@@ -140,7 +148,7 @@ void CudaBackend::enqueue_step(const DeviceBatch& batch, bool timed, GradientRea
 
   GradientReadyListener* early = listener != nullptr && listener->reduces_early() ? listener : nullptr;
   ReadyReporter ready(early, &shared_, ready_points_.size(), timed ? &after_ready_ : nullptr);
-  for (std::size_t k = ops_.size(); k-- > 0;) ops_[k]->backward(batch, tensors(k), ready);
+  for (std::size_t k = ops_.size(); k-- > 0;) ops_[k]->backward(batch, tensors(k, batch.n), ready);
   if (shared_.side_stream != nullptr) shared_.join();
   ready.finish();
   if (listener != nullptr) listener->all_gradients_ready();

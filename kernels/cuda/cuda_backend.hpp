@@ -63,7 +63,8 @@ class CudaBackend final : public DeviceBackend {
  private:
   void enqueue_gather(const DeviceBatch& batch);
   void enqueue_forward(const DeviceBatch& batch);
-  OpTensors tensors(std::size_t k) const;
+  OpTensors tensors(std::size_t k, std::int64_t n) const;
+  StagedGrad staged_handover(std::size_t k, std::int64_t n) const;
 
   Network network_;  // the ops hold references to its layers
   OpShared shared_;

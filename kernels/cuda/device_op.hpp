@@ -77,6 +77,11 @@ struct OpTensors {
   float* grad_in = nullptr;        // gradients[k], when the op must pass a gradient back
   const float* grad_out = nullptr; // gradients[k+1]
   bool input_is_relu = false;      // `in` is a ReLU's output: mask grad_in with it
+  // The op before is a staged conv that takes its output gradient staged, and this op writes it
+  // there instead of into grad_in (writes_staged_input_grad; the max-pool after conv2 of the cifar
+  // preset): one pass fewer over the gradient.
+  StagedGrad grad_in_staged;
+  bool grad_out_staged = false;    // the op after has written this op's output gradient staged
 };
 
 // The overlapped step's ready points (gradient_ready.hpp), as the backward reaches them. An op with
@@ -122,6 +127,10 @@ class DeviceOp {
   bool needs_input_grad() const { return needs_input_grad_; }
   // It queues work on the side stream.
   bool uses_side_stream() const { return uses_side_stream_; }
+  // Where its output gradient may be written staged for a batch of n (a staged conv); words null: not.
+  virtual StagedGrad staged_output_grad(std::int64_t /*n*/) const { return {}; }
+  // It can write its input gradient into the op before's StagedGrad (OpTensors::grad_in_staged).
+  virtual bool writes_staged_input_grad() const { return false; }
 
   struct Prepared {
     bool moved = false;                 // a buffer of its own moved

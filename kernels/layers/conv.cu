@@ -369,6 +369,12 @@ class ConvOp final : public ProductOp {
     return prepared;
   }
 
+  StagedGrad staged_output_grad(std::int64_t n) const override {
+    const LayerPlans& plans = plans_for(n);
+    if (!plans.staged) return {};
+    return {staged_grad_.get(), plans.wgrad.precision, staged_channels(layer_.conv.filters, plans.wgrad.precision)};
+  }
+
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
     if (plans.staged)
@@ -385,7 +391,8 @@ class ConvOp final : public ProductOp {
     const float* relu_out = t.input_is_relu ? t.in : nullptr;
     if (plans.staged) {
       // Staged on the main stream before the weight gradient forks off it: both products read them.
-      conv2d_stage_backward(plans, t.grad_out, batch.n, layer_.conv, staged(), shared_.stream);
+      // (Unless the op after has written it staged already: t.grad_out_staged.)
+      if (!t.grad_out_staged) conv2d_stage_backward(plans, t.grad_out, batch.n, layer_.conv, staged(), shared_.stream);
       const OpShared::Place place = shared_.weight_grad_place(input_grad);
       conv2d_backward_weights_staged(plans, grad_weight(), grad_bias(), batch.n, layer_.conv, false, staged(),
                                      place.workspace, place.stream);

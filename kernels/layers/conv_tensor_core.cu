@@ -24,21 +24,11 @@
 #include "ops/conv_products.cuh"
 #include "ops/layer_ops.hpp"
 #include "ops/layer_ops_gemm.cuh"
+#include "ops/staged_layout.cuh"
 
 namespace cnn::cuda {
 
 namespace {
-
-// Elements of a 16-byte chunk, and of a 32-bit word (and its log2, the loaders' element -> word shift).
-constexpr int chunk_elements(Precision p) { return p == Precision::kBf16 ? 8 : 4; }
-constexpr int word_elements(Precision p) { return p == Precision::kBf16 ? 2 : 1; }
-constexpr int word_shift(Precision p) { return p == Precision::kBf16 ? 1 : 0; }
-
-// One 32-bit word of the staged format: a tf32 value (second is ignored), or a bf16 pair.
-template <Precision P>
-__device__ __forceinline__ std::uint32_t pack_word(float first, float second) {
-  return MmaFormat<P>::pack(first, MmaFormat<P>::kPerWord == 2 ? second : 0.0f);
-}
 
 // The output position (s, oy, ox) of flat index m of [n, OH, OW], as the sample's offset into a
 // staged [n, H, W, Cp] tensor and the window's top-left input pixel (may lie in the padding).
@@ -134,11 +124,7 @@ __global__ void stage_weights_kernel(const float* __restrict__ w, int kk, Weight
 #pragma unroll
     for (int q = 0; q < kPerChunk; ++q)
       v[q] = col0 + q < order.cols ? __ldg(w + r * order.row_stride + (col0 + q) * order.col_stride + tap) : 0.0f;
-    std::uint32_t word[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-      word[q] = pack_word<P>(v[Format::kPerWord * q], v[Format::kPerWord * q + Format::kPerWord - 1]);
-    order.dst[local] = make_uint4(word[0], word[1], word[2], word[3]);
+    order.dst[local] = pack_chunk<P>(v);
   }
 }
 

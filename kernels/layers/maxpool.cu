@@ -14,6 +14,7 @@
 #include "cuda/launch.hpp"
 #include "ops/fast_div.cuh"
 #include "ops/layer_ops.hpp"
+#include "ops/staged_layout.cuh"
 
 namespace cnn::cuda {
 
@@ -107,6 +108,44 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
   }
 }
 
+// maxpool_backward_tiled_kernel into the staged layout: a thread per kWords 32-bit words (of 1 tf32
+// or 2 bf16 channels) of an input pixel, the words of a pixel on adjacent threads, so the writes are
+// whole lines; each value the winner's masked gradient or 0, as there; channels C..Cp-1 and pixels no
+// window covers are 0. kWords: 4 (a 16-byte chunk) where the chunks fill the GPU several times over,
+// 1 where they do not (maxpool_backward_masked_staged).
+template <Precision P, int kWords>
+__global__ void maxpool_backward_staged_kernel(std::uint32_t* __restrict__ dst, const float* __restrict__ grad_out,
+                                               const std::int32_t* __restrict__ argmax,
+                                               const float* __restrict__ pooled_out, PoolGeometry g, int C,
+                                               int units_per_pixel, int total_units) {
+  start_after_previous_kernel();
+  constexpr int kPerWord = word_elements(P);
+  constexpr int kChannels = kWords * kPerWord;
+  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total_units; e += gridDim.x * blockDim.x) {
+    const int pixel = e / units_per_pixel;
+    const int c0 = (e - pixel * units_per_pixel) * kChannels;
+    const auto [s, r, y, x] = split_plane_index(pixel, g.by_hw, g.by_w);
+    const int py = y / g.size, px = x / g.size;
+    const bool covered = py < g.OH && px < g.OW;
+    float v[kChannels + 1];  // + 1: tf32's pack_word reads one past its value and ignores it
+#pragma unroll
+    for (int q = 0; q <= kChannels; ++q) {
+      v[q] = 0.0f;
+      const int c = c0 + q;
+      if (q == kChannels || !covered || c >= C) continue;
+      const int o = ((s * C + c) * g.OH + py) * g.OW + px;
+      if (__ldg(argmax + o) == r && (pooled_out == nullptr || __ldg(pooled_out + o) > 0.0f)) v[q] = __ldg(grad_out + o);
+    }
+    std::uint32_t w[kWords];
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) w[i] = pack_word<P>(v[kPerWord * i], v[kPerWord * i + 1]);
+    if constexpr (kWords == 4)
+      reinterpret_cast<uint4*>(dst)[e] = make_uint4(w[0], w[1], w[2], w[3]);
+    else
+      dst[e] = w[0];
+  }
+}
+
 PoolGeometry pool_geometry(const PoolShape& s, std::int64_t n) {
   check_int_range(n * s.in_size(), "a max-pool's input");
   PoolGeometry g;
@@ -140,6 +179,40 @@ void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::i
   CNN_CHECK_LAUNCH();
 }
 
+// A thread per chunk when there are at least this many chunks (4 waves of 1024 threads per SM on
+// an H100). On nvidia-h200, 2026-11-26, each against the two passes in its own call: with a thread
+// per chunk the cifar preset's bf16 step gained 5% at batch 2048 (2.8M chunks) and lost 1.2% at batch
+// 32 (43k); with a thread per word it gained 2% at 2048 and 1.5% at 32 (docs/PERFORMANCE.md).
+constexpr std::int64_t kMinChunksForChunkThreads = 4 * 132 * 1024;
+
+template <Precision P>
+void launch_maxpool_backward_staged(const StagedGrad& grad_in, const float* grad_out, const std::int32_t* argmax,
+                                    const float* pooled_out, const PoolGeometry& g, int channels, cudaStream_t stream) {
+  const int words_per_pixel = grad_in.channels_padded / word_elements(P);
+  const std::int64_t words = std::int64_t{g.total_in} / channels * words_per_pixel;
+  check_int_range(words, "a staged max-pool gradient");
+  if (words / 4 >= kMinChunksForChunkThreads) {
+    const int chunks = static_cast<int>(words / 4);
+    launch_dependent(maxpool_backward_staged_kernel<P, 4>, grid_for(chunks), kBlockThreads, 0, stream, grad_in.words,
+                     grad_out, argmax, pooled_out, g, channels, words_per_pixel / 4, chunks);
+  } else {
+    launch_dependent(maxpool_backward_staged_kernel<P, 1>, grid_for(words), kBlockThreads, 0, stream, grad_in.words,
+                     grad_out, argmax, pooled_out, g, channels, words_per_pixel, static_cast<int>(words));
+  }
+}
+
+void maxpool_backward_masked_staged(const StagedGrad& grad_in, const float* grad_out, const std::int32_t* argmax,
+                                    const float* pooled_out, std::int64_t n, const PoolShape& shape,
+                                    cudaStream_t stream) {
+  if (n <= 0) return;
+  const PoolGeometry g = pool_geometry(shape, n);
+  if (grad_in.precision == Precision::kBf16)
+    launch_maxpool_backward_staged<Precision::kBf16>(grad_in, grad_out, argmax, pooled_out, g, shape.channels, stream);
+  else
+    launch_maxpool_backward_staged<Precision::kTf32>(grad_in, grad_out, argmax, pooled_out, g, shape.channels, stream);
+  CNN_CHECK_LAUNCH();
+}
+
 void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int64_t n, const PoolShape& shape,
                      cudaStream_t stream) {
   if (n <= 0) return;
@@ -170,11 +243,17 @@ class MaxPoolOp final : public DeviceOp {
     maxpool_forward(t.out, argmax_.get(), t.in, batch.n, layer_.pool, shared_.stream);
   }
 
+  // Tiled windows can write a staged conv's output gradient themselves (OpTensors::grad_in_staged).
+  bool writes_staged_input_grad() const override { return layer_.pool.size == layer_.pool.stride; }
+
   // A ReLU before the pool masks through the pool's output (see maxpool_backward_masked).
   void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter&) override {
-    if (t.grad_in != nullptr)
-      maxpool_backward_masked(t.grad_in, t.grad_out, argmax_.get(), t.input_is_relu ? t.out : nullptr, batch.n,
-                              layer_.pool, shared_.stream);
+    const float* pooled_out = t.input_is_relu ? t.out : nullptr;
+    if (t.grad_in_staged.words != nullptr)
+      maxpool_backward_masked_staged(t.grad_in_staged, t.grad_out, argmax_.get(), pooled_out, batch.n, layer_.pool,
+                                     shared_.stream);
+    else if (t.grad_in != nullptr)
+      maxpool_backward_masked(t.grad_in, t.grad_out, argmax_.get(), pooled_out, batch.n, layer_.pool, shared_.stream);
   }
 
  private:

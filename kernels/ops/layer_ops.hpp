@@ -131,11 +131,26 @@ void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight,
 // The channels of a staged tensor: c rounded up to whole 16-byte chunks of the precision.
 int staged_channels(int c, Precision precision);
 
+// A staged output gradient ([n,OH,OW,Fp] words, StagedBuffers::output_grad) that the op after a staged
+// conv fills directly, so that the conv skips conv2d_stage_backward; words null: none.
+struct StagedGrad {
+  std::uint32_t* words = nullptr;
+  Precision precision = Precision::kFp32;
+  int channels_padded = 0;
+};
+
 // maxpool_backward with the backward of a ReLU before the pool folded in (when pooled_out, the
 // pool's output, is given): zero wherever the pool's input <= 0. Only winners get gradient, and a
 // winner's input is its window's maximum, so the test reads pooled_out > 0.
 void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::int32_t* argmax,
                              const float* pooled_out, std::int64_t n, const PoolShape& shape, cudaStream_t stream);
+// The same for tiled windows (size == stride), written straight into the staged layout of the conv
+// before the pool (grad_in.words): the values maxpool_backward_masked writes, rounded as
+// conv2d_stage_backward rounds them, bit for bit, in one pass that writes 2 (bf16) or 4 (tf32) bytes
+// per element where the two wrote 4, then read 4 and wrote 2 or 4 again.
+void maxpool_backward_masked_staged(const StagedGrad& grad_in, const float* grad_out, const std::int32_t* argmax,
+                                    const float* pooled_out, std::int64_t n, const PoolShape& shape,
+                                    cudaStream_t stream);
 
 // avgpool_backward with the backward of a ReLU before the pool folded in (when relu_in, the pool's
 // input, is given): zero wherever relu_in <= 0 (avgpool.cu).
