@@ -323,6 +323,15 @@ struct MmaWarpTile {
   }
 };
 
+// This block's tile of the output (m0, n0) and its split's k range [k_begin, k_end), `tiles` k tiles
+// of BK.
+struct BlockTile {
+  int m0, n0, k_begin, k_end, tiles;
+  __device__ __forceinline__ BlockTile(int bm, int bn, int bk, int K, int k_per_split)
+      : m0(blockIdx.x * bm), n0(blockIdx.y * bn), k_begin(blockIdx.z * k_per_split),
+        k_end(min(K, k_begin + k_per_split)), tiles((k_end - k_begin + bk - 1) / bk) {}
+};
+
 // The element form: two stages through registers (the fc layers).
 template <Precision P, int BM, int BN, int WARPS_M, class LoadA, class LoadB, class Store>
 __global__ void __launch_bounds__(kMmaThreads)
@@ -336,11 +345,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   __shared__ __align__(16) typename PipeB::Tile Bs[2];
 
   const int t = threadIdx.x;
-  const int m0 = blockIdx.x * BM;
-  const int n0 = blockIdx.y * BN;
-  const int k_begin = blockIdx.z * k_per_split;
-  const int k_end = min(K, k_begin + k_per_split);
-  const int tiles = (k_end - k_begin + BK - 1) / BK;
+  const BlockTile block(BM, BN, BK, K, k_per_split);
+  const int m0 = block.m0, n0 = block.n0, k_begin = block.k_begin, k_end = block.k_end, tiles = block.tiles;
 
   PipeA a(load_a, m0, t);
   PipeB b(load_b, n0, t);
@@ -396,11 +402,8 @@ __global__ void __launch_bounds__(kMmaThreads)
   __shared__ __align__(16) typename PipeB::Tile Bs[kStages];
 
   const int t = threadIdx.x;
-  const int m0 = blockIdx.x * BM;
-  const int n0 = blockIdx.y * BN;
-  const int k_begin = blockIdx.z * k_per_split;
-  const int k_end = min(K, k_begin + k_per_split);
-  const int tiles = (k_end - k_begin + BK - 1) / BK;
+  const BlockTile block(BM, BN, BK, K, k_per_split);
+  const int m0 = block.m0, n0 = block.n0, k_begin = block.k_begin, k_end = block.k_end, tiles = block.tiles;
 
   const PipeA a(load_a, m0, t);
   const PipeB b(load_b, n0, t);

@@ -72,49 +72,37 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// ldmatrix of 4 (2) 8x8 b16 matrices, rows addressed by lanes 0-31 (0-15): thread `lane` gets 32-bit
-// word lane % 4 of row lane / 4 of each matrix, which is the mma fragment layout for 32-bit words of
-// either format (a tf32 value, or a bf16 pair).
-__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&f)[4], unsigned address) {
+// ldmatrix of 4 (2) 8x8 b16 matrices, rows addressed by lanes 0-31 (0-15). Without .trans, thread
+// `lane` gets 32-bit word lane % 4 of row lane / 4 of each matrix, which is the mma fragment layout for
+// 32-bit words of either format (a tf32 value, or a bf16 pair); with .trans, the matrices transposed
+// (bf16 pairs across rows).
+#define CNN_LDMATRIX(name, shape)                                                                    \
+  __device__ __forceinline__ void name(std::uint32_t (&f)[4], unsigned address) {                  \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4" shape ".shared.b16 {%0,%1,%2,%3}, [%4];\n"         \
+                 : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])                                   \
+                 : "r"(address));                                                                  \
+  }
+#define CNN_LDMATRIX_X2(name, shape)                                                                 \
+  __device__ __forceinline__ void name(std::uint32_t (&f)[2], unsigned address) {                  \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2" shape ".shared.b16 {%0,%1}, [%2];\n"               \
+                 : "=r"(f[0]), "=r"(f[1])                                                          \
+                 : "r"(address));                                                                  \
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
-               : "r"(address));
+CNN_LDMATRIX(ldmatrix_x4, "")
+CNN_LDMATRIX(ldmatrix_x4_trans, ".trans")
+CNN_LDMATRIX_X2(ldmatrix_x2, "")
+CNN_LDMATRIX_X2(ldmatrix_x2_trans, ".trans")
 #else
-  (void)f, (void)address;
-  __trap();
+template <int N>
+__device__ __forceinline__ void ldmatrix_unavailable(std::uint32_t (&)[N], unsigned) { __trap(); }
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&f)[4], unsigned a) { ldmatrix_unavailable(f, a); }
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&f)[4], unsigned a) { ldmatrix_unavailable(f, a); }
+__device__ __forceinline__ void ldmatrix_x2(std::uint32_t (&f)[2], unsigned a) { ldmatrix_unavailable(f, a); }
+__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&f)[2], unsigned a) { ldmatrix_unavailable(f, a); }
 #endif
-}
-__device__ __forceinline__ void ldmatrix_x2(std::uint32_t (&f)[2], unsigned address) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(f[0]), "=r"(f[1]) : "r"(address));
-#else
-  (void)f, (void)address;
-  __trap();
-#endif
-}
-
-// ldmatrix .trans of 4 (2) 8x8 b16 matrices, rows addressed by lanes 0-31 (0-15).
-__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&f)[4], unsigned address) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
-               : "r"(address));
-#else
-  (void)f, (void)address;
-  __trap();
-#endif
-}
-__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&f)[2], unsigned address) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(f[0]), "=r"(f[1])
-               : "r"(address));
-#else
-  (void)f, (void)address;
-  __trap();
-#endif
-}
+#undef CNN_LDMATRIX
+#undef CNN_LDMATRIX_X2
 
 // A chunk of zeros in global memory: the source of a cp.async whose chunk lies outside the operand
 // (the copy reads 0 bytes from it and fills zeros, but its address must still be a global one).
