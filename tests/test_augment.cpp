@@ -13,6 +13,7 @@
 #include "cnn/backend.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/network.hpp"
+#include "cnn/op_plan.hpp"
 #include "cnn/ops.hpp"
 #include "cnn/sampler.hpp"
 #include "test_util.hpp"
@@ -227,4 +228,21 @@ BOOST_AUTO_TEST_CASE(evaluation_is_not_augmented) {
     BOOST_TEST(stats[0].loss_sum == stats[1].loss_sum);
     BOOST_TEST(stats[0].correct == stats[1].correct);
   }
+}
+
+// On the GPU the augmentation runs in the gather kernel, so with --augment no op may read the uint8 data
+// set itself: the seed model's whole-step fusion and a first conv_relu_pool's own reads give way (the
+// plan is host code, checked here; tests/gpu_backend.cpp runs it).
+BOOST_AUTO_TEST_CASE(cuda_plan_gathers_every_batch_with_augmentation) {
+  cnn::SeedModel model;
+  model.input = {1, 28, 28};
+  model.filters = 8;
+  const cnn::Network seed = cnn::seed_network(model);
+  BOOST_TEST(cnn::plan_ops(seed, cnn::FusionTarget::kCuda).front().reads_data);
+  const std::vector<cnn::Op> gathered = cnn::plan_ops(seed, cnn::FusionTarget::kCuda, true);
+  BOOST_TEST(!gathered.front().reads_data);
+  BOOST_TEST(cnn::describe_ops(gathered) == "conv_relu_pool fc softmax_cross_entropy");
+  const cnn::Network layers = cnn::build_network("conv3x3:8 relu maxpool2 fc:32 relu fc:10", 0, model.input, 10);
+  BOOST_TEST(cnn::plan_ops(layers, cnn::FusionTarget::kCuda).front().reads_data);
+  BOOST_TEST(!cnn::plan_ops(layers, cnn::FusionTarget::kCuda, true).front().reads_data);
 }
