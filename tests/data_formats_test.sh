@@ -5,7 +5,7 @@
 #    the IDX and on the CIFAR-10 files it came from; it never overwrites an output;
 #  - --data-mode stream gives bitwise the parameters of memory mode, on 1 rank and under mpirun -np 2,
 #    each rank reading only its own samples; a stream run stopped mid-epoch and resumed ends bitwise
-#    equal to an uninterrupted one;
+#    equal to an uninterrupted one; with --augment too;
 #  - malformed HDF5 and CIFAR-10 files: one line naming the file, exit 2 (3 for a missing file).
 # Usage: data_formats_test.sh BUILD_DIR SOURCE_DIR
 BUILD_DIR=$1
@@ -120,6 +120,13 @@ expect_rc str2 0
 expect_grep str2 "$WORK/str2.out" "stream: rank 0 read 2000 training images (1568000 bytes) .*, and 75 test images"
 expect_grep str2 "$WORK/str2.out" "stream: rank 1 read 2000 training images (1568000 bytes) .*, and 75 test images"
 same_bits "stream = memory, 2 ranks" "$(latest "$WORK/mem2")" "$(latest "$WORK/str2")"
+# With --augment: a window's samples draw their crops and flips from their place in the global batch,
+# as in memory mode, so the two still train bitwise alike (stream on 2 ranks against memory on 2).
+run_as augmem mpi 2 "$CNN" "${H5[@]}" --data-mode memory --augment crop:2,flip --out "$WORK/augmem"
+expect_rc augmem 0
+run_as augstr mpi 2 "$CNN" "${H5[@]}" "${STREAM[@]}" --augment crop:2,flip --out "$WORK/augstr"
+expect_rc augstr 0
+same_bits "stream = memory with --augment, 2 ranks" "$(latest "$WORK/augmem")" "$(latest "$WORK/augstr")"
 
 # Stopped mid-epoch (epoch 2, step 7: inside a window, not at its start) on 2 ranks, then resumed.
 run_as stop env CNN_TEST_STOP_AFTER_STEPS=47 "$MPIRUN" --oversubscribe -np 2 "$CNN" "${H5[@]}" "${STREAM[@]}" --out "$WORK/resumed"

@@ -34,6 +34,7 @@
 #include "cnn/ops.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/network.hpp"
+#include "cnn/op_plan.hpp"
 #include "cnn/sampler.hpp"
 #include "kernels/ops/cuda_ops.hpp"
 #include "kernels/cuda/device_buffer.hpp"
@@ -197,6 +198,16 @@ void check_layer_twins(const cnn::SeedModel& m, std::int64_t n, std::uint32_t se
   cnn::cuda::gather_labels(d_y.get(), d_labels.get(), d_indices.get(), n, stream);
   BOOST_TEST((to_host(d_x) == x_cpu), "gather_normalize differs from the CPU twin");
   BOOST_TEST((to_host(d_y) == y_cpu), "gather_labels differs from the CPU twin");
+  // gather_augment (--augment): the CPU's bits for the same step key and global-batch indices, the
+  // origin read from device memory as a captured step reads it.
+  for (const char* text : {"crop:4", "flip", "crop:3,flip", "crop:1,flip"}) {
+    const cnn::Augment augment = cnn::parse_augment(text);
+    const cnn::MaskOrigin origin{cnn::dropout_step_key(seed, 5), 37};
+    cnn::gather_augment(x_cpu.data(), images.data(), indices.data(), n, m.input, augment, origin);
+    auto d_origin = to_device(std::vector<cnn::MaskOrigin>{origin});
+    cnn::cuda::gather_augment(d_x.get(), d_images.get(), d_indices.get(), n, m.input, augment, d_origin.get(), stream);
+    BOOST_TEST((to_host(d_x) == x_cpu), "gather_augment " << text << " differs from the CPU twin");
+  }
 
   // conv forward on continuous inputs (so that argmax ties are rare and detectable).
   const auto x = uniform(rng, static_cast<std::size_t>(n * sample), 0.0f, 1.0f);
@@ -603,6 +614,66 @@ BOOST_AUTO_TEST_CASE(dropout_masks_match_seq_at_every_step) {
       }
       BOOST_TEST((gpu[step] == eager[step]), "graph and eager steps differ");
       if (step > 0) BOOST_TEST((seq[step] != seq[step - 1]), "the masks did not change with the step");
+    }
+  }
+}
+
+// --augment on the GPU: the seed model (whose whole-step fusion gives way to the gather, op_plan.hpp)
+// and a layer network, over two epochs of steps through captured graph replays. Each step's gradient
+// matches seq's, graph and eager agree bit for bit, the augmentation reaches the step (a plain run
+// differs), and evaluation is not augmented.
+BOOST_AUTO_TEST_CASE(augmented_steps_match_seq_over_two_epochs) {
+  const cnn::SeedModel m = seed_model(8);
+  const RandomData data = random_data(m, 300, 100, 81);
+  for (const char* spec : {"", "conv3x3:8/p1 relu maxpool2 fc:32 relu fc:10"}) {
+    BOOST_TEST_CONTEXT("model " << (*spec ? spec : "seed")) {
+      const cnn::Network net = *spec ? cnn::build_network(spec, 0, m.input, 10) : cnn::seed_network(m);
+      BOOST_TEST(!cnn::plan_ops(net, cnn::FusionTarget::kCuda, true).front().reads_data);
+      std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
+      cnn::initialize_params(params.data(), net.layout, 9);
+      const cnn::Sampler sampler(3, data.train.count());
+      const auto steps = [&](cnn::BackendKind kind, bool graphs, const char* augment, cnn::BatchStats* eval) {
+        cnn::BackendOptions options;
+        options.kind = kind;
+        options.cuda_graphs = graphs;
+        options.augment = cnn::parse_augment(augment);
+        auto backend =
+            kind == cnn::BackendKind::kCuda ? cnn::make_cuda_backend(options, net) : cnn::make_backend(options, net);
+        backend->bind_data(data.train, data.test);
+        backend->upload_params(params);
+        std::vector<std::vector<float>> grads;
+        for (std::int64_t step = 0; step < 6; ++step) {  // 3 steps of 100 per epoch, two epochs
+          if (step % 3 == 0) backend->begin_epoch(sampler.permutation(step / 3));
+          const std::int64_t batch = (step % 3) * 100;
+          backend->set_step_randomness({21, step, batch});
+          backend->compute_gradients(batch + 40, 60);  // a rank's slice standing at 40 in its global batch
+          backend->synchronize();
+          grads.push_back(kind == cnn::BackendKind::kCuda ? download_grads(*backend, net.layout.total())
+                                                           : std::vector<float>(backend->grads(),
+                                                                                backend->grads() + net.layout.total()));
+        }
+        if (eval != nullptr) *eval = backend->evaluate(0, data.test.count());
+        return grads;
+      };
+      cnn::BatchStats eval_plain, eval_augmented;
+      const auto seq = steps(cnn::BackendKind::kSeq, true, "crop:3,flip", nullptr);
+      const auto gpu = steps(cnn::BackendKind::kCuda, true, "crop:3,flip", &eval_augmented);
+      const auto eager = steps(cnn::BackendKind::kCuda, false, "crop:3,flip", nullptr);
+      const auto plain = steps(cnn::BackendKind::kCuda, true, "none", &eval_plain);
+      for (std::size_t step = 0; step < seq.size(); ++step) {
+        BOOST_TEST_CONTEXT("step " << step) {
+          for (const cnn::ParamView& view : net.layout.views()) {
+            const auto at = static_cast<std::size_t>(view.offset);
+            const double error =
+                relative_error(gpu[step].data() + at, seq[step].data() + at, static_cast<std::size_t>(view.size));
+            BOOST_TEST(error <= kTolerance, view.name() << ": relative error " << error << " vs seq");
+          }
+          BOOST_TEST((gpu[step] == eager[step]), "graph and eager steps differ");
+          BOOST_TEST((gpu[step] != plain[step]), "the augmentation did not reach the step");
+        }
+      }
+      BOOST_TEST(eval_plain.loss_sum == eval_augmented.loss_sum);  // the same parameters, never augmented
+      BOOST_TEST(eval_plain.correct == eval_augmented.correct);
     }
   }
 }

@@ -30,10 +30,11 @@ struct MpiFixture {
 std::unique_ptr<cnn::MpiWorld> MpiFixture::world;
 
 // lr: the lr of each step (null: opt.lr throughout); label_smoothing: the training loss's; spec: a
-// --model spec, or empty for the seed model at 16 filters.
+// --model spec, or empty for the seed model at 16 filters; augment: the --augment text.
 std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind, cnn::OptimizerSettings opt,
                                int steps, std::int64_t global_batch, const cnn::LearningRate* lr = nullptr,
-                               float label_smoothing = 0.0f, const std::string& spec = "") {
+                               float label_smoothing = 0.0f, const std::string& spec = "",
+                               const std::string& augment = "none") {
   // Real images: on uniform-noise images with random labels, lr 0.1 is chaotic and one float-level
   // flip of a pool winner grows past 1e-5 within 20 steps; real data is what the contract is about.
   static const cnn::Dataset train = [] {
@@ -51,6 +52,7 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   options.threads = 2;
   options.optimizer = opt.kind;
   options.label_smoothing = label_smoothing;
+  options.augment = cnn::parse_augment(augment);
   auto backend = cnn::make_backend(options, net);
   backend->bind_data(train, train);
   std::vector<float> params(static_cast<std::size_t>(layout.total()));
@@ -142,6 +144,24 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_dropout,
   BOOST_TEST(error < cnn::test::relative_error(train_steps(alone, "seq", opt, 12, 30, nullptr, 0.0f, "conv3x3:8 relu avgpool2 "
                                                            "conv3x3:8 relu avgpool fc:32 relu fc:10"),
                                                reference));
+}
+
+// Augmentation follows the samples too: a sample's crop and flip are drawn from its index in the
+// global batch, so N ranks train on the batches one rank does, over epochs (24 steps of 9 per epoch).
+BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_augmentation,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) { return fashion_present(); })) {
+  cnn::MpiCommunicator comm(*MpiFixture::world);
+  cnn::OptimizerSettings opt;
+  opt.kind = cnn::OptimizerKind::kMomentum;
+  opt.lr = 0.05f;
+  const std::vector<float> distributed = train_steps(comm, "threads", opt, 24, 30, nullptr, 0.0f, "", "crop:3,flip");
+  cnn::test::LocalCommunicator alone;
+  const std::vector<float> reference = train_steps(alone, "seq", opt, 24, 30, nullptr, 0.0f, "", "crop:3,flip");
+  const double error = cnn::test::relative_error(distributed, reference);
+  BOOST_TEST_MESSAGE("augment: ranks=" << comm.size() << " rel err " << error);
+  BOOST_TEST(error <= 1e-5, "augment: " << comm.size() << " ranks vs 1 rank, rel err " << error);
+  // The batches are augmented at all: without it the run ends elsewhere.
+  BOOST_TEST(error < cnn::test::relative_error(train_steps(alone, "seq", opt, 24, 30), reference));
 }
 
 BOOST_AUTO_TEST_CASE(same_rank_count_twice_is_bitwise_identical,

@@ -4,7 +4,7 @@
 # uninterrupted run; resumed on another rank count, within 1e-5; --resume auto skips a corrupt newest
 # file; refused and allowed changes of settings; a finished run is a no-op; a cosine schedule with the
 # regularisers resumes bitwise and refuses other --epochs; an older checkpoint still resumes; dropout's
-# masks resume too.
+# masks resume too; so does --augment.
 # Usage: resume_test.sh BUILD_DIR SOURCE_DIR
 BUILD_DIR=$1
 SOURCE_DIR=$2
@@ -181,6 +181,39 @@ run_as dropspec "$CNN" "${SMALL[@]}" --model "conv3x3:4/p1 relu dropout:0.5 avgp
   --epochs 2 --out "$WORK/dropspec" --resume "$(latest "$WORK/dropref")"
 expect_rc dropspec "$EXIT_USAGE"
 expect_grep dropspec "$WORK/dropspec.err" "model was 'conv3x3:4/p1 relu dropout:0.25 avgpool2 fc:16 relu dropout:0.5 fc:10'"
+
+# Augmentation (--augment; each sample's crop and flip a pure function of seed, global step and its
+# place in the global batch): stopped in the middle of epoch 2, resumed, bitwise equal to an
+# uninterrupted run; the augmentation reaches the batches (a run without it ends elsewhere); another
+# --augment is refused; a checkpoint without the /config augment key resumes as "none".
+AUG=(--augment crop:3,flip)
+run_as augref "$CNN" "${SMALL[@]}" "${AUG[@]}" --epochs 2 --out "$WORK/augref"
+expect_rc augref 0
+expect_grep augref "$WORK/augref.out" "augment: crop:3,flip"
+run_as aug1 env CNN_TEST_STOP_AFTER_STEPS=27 "$CNN" "${SMALL[@]}" "${AUG[@]}" --epochs 2 --out "$WORK/aug"
+expect_rc aug1 "$EXIT_STOPPED"
+run_as aug "$CNN" "${SMALL[@]}" "${AUG[@]}" --epochs 2 --out "$WORK/aug" --resume auto
+expect_rc aug 0
+same_bits "augmented mid-epoch resume" "$(latest "$WORK/augref")" "$(latest "$WORK/aug")"
+run_as augoff "$CNN" "${SMALL[@]}" --epochs 2 --out "$WORK/augoff"
+if "$PY" "$COMPARE" exact "$(latest "$WORK/augref")" "$(latest "$WORK/augoff")" >/dev/null 2>&1; then
+  fail "augmented and plain runs end with the same bits: the augmentation never reached the batches"
+else pass "augmented and plain runs differ"; fi
+run_as augchange "$CNN" "${SMALL[@]}" --augment flip --epochs 3 --out "$WORK/augchange" \
+  --resume "$(latest "$WORK/augref")"
+expect_rc augchange "$EXIT_USAGE"
+expect_grep augchange "$WORK/augchange.err" "augment was crop:3,flip, this run has flip"
+mkdir -p "$WORK/augold/checkpoints"
+cp "$WORK/boundary/checkpoints/ckpt-e0001-s00000020.h5" "$WORK/augold/checkpoints/"
+"$PY" - "$WORK/augold/checkpoints/ckpt-e0001-s00000020.h5" <<'PYEOF'
+import h5py, sys
+with h5py.File(sys.argv[1], "r+") as f:
+    del f["/config"].attrs["augment"]
+PYEOF
+"$PY" "$SOURCE_DIR/tests/ckpt_seal.py" "$WORK/augold/checkpoints/ckpt-e0001-s00000020.h5"
+run_as augold "$CNN" "${SMALL[@]}" --epochs 3 --out "$WORK/augold" --resume auto
+expect_rc augold 0
+same_bits "resume of a checkpoint without /config augment" "$REF" "$(latest "$WORK/augold")"
 
 # An existing run directory is refused without --resume (its logs are never overwritten).
 run_as again "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/ref"

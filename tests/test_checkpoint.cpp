@@ -258,6 +258,7 @@ void check_round_trip(const std::string& optimizer) {
     saved.config.weight_decay = 5e-4;
     saved.config.nesterov = optimizer == "momentum";
     saved.config.label_smoothing = 0.1;
+    saved.config.augment = "crop:4,flip";
   }
   write_checkpoint(f.path, saved, f.layout);
   BOOST_CHECK(!fs::exists(f.path + ".tmp"));
@@ -299,6 +300,7 @@ void check_round_trip(const std::string& optimizer) {
   BOOST_CHECK_EQUAL(a.weight_decay, b.weight_decay);
   BOOST_CHECK_EQUAL(a.nesterov, b.nesterov);
   BOOST_CHECK_EQUAL(a.label_smoothing, b.label_smoothing);
+  BOOST_CHECK_EQUAL(a.augment, b.augment);
 
   BOOST_CHECK_EQUAL(loaded.progress.epoch, saved.progress.epoch);
   BOOST_CHECK_EQUAL(loaded.progress.step_in_epoch, saved.progress.step_in_epoch);
@@ -331,11 +333,11 @@ BOOST_AUTO_TEST_CASE(same_state_gives_same_data_bytes) {
 
 // Files written before specs (and adam, --precision, the schedules and regularisers) existed have no
 // spec, beta1, beta2, eps, precision, lr_schedule, warmup_steps, total_steps, weight_decay, nesterov or
-// label_smoothing attributes.
+// label_smoothing attributes (nor augment, --augment's).
 void remove_new_config_attrs(hid_t file) {
   const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
   for (const char* name : {"spec", "beta1", "beta2", "eps", "precision", "lr_schedule", "warmup_steps", "total_steps",
-                           "weight_decay", "nesterov", "label_smoothing"})
+                           "weight_decay", "nesterov", "label_smoothing", "augment"})
     BOOST_REQUIRE(H5Adelete(config, name) >= 0);
   H5Gclose(config);
 }
@@ -354,6 +356,7 @@ BOOST_AUTO_TEST_CASE(checkpoints_without_a_spec_derive_it_from_model_and_filters
   BOOST_CHECK_EQUAL(c.weight_decay, 0.0);
   BOOST_CHECK_EQUAL(c.nesterov, false);
   BOOST_CHECK_EQUAL(c.label_smoothing, 0.0);
+  BOOST_CHECK_EQUAL(c.augment, "none");
   BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).params.size(), static_cast<std::size_t>(f.layout.total()));
 }
 

@@ -119,6 +119,9 @@ BOOST_AUTO_TEST_CASE(schedule_decay_nesterov_and_smoothing_changes_are_refused) 
   now = saved_config();
   now.label_smoothing = 0.1;
   BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "label smoothing was 0, this run has 0.1"));
+  now = saved_config();
+  now.augment = "crop:4";  // --augment changes the batches from the resumed step on
+  BOOST_TEST(contains(check_resume(saved_config(), now).refusal, "augment was none, this run has crop:4"));
 }
 
 // cosine and onecycle set every step's lr from the run's total steps; constant and step do not.

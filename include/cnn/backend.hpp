@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cnn/augment.hpp"
 #include "cnn/choices.hpp"
 #include "cnn/dataset.hpp"
 #include "cnn/dropout_mask.hpp"
@@ -167,6 +168,7 @@ struct BackendOptions {
   OptimizerKind optimizer = OptimizerKind::kSgd;
   Precision precision = Precision::kFp32;  // cuda only: the layer products' precision (choices.hpp)
   float label_smoothing = 0.0f;     // of the training loss (--label-smoothing; ops.hpp); evaluation has none
+  Augment augment;                  // of the training batches' gather (--augment; augment.hpp); evaluation has none
   bool cuda_graphs = true;          // cuda: replay each step as one CUDA graph (the knob CNN_CUDA_GRAPHS=0: eager, for A/B)
 };
 

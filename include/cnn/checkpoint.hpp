@@ -8,7 +8,8 @@
 //                            momentum, beta1, beta2, eps, seed, dataset, dataset_digest, train_samples, epochs
 //                            (optional, for files written before they existed: epochs, the --epochs the
 //                            run aimed at; spec, derived from model + filters when absent; beta1, beta2, eps;
-//                            lr_schedule, warmup_steps, total_steps, weight_decay, nesterov, label_smoothing)
+//                            lr_schedule, warmup_steps, total_steps, weight_decay, nesterov, label_smoothing,
+//                            augment)
 //   /model/<layer>/<param>   float32, natural shape (e.g. /model/conv1/weight [d,1,3,3])
 //   /optimizer/<layer>/<param>/<state>   (momentum: "velocity"; adam: "m", "v"); attr step on /optimizer
 //   /progress                attrs epoch, step_in_epoch, global_step, samples_seen, world_size_at_save,
@@ -62,6 +63,7 @@ struct CheckpointConfig {
   double weight_decay = 0.0;
   bool nesterov = false;
   double label_smoothing = 0.0;
+  std::string augment = "none";     // augment_text() of --augment (files written before it existed: none)
 };
 
 struct CheckpointProgress {

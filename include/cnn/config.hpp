@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "cnn/augment.hpp"
 #include "cnn/backend.hpp"
 #include "cnn/choices.hpp"
 #include "cnn/knobs.hpp"
@@ -50,6 +51,7 @@ struct TrainConfig {
   double weight_decay = 0.0;            // L2 (sgd, momentum, adam) or decoupled (adamw); docs/TRAINING.md
   bool nesterov = false;                // momentum only
   double label_smoothing = 0.0;         // of the training loss, in [0, 1]
+  Augment augment;                      // of the training batches (--augment; augment.hpp); none by default
   std::uint64_t seed = 1;
 
   // Execution

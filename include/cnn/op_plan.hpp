@@ -58,8 +58,10 @@ struct Op {
   std::string name() const;
 };
 
-// The ops of `network` for `target`, in forward order.
-std::vector<Op> plan_ops(const Network& network, FusionTarget target);
+// The ops of `network` for `target`, in forward order. gathered_input: every training batch must pass
+// through the gather (--augment applies there, augment.hpp), so no op may read the uint8 data set
+// itself: on the GPU the whole-seed-model fusion and a first conv_relu_pool's own reads give way.
+std::vector<Op> plan_ops(const Network& network, FusionTarget target, bool gathered_input = false);
 
 // The ops' names, space-separated: "conv_relu_pool fc softmax_cross_entropy" (start-up line, tests).
 std::string describe_ops(const std::vector<Op>& ops);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "cnn/augment.hpp"
 #include "cnn/model.hpp"
 
 namespace cnn {
@@ -13,6 +14,12 @@ namespace cnn {
 // out[s] = in_images[indices[s]] / 255, as float. sample_size = C*H*W.
 void gather_normalize(float* out /*[n, sample_size]*/, const std::uint8_t* images /*[N, sample_size]*/,
                       const std::int32_t* indices /*[n]*/, std::int64_t n, std::int64_t sample_size);
+// gather_normalize with --augment (augment.hpp) applied to each sample as it is gathered: sample s
+// is drawn with (origin.step_key, origin.first_sample + s), its index in the global batch. shape is
+// one image's [C, H, W]; pixels of the zero padding are 0. A training batch's gather only.
+void gather_augment(float* out /*[n, C*H*W]*/, const std::uint8_t* images /*[N, C*H*W]*/,
+                    const std::int32_t* indices /*[n]*/, std::int64_t n, const TensorShape& shape,
+                    const Augment& augment, const MaskOrigin& origin);
 // labels_out[s] = labels[indices[s]].
 void gather_labels(std::uint8_t* labels_out /*[n]*/, const std::uint8_t* labels /*[N]*/,
                    const std::int32_t* indices /*[n]*/, std::int64_t n);

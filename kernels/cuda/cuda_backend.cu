@@ -15,7 +15,7 @@ namespace cnn::cuda {
 namespace {
 
 // Refuses what the kernels do not support, before any device work; the description's word on the ops.
-std::string checked_ops(const Network& network, const std::vector<Op>& ops) {
+std::string checked_ops(const Network& network, const std::vector<Op>& ops, bool augmented) {
   if (network.classes != kSeedClasses)
     throw UsageError("the cuda backend's softmax is built for " + std::to_string(kSeedClasses) + " classes; " +
                      network.describe() + " has " + std::to_string(network.classes) +
@@ -23,6 +23,9 @@ std::string checked_ops(const Network& network, const std::vector<Op>& ops) {
   const auto refuse = [&](const std::string& why) {
     throw UsageError("the cuda backend cannot run " + describe_ops(ops) + " for " + network.describe() + ": " + why);
   };
+  // --augment applies in the gather: an op reading the data set itself would train on plain images.
+  if (augmented && !ops.empty() && ops.front().reads_data)
+    refuse("--augment needs every batch gathered, and " + ops.front().name() + " reads the data set itself");
   if (ops.size() == 1 && ops.front().kind == OpKind::kConvReluPoolFcSoftmax) {
     const std::optional<SeedModel> seed = network.as_seed();
     if (!seed || !cuda_conv_relu_pool_supported(*seed) || !ops.front().reads_data)
@@ -55,7 +58,7 @@ std::string checked_ops(const Network& network, const std::vector<Op>& ops) {
 }  // namespace
 
 CudaBackend::CudaBackend(const BackendOptions& options, const Network& network, const std::vector<Op>& ops)
-    : DeviceBackend(options, network, checked_ops(network, ops)), network_(network) {
+    : DeviceBackend(options, network, checked_ops(network, ops, options.augment.active())), network_(network) {
   shared_.stream = stream();
   shared_.params = mutable_params();
   shared_.grads = mutable_grads();
@@ -129,7 +132,11 @@ OpTensors CudaBackend::tensors(std::size_t k, std::int64_t n) const {
 
 // The batch's images as floats, unless the first op reads the data set itself.
 void CudaBackend::enqueue_gather(const DeviceBatch& batch) {
-  if (!ops_.front()->reads_data())
+  if (ops_.front()->reads_data()) return;  // never with --augment (checked_ops)
+  if (batch.augment.active())
+    gather_augment(activations_[0].get(), batch.images, batch.indices, batch.n, network_.input, batch.augment,
+                   batch.mask_origin, stream());
+  else
     gather_normalize(activations_[0].get(), batch.images, batch.indices, batch.n, network_.input.size(), stream());
 }
 
@@ -181,7 +188,7 @@ std::vector<std::string> CudaBackend::implementation_lines(std::int64_t n) const
 namespace cnn {
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network) {
-  return make_cuda_backend(options, network, plan_ops(network, FusionTarget::kCuda));
+  return make_cuda_backend(options, network, plan_ops(network, FusionTarget::kCuda, options.augment.active()));
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options, const Network& network,

@@ -38,6 +38,7 @@ bool has_layer_kind(const std::vector<Layer>& layers, LayerKind kind) {
 DeviceBackend::DeviceBackend(const BackendOptions& options, const Network& network, const std::string& details)
     : total_(network.layout.total()), sample_size_(network.input.size()), classes_(network.classes),
       model_text_(network.describe()), optimizer_(options.optimizer), label_smoothing_(options.label_smoothing),
+      augment_(options.augment),
       device_(pick_device(options.local_rank)),
       graphs_(options.cuda_graphs, "rerun with CNN_CUDA_GRAPHS=0 and report this"),
       overlapped_graphs_(options.cuda_graphs, "rerun with --overlap off and report this") {
@@ -68,7 +69,7 @@ DeviceBackend::DeviceBackend(const BackendOptions& options, const Network& netwo
   if (optimizer_state_.size() > 0)
     CNN_CHECK_CUDA(cudaMemsetAsync(optimizer_state_.get(), 0, optimizer_state_.bytes(), stream_));
 
-  draws_masks_ = has_layer_kind(network.layers, LayerKind::kDropout);
+  draws_masks_ = has_layer_kind(network.layers, LayerKind::kDropout) || augment_.active();
   mask_origin_.resize(1);
   CNN_CHECK_CUDA(cudaMemsetAsync(mask_origin_.get(), 0, mask_origin_.bytes(), stream_));
   loss_sums_.resize(2);
@@ -151,6 +152,7 @@ void DeviceBackend::enqueue_train_step(std::int64_t n, const std::int32_t* indic
   batch.correct = correct_counts_.get() + kTrainSlot;
   batch.label_smoothing = label_smoothing_;
   batch.mask_origin = mask_origin_.get();
+  batch.augment = augment_;
   enqueue_step(batch, timed, listener);
 }
 

@@ -41,6 +41,7 @@ struct DeviceBatch {
   float* logits = nullptr;                // evaluation, when set: [n, classes], the loss op copies the logits here
   float label_smoothing = 0.0f;           // of the loss: --label-smoothing in a training step, 0 in evaluation
   const MaskOrigin* mask_origin = nullptr; // training: [1], the step's (dropout_mask.hpp); null in evaluation
+  Augment augment;                         // training: --augment, applied by the gather; none in evaluation
 };
 
 class DeviceBackend : public Backend {
@@ -121,6 +122,7 @@ class DeviceBackend : public Backend {
   std::string model_text_;    // the network, for data errors
   OptimizerKind optimizer_;
   float label_smoothing_;  // of the training loss, a constant of the captured steps
+  Augment augment_;        // of the training batches' gather (--augment), a constant of the captured steps
   int device_ = 0;
   std::string description_;
   cudaStream_t stream_ = nullptr;
@@ -133,8 +135,8 @@ class DeviceBackend : public Backend {
   DeviceDataset data_;
   // The training step's copy of its slice of the epoch's order (the graphs' index copy writes it).
   DeviceBuffer<std::int32_t> batch_indices_;
-  // Where this step's samples stand, for dropout's masks; written before each step only when the
-  // network has a dropout layer (draws_masks_).
+  // Where this step's samples stand, for dropout's masks and --augment's draws; written before each
+  // step only when the network has a dropout layer or the batches are augmented (draws_masks_).
   DeviceBuffer<MaskOrigin> mask_origin_;
   bool draws_masks_ = false;
   std::int64_t capacity_ = 0;  // the largest batch prepared so far

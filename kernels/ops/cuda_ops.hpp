@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "cnn/augment.hpp"
 #include "cnn/model.hpp"
 #include "cnn/optimizer.hpp"
 
@@ -28,6 +29,11 @@ bool seed_shape_supported(const SeedModel& m);
 void gather_normalize(float* out /*[n, sample_size]*/, const std::uint8_t* images /*[N, sample_size]*/,
                       const std::int32_t* indices /*[n]*/, std::int64_t n, std::int64_t sample_size,
                       cudaStream_t stream);
+// The CPU's gather_augment bit for bit; origin is in device memory (written by set_mask_origin before
+// the step), so a captured step graph draws each replay's crops and flips.
+void gather_augment(float* out /*[n, C*H*W]*/, const std::uint8_t* images /*[N, C*H*W]*/,
+                    const std::int32_t* indices /*[n]*/, std::int64_t n, const TensorShape& shape,
+                    const Augment& augment, const MaskOrigin* origin /*[1], device*/, cudaStream_t stream);
 void gather_labels(std::uint8_t* labels_out /*[n]*/, const std::uint8_t* labels /*[N]*/,
                    const std::int32_t* indices /*[n]*/, std::int64_t n, cudaStream_t stream);
 

@@ -91,6 +91,7 @@ struct ChoiceTexts {
   std::string allreduce = allreduce_name(AllreducePath::kAuto);
   std::string on_nonfinite = nonfinite_policy_name(NonFinitePolicy::kStop);
   std::string precision = precision_name(Precision::kFp32);
+  std::string augment = "none";
 };
 
 // `text` as one of `choices` (named by `name`); otherwise "OPTION: unknown NOUN 'TEXT' (available: ...)".
@@ -130,6 +131,7 @@ void validate(TrainConfig& c, const ChoiceTexts& t) {
   require(positive_float(c.eps), "--eps must be a positive number that a float can hold (1.2e-38..3.4e38; got " +
                                      str(c.eps) + ")");
   validate_optimizer_options(c, t.lr_schedule);  // schedule, warm-up, decay, nesterov, smoothing
+  c.augment = parse_augment(t.augment);           // the image size is checked once the data is known
   c.dataset = parse_choice(t.dataset, kDatasets, dataset_name, "--dataset", "data set");
   c.data_mode = parse_choice(t.data_mode, kDataModes, data_mode_name, "--data-mode", "mode");
   require(c.data_mode != DataMode::kStream || c.dataset == DatasetKind::kHdf5,
@@ -268,6 +270,10 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--label-smoothing", c.label_smoothing,
                  "label smoothing S in [0, 1] of the training loss (targets (1-S)*onehot + S/classes)")
       ->group("Training");
+  app.add_option("--augment", choices.augment,
+                 "none | a comma list of crop:P (a random crop of the image padded with P zero pixels) and flip "
+                 "(a random horizontal flip), applied to training batches only")
+      ->group("Training");
   add_integer(app, "--seed", c.seed, "seed of the initialisation and of the sample order")->group("Training");
 
   app.add_option("--device", choices.device, "cpu | gpu | auto (gpu when one is usable)")->group("Execution");
@@ -402,6 +408,7 @@ std::string describe(const TrainConfig& c) {
     text << " (beta1 " << c.beta1 << ", beta2 " << c.beta2 << ", eps " << c.eps << ")";
   text << "\n"
        << describe_optimizer_options(c)
+       << "  augment: " << augment_text(c.augment) << "\n"
        << "  seed: " << c.seed << "\n"
        << "  device: " << device_name(c.device) << "\n"
        << "  backend: " << (c.backend ? backend_kind_name(*c.backend) : "") << "\n"

@@ -96,6 +96,7 @@ std::vector<std::pair<const char*, std::optional<std::string>>> option_values(co
       {"weight-decay", number(c.weight_decay)},
       {"nesterov", flag(c.nesterov)},
       {"label-smoothing", number(c.label_smoothing)},
+      {"augment", text(augment_text(c.augment))},
       {"seed", std::optional<std::string>(toml_unsigned(c.seed))},
       {"device", word(device_name(c.device))},
       {"backend", word(c.backend ? backend_kind_name(*c.backend) : "")},

@@ -34,9 +34,11 @@ struct BackwardSegment {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Network& network, BackendKind kind, int threads, OptimizerKind optimizer, float label_smoothing)
+  CpuBackend(const Network& network, BackendKind kind, int threads, OptimizerKind optimizer, float label_smoothing,
+             const Augment& augment)
       : network_(network),
         kind_(kind),
+        augment_(augment),
         // `seq` is the reference: it never fuses.
         plan_(plan_ops(network_, kind == BackendKind::kSeq ? FusionTarget::kReference : FusionTarget::kCpu)),
         threads_(std::max(1, threads)),
@@ -145,7 +147,8 @@ class CpuBackend final : public Backend {
           const std::int64_t mb = std::min(micro_batch(), share.count - done);
           const double t0 = wall_seconds();
           // The first op reads the samples: gathered again, cheaper than keeping them.
-          if (segment.bottom == 0) runner.gather(*train_, permutation_.data() + first + share.begin + done, mb, true);
+          const std::int64_t at = first + share.begin + done;
+          if (segment.bottom == 0) runner.gather(*train_, permutation_.data() + at, mb, true, augment_, mask_origin(at));
           const double t1 = wall_seconds();
           runner.backward(segment.top, segment.bottom, mb, slot, runner.kept_input_gradient(segments_[s - 1].bottom, slot),
                           input_gradient_kept(runner, segment.bottom, slot), params_.data(), g);
@@ -254,7 +257,7 @@ class CpuBackend final : public Backend {
     CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
     ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
     const double t0 = wall_seconds();
-    runner.gather(*train_, permutation_.data() + at, mb);
+    runner.gather(*train_, permutation_.data() + at, mb, false, augment_, mask_origin(at));
     const double t1 = wall_seconds();
     runner.forward(params_.data(), mb, slot, true, stats, mask_origin(at));
     const double t2 = wall_seconds();
@@ -313,6 +316,7 @@ class CpuBackend final : public Backend {
 
   const Network network_;  // the runners' ops point into its layers
   const BackendKind kind_;
+  const Augment augment_;  // the training batches' (--augment); evaluation gathers plainly
   const std::vector<Op> plan_;
   const int threads_;
   const std::int64_t total_;
@@ -336,7 +340,8 @@ std::unique_ptr<Backend> make_cpu_backend(const Network& network, const BackendO
     throw std::logic_error("make_cpu_backend: not a CPU backend kind");
   // `seq` is the one-thread reference by definition, whatever --threads says.
   const int threads = options.kind == BackendKind::kSeq ? 1 : options.threads;
-  return std::make_unique<CpuBackend>(network, options.kind, threads, options.optimizer, options.label_smoothing);
+  return std::make_unique<CpuBackend>(network, options.kind, threads, options.optimizer, options.label_smoothing,
+                                      options.augment);
 }
 
 }  // namespace cnn

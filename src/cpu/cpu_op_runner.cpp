@@ -57,8 +57,12 @@ float* CpuOpRunner::kept_input_gradient(std::size_t i, std::int64_t slot) {
   return micro_batch_slot(input_gradients_[i], true, micro_batch_, ops_[i]->in_size(), slot);
 }
 
-void CpuOpRunner::gather(const Dataset& data, const std::int32_t* indices, std::int64_t mb, bool images_only) {
-  gather_normalize(input_.data(), data.images.data(), indices, mb, data.shape.size());
+void CpuOpRunner::gather(const Dataset& data, const std::int32_t* indices, std::int64_t mb, bool images_only,
+                         const Augment& augment, const MaskOrigin& origin) {
+  if (augment.active())
+    gather_augment(input_.data(), data.images.data(), indices, mb, data.shape, augment, origin);
+  else
+    gather_normalize(input_.data(), data.images.data(), indices, mb, data.shape.size());
   if (!images_only) gather_labels(labels_.data(), data.labels.data(), indices, mb);
 }
 

@@ -39,7 +39,9 @@ class CpuOpRunner {
 
   // Gathers data[indices[0..mb)] as normalised floats, and their labels unless images_only (the
   // overlapped backward gathers the images again rather than keeping them).
-  void gather(const Dataset& data, const std::int32_t* indices, std::int64_t mb, bool images_only = false);
+  // augment (a training batch's, with its samples' origin): applied as the images are gathered.
+  void gather(const Dataset& data, const std::int32_t* indices, std::int64_t mb, bool images_only = false,
+              const Augment& augment = Augment{}, const MaskOrigin& origin = MaskOrigin{});
 
   // Every op on the gathered micro-batch, its kept outputs in `slot`; adds loss and correct count to
   // stats. training: the loss op also writes its gradient of the logits.

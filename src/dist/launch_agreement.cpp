@@ -104,6 +104,7 @@ LaunchSettings settings_that_must_agree(const TrainConfig& c) {
       {"--weight-decay", exact(c.weight_decay)},
       {"--nesterov", c.nesterov ? "on" : "off"},
       {"--label-smoothing", exact(c.label_smoothing)},
+      {"--augment", augment_text(c.augment)},
       {"--seed", text(c.seed)},
       {"--device", device_name(c.device)},
       {"--backend", c.backend ? backend_kind_name(*c.backend) : ""},

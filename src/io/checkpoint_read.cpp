@@ -13,6 +13,7 @@
 #include "io/checkpoint_image.hpp"
 #include "io/checkpoint_schema.hpp"
 #include "cnn/checkpoint.hpp"
+#include "cnn/augment.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/lr_schedule.hpp"
 #include "cnn/network.hpp"
@@ -118,6 +119,14 @@ void read_training_options(const h5::FileContext& file, const h5::Node& group, C
       parse_lr_schedule(c.lr_schedule);
     } catch (const UsageError&) {
       file.fail("/config lr_schedule '" + c.lr_schedule + "' is not a schedule this build knows");
+    }
+  }
+  if (has_attr(file, group, "augment")) {
+    c.augment = h5::read_string_attr(file, group, "augment");
+    try {
+      parse_augment(c.augment);
+    } catch (const UsageError&) {
+      file.fail("/config augment '" + c.augment + "' is not an augmentation this build knows");
     }
   }
   if (has_attr(file, group, "warmup_steps")) c.warmup_steps = h5::read_int64_attr(file, group, "warmup_steps");

@@ -154,6 +154,7 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
     refuse("nesterov", saved.nesterov ? "on" : "off", now.nesterov ? "on" : "off", kExact);
   if (saved.label_smoothing != now.label_smoothing)
     refuse("label smoothing", text(saved.label_smoothing), text(now.label_smoothing), kExact);
+  if (saved.augment != now.augment) refuse("augment", saved.augment, now.augment, kExact);
   // cosine and onecycle set each step's lr from the run's total steps: other --epochs would change the
   // lr of the steps still to run (constant and step do not depend on it, so they allow it).
   const LrScheduleKind schedule = parse_lr_schedule(now.lr_schedule).kind;

@@ -41,19 +41,21 @@ bool folds_relu(const Op& op) {
 // The ops of net.layers (a whole network, or a block's layers as block_network), in forward order.
 // params_before: a gradient must pass back out of the first op. in_block: the list is a block's, so
 // the loss and the whole-model fusion are not its, and conv_relu_pool (no input gradient) stays out.
-std::vector<Op> plan_list(const Network& net, FusionTarget target, bool params_before, bool in_block) {
+// gathered_input: every batch is gathered first (--augment), so no op reads the data set itself.
+std::vector<Op> plan_list(const Network& net, FusionTarget target, bool params_before, bool in_block,
+                          bool gathered_input) {
   std::vector<Op> ops;
   const std::size_t count = net.layers.size();
   auto push = [&](Op op) {
     op.needs_input_grad = params_before;
-    op.reads_data = !in_block && ops.empty() && target == FusionTarget::kCuda &&
+    op.reads_data = !in_block && !gathered_input && ops.empty() && target == FusionTarget::kCuda &&
                     (op.kind == OpKind::kConvReluPool || op.kind == OpKind::kConvReluPoolFcSoftmax);
     params_before |= op.has_params;
     ops.push_back(std::move(op));
   };
 
   // The whole seed model, on the GPU: one fused op, the loss included.
-  if (target == FusionTarget::kCuda && !in_block) {
+  if (target == FusionTarget::kCuda && !in_block && !gathered_input) {
     if (const std::optional<SeedModel> seed = net.as_seed(); seed && cuda_conv_relu_pool_supported(*seed)) {
       Op op;
       op.kind = OpKind::kConvReluPoolFcSoftmax;
@@ -93,8 +95,8 @@ std::vector<Op> plan_list(const Network& net, FusionTarget target, bool params_b
     op.last_layer = i;
     op.has_params = layer.has_params();
     if (!layer.body.empty()) {
-      op.body = plan_list(block_network(net, layer, layer.body), target, params_before, true);
-      op.shortcut = plan_list(block_network(net, layer, layer.shortcut), target, params_before, true);
+      op.body = plan_list(block_network(net, layer, layer.body), target, params_before, true, gathered_input);
+      op.shortcut = plan_list(block_network(net, layer, layer.shortcut), target, params_before, true, gathered_input);
     }
     push(op);
   }
@@ -127,7 +129,9 @@ std::string Op::name() const {
   return "?";
 }
 
-std::vector<Op> plan_ops(const Network& net, FusionTarget target) { return plan_list(net, target, false, false); }
+std::vector<Op> plan_ops(const Network& net, FusionTarget target, bool gathered_input) {
+  return plan_list(net, target, false, false, gathered_input);
+}
 
 std::string describe_ops(const std::vector<Op>& ops) {
   std::string text;

@@ -48,6 +48,7 @@ BackendOptions backend_options(const TrainConfig& config, int local_rank) {
   o.optimizer = config.optimizer;
   o.precision = config.precision;
   o.label_smoothing = static_cast<float>(config.label_smoothing);
+  o.augment = config.augment;
   return o;
 }
 
@@ -100,6 +101,7 @@ CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network&
   c.weight_decay = config.weight_decay;
   c.nesterov = config.nesterov;
   c.label_smoothing = config.label_smoothing;
+  c.augment = augment_text(config.augment);
   return c;
 }
 

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cnn/augment.hpp"
 #include "cnn/collective_errors.hpp"
 #include "cnn/launch_agreement.hpp"
 #include "cnn/run_options.hpp"
@@ -124,6 +125,7 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   agree_or_stop(world, [&] { run->data = early_data.valid() ? early_data.get() : load_training_data(data_options(config)); });
   agree_on_settings(world, data_identity(*run->data));  // node-local copies must hold the same data
   run->network = build_network(config.model, config.filters, run->data->shape(), run->data->classes());
+  check_augment_fits(config.augment, run->data->shape().height, run->data->shape().width);
   run->optimizer = optimizer_settings(config);
   run->learning_rate = learning_rate(config, run->data->train_count());
 
