@@ -672,7 +672,11 @@ BOOST_AUTO_TEST_CASE(augmented_steps_match_seq_over_two_epochs) {
           BOOST_TEST((gpu[step] != plain[step]), "the augmentation did not reach the step");
         }
       }
-      BOOST_TEST(eval_plain.loss_sum == eval_augmented.loss_sum);  // the same parameters, never augmented
+      // The same parameters, never augmented. Not bit for bit: without --augment the first op may be
+      // the fused one that reads the uint8 pixels itself, with --augment the batch is gathered first
+      // (op_plan.cpp), and the two round differently (measured 3e-9 relative on nvidia-h100-x1).
+      const double eval_error = std::abs(eval_plain.loss_sum - eval_augmented.loss_sum) / eval_plain.loss_sum;
+      BOOST_TEST(eval_error <= 1e-6, "evaluation loss, augmented backend vs plain: relative error " << eval_error);
       BOOST_TEST(eval_plain.correct == eval_augmented.correct);
     }
   }
