@@ -83,6 +83,10 @@ class Backend {
   virtual std::vector<float> download_params() = 0;
   virtual void upload_optimizer_state(const std::vector<float>& host) = 0;
   virtual std::vector<float> download_optimizer_state() = 0;
+  // The network's state (Network::state_count floats: the bn layers' running statistics), neither
+  // parameters nor optimizer state: updated by training forwards, read by evaluation, checkpointed.
+  virtual void upload_state(const std::vector<float>& host) = 0;
+  virtual std::vector<float> download_state() = 0;
 
   // The flat buffers in memory_space(), for the communicator.
   virtual float* params() = 0;

@@ -44,11 +44,13 @@ class CpuBackend final : public Backend {
         params_(static_cast<std::size_t>(total_)),
         grads_(static_cast<std::size_t>(total_)),
         optimizer_state_(static_cast<std::size_t>(total_ * optimizer_state_per_param(optimizer))),
+        state_(network_.initial_state()),
         thread_times_(static_cast<std::size_t>(threads_)) {
     runners_.reserve(static_cast<std::size_t>(threads_));
     for (int t = 0; t < threads_; ++t) {
       runners_.emplace_back(plan_, network_, kind != BackendKind::kSeq, label_smoothing);
       thread_grads_.emplace_back(static_cast<std::size_t>(total_));
+      runners_.back().set_state(state_.data());
     }
     // The backward from the op below the loss, cut after each op with parameters.
     std::size_t top = plan_.size() - 2;
@@ -75,6 +77,12 @@ class CpuBackend final : public Backend {
   std::vector<float> download_params() override { return params_; }
   void upload_optimizer_state(const std::vector<float>& host) override { optimizer_state_ = host; }
   std::vector<float> download_optimizer_state() override { return optimizer_state_; }
+  void upload_state(const std::vector<float>& host) override {
+    if (host.size() != state_.size()) throw std::invalid_argument("upload_state: " + std::to_string(host.size()) +
+                                                                   " values for a state of " + std::to_string(state_.size()));
+    std::copy(host.begin(), host.end(), state_.begin());  // in place: the runners point into it
+  }
+  std::vector<float> download_state() override { return state_; }
   float* params() override { return params_.data(); }
   float* grads() override { return grads_.data(); }
   std::int64_t first_nonfinite_grad() override { return first_nonfinite(grads_.data(), total_); }
@@ -85,6 +93,7 @@ class CpuBackend final : public Backend {
     const double start = wall_seconds();
     std::vector<BatchStats> stats(static_cast<std::size_t>(threads_));
     const std::size_t below_loss = plan_.size() - 2, first_param = segments_.back().bottom;
+    prepare_slice(count);
     for_each_thread([&](int t) {
       const Range share = thread_share(count, t);
       float* g = thread_gradients(t);
@@ -122,6 +131,7 @@ class CpuBackend final : public Backend {
       listener.gradients_ready(params.param_offset(), params.param_count());
     };
     const BackwardSegment last_layer = segments_.front();
+    prepare_slice(count);
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
       const Range share = thread_share(count, t);
@@ -226,6 +236,22 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // A network with bn layers needs sums over the whole slice of `count` samples in the middle of its
+  // forward and backward: each thread then runs its share as one micro-batch, and the threads with
+  // samples meet in slice_sums_ (in thread order). Without bn, nothing changes.
+  void prepare_slice(std::int64_t count) {
+    if (!network_.has_batch_norm()) return;
+    // Every runner alike: the step's loops take micro_batch() from the first.
+    const std::int64_t largest_share = (count + threads_ - 1) / threads_;
+    int participants = 0;
+    for (int t = 0; t < threads_; ++t) {
+      CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
+      runner.grow_micro_batch(largest_share);
+      runner.set_slice({&slice_sums_, thread_share(count, t).count > 0 ? participants++ : -1});
+    }
+    slice_sums_.begin_step(participants);
+  }
+
   // Thread t's contiguous share of n items.
   Range thread_share(std::int64_t n, int t) const {
     const std::int64_t begin = n * t / threads_, end = n * (t + 1) / threads_;
@@ -317,6 +343,8 @@ class CpuBackend final : public Backend {
   const int threads_;
   const std::int64_t total_;
   std::vector<float> params_, grads_, optimizer_state_;
+  std::vector<float> state_;  // the bn layers' running statistics (Network::state_count)
+  SliceSums slice_sums_;
   std::vector<std::vector<float>> thread_grads_;
   std::vector<CpuOpRunner> runners_;
   std::vector<ThreadTimes> thread_times_;

@@ -171,6 +171,16 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
     for (const ParamView& view : layout.views()) write_checksummed(file, fid, state_path(view, states[s]), view, copy);
   }
 
+  if (!state.bn_running.empty()) {
+    const h5::Node bn = h5::create_group(file, fid, schema::kStateGroup);
+    const auto count = static_cast<std::int64_t>(state.bn_running.size());
+    h5::write_attr(file, bn, "count", count);
+    ParamView running;
+    running.shape = {count};
+    running.size = count;
+    write_checksummed(file, fid, schema::kBnRunningPath, running, state.bn_running.data());
+  }
+
   const CheckpointProgress& p = state.progress;
   const h5::Node progress = h5::create_group(file, fid, schema::kProgressGroup);
   h5::write_attr(file, progress, "epoch", p.epoch);
@@ -199,7 +209,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
 ckpt::Bytes build_image(const std::string& tmp, const CheckpointState& state, const ParamLayout& layout,
                         const std::vector<std::string>& states) {
   const h5::FileContext file(tmp, h5::Mode::kWrite);
-  const std::size_t tensors = state.params.size() + state.optimizer_state.size();
+  const std::size_t tensors = state.params.size() + state.optimizer_state.size() + state.bn_running.size();
   const std::size_t increment = std::max(kMinImageIncrement, tensors * sizeof(float) + kMetadataAllowance);
   const h5::Handle create = file.own(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "H5Pcreate", "");
   file.check(H5Pset_userblock(create.get(), ckpt::kUserBlockBytes), "H5Pset_userblock", "");

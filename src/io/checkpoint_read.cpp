@@ -329,6 +329,17 @@ CheckpointState CheckpointReader::read(const ParamLayout& layout) const {
     for (const ParamView& view : layout.views()) read_checksummed(file, fid, state_path(view, states[s]), view, copy);
   }
 
+  if (h5::exists(file, fid, schema::kStateGroup)) {
+    const h5::Node bn = h5::open_group(file, fid, schema::kStateGroup);
+    const std::int64_t count = h5::read_int64_attr(file, bn, "count");
+    if (count <= 0 || count > std::int64_t{1} << 30) file.fail("/state count " + std::to_string(count) + " is out of range");
+    state.bn_running.resize(static_cast<std::size_t>(count));
+    ParamView running;
+    running.shape = {count};
+    running.size = count;
+    read_checksummed(file, fid, schema::kBnRunningPath, running, state.bn_running.data());
+  }
+
   const h5::Node progress = h5::open_group(file, fid, schema::kProgressGroup);
   state.progress.epoch = h5::read_int64_attr(file, progress, "epoch");
   state.progress.step_in_epoch = h5::read_int64_attr(file, progress, "step_in_epoch");

@@ -200,6 +200,7 @@ ResumePoint resolve_resume(const ResumeOptions& config, const MpiWorld& world, c
   broadcast_pod(world, point.state.optimizer_step);
   broadcast_floats(world, point.state.params);
   broadcast_floats(world, point.state.optimizer_state);
+  broadcast_floats(world, point.state.bn_running);
   if (world.rank() != 0) point.state.config = now;  // checked equal where it matters, on rank 0
   return point;
 }

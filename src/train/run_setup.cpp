@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cnn/collective_errors.hpp"
+#include "cnn/errors.hpp"
 #include "cnn/launch_agreement.hpp"
 #include "cnn/run_options.hpp"
 #include "cnn/run_settings_file.hpp"
@@ -65,6 +66,12 @@ void set_starting_parameters(const TrainConfig& config, const MpiWorld& world, T
   if (run.resume.resumed) {
     run.backend->upload_params(run.resume.state.params);
     if (!run.resume.state.optimizer_state.empty()) run.backend->upload_optimizer_state(run.resume.state.optimizer_state);
+    if (run.network.state_count > 0) {
+      if (static_cast<std::int64_t>(run.resume.state.bn_running.size()) != run.network.state_count)
+        throw InputError(run.resume.path + ": /state/bn_running holds " + std::to_string(run.resume.state.bn_running.size()) +
+                         " values, but the network's bn layers keep " + std::to_string(run.network.state_count));
+      run.backend->upload_state(run.resume.state.bn_running);
+    }
     return;
   }
   const ParamLayout& layout = run.network.layout;
