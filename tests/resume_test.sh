@@ -206,6 +206,10 @@ run_as bneval "$CNN" eval --checkpoint "$(latest "$WORK/bnref")" --data "$DATA" 
 expect_rc bneval 0
 LOGGED=$(awk -F, '$1 == 2 { printf "%.6f", $3 }' "$WORK/bnref/metrics.csv")
 expect_grep bneval "$WORK/bneval.out" "test_loss $LOGGED "
+# --bn-local is another computation: a resume refuses the change.
+run_as bnlocal "$CNN" "${SMALL[@]}" "${BN[@]}" --bn-local --epochs 3 --out "$WORK/bnlocal" --resume "$(latest "$WORK/bnref")"
+expect_rc bnlocal "$EXIT_USAGE"
+expect_grep bnlocal "$WORK/bnlocal.err" "bn statistics was global, this run has local (--bn-local)"
 
 # An existing run directory is refused without --resume (its logs are never overwritten).
 run_as again "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/ref"

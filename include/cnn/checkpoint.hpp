@@ -8,7 +8,7 @@
 //                            momentum, beta1, beta2, eps, seed, dataset, dataset_digest, train_samples, epochs
 //                            (optional, for files written before they existed: epochs, the --epochs the
 //                            run aimed at; spec, derived from model + filters when absent; beta1, beta2, eps;
-//                            lr_schedule, warmup_steps, total_steps, weight_decay, nesterov, label_smoothing)
+//                            lr_schedule, warmup_steps, total_steps, weight_decay, nesterov, label_smoothing, bn_local)
 //   /model/<layer>/<param>   float32, natural shape (e.g. /model/conv1/weight [d,1,3,3])
 //   /optimizer/<layer>/<param>/<state>   (momentum: "velocity"; adam: "m", "v"); attr step on /optimizer
 //   /state/bn_running        float32 [n]: the bn layers' running means and variances (Network::state_count,
@@ -64,6 +64,7 @@ struct CheckpointConfig {
   double weight_decay = 0.0;
   bool nesterov = false;
   double label_smoothing = 0.0;
+  bool bn_local = false;            // --bn-local (absent in older files: global, what they could not differ in)
 };
 
 struct CheckpointProgress {

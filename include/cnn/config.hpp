@@ -50,6 +50,7 @@ struct TrainConfig {
   double weight_decay = 0.0;            // L2 (sgd, momentum, adam) or decoupled (adamw); docs/TRAINING.md
   bool nesterov = false;                // momentum only
   double label_smoothing = 0.0;         // of the training loss, in [0, 1]
+  bool bn_local = false;                // bn: each rank's own batch statistics, not the global batch's
   std::uint64_t seed = 1;
 
   // Execution

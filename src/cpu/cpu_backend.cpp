@@ -83,6 +83,7 @@ class CpuBackend final : public Backend {
     std::copy(host.begin(), host.end(), state_.begin());  // in place: the runners point into it
   }
   std::vector<float> download_state() override { return state_; }
+  void set_statistics_communicator(Communicator* ranks) override { statistics_ranks_ = ranks; }
   float* params() override { return params_.data(); }
   float* grads() override { return grads_.data(); }
   std::int64_t first_nonfinite_grad() override { return first_nonfinite(grads_.data(), total_); }
@@ -95,7 +96,7 @@ class CpuBackend final : public Backend {
     const std::size_t below_loss = plan_.size() - 2, first_param = segments_.back().bottom;
     prepare_slice(count);
     for_each_thread([&](int t) {
-      const Range share = thread_share(count, t);
+      const Range share = slice_share(count, t);
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
       for (std::int64_t done = 0; done < share.count; done += micro_batch())
@@ -134,7 +135,7 @@ class CpuBackend final : public Backend {
     prepare_slice(count);
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
-      const Range share = thread_share(count, t);
+      const Range share = slice_share(count, t);
       runner.keep_slots(micro_batches(share.count));
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
@@ -149,7 +150,7 @@ class CpuBackend final : public Backend {
       for_each_thread([&](int t) {
         CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
         ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
-        const Range share = thread_share(count, t);
+        const Range share = slice_share(count, t);
         float* g = thread_gradients(t);
         for (std::int64_t done = 0, slot = 0; done < share.count; done += micro_batch(), ++slot) {
           const std::int64_t mb = std::min(micro_batch(), share.count - done);
@@ -247,9 +248,17 @@ class CpuBackend final : public Backend {
     for (int t = 0; t < threads_; ++t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
       runner.grow_micro_batch(largest_share);
-      runner.set_slice({&slice_sums_, thread_share(count, t).count > 0 ? participants++ : -1});
+      runner.set_slice({&slice_sums_, slice_share(count, t).count > 0 ? participants++ : -1});
     }
-    slice_sums_.begin_step(participants);
+    slice_sums_.begin_step(participants, statistics_ranks_);
+  }
+
+  // Thread t's share of a training step's `count` samples: thread_share, except that a network with
+  // bn on fewer samples than threads gives one sample each to the first threads, so that thread 0,
+  // the one that may call MPI (MPI_THREAD_FUNNELED), always takes part in the sums.
+  Range slice_share(std::int64_t count, int t) const {
+    if (!network_.has_batch_norm() || count >= threads_) return thread_share(count, t);
+    return t < count ? Range{t, 1} : Range{count, 0};
   }
 
   // Thread t's contiguous share of n items.
@@ -345,6 +354,7 @@ class CpuBackend final : public Backend {
   std::vector<float> params_, grads_, optimizer_state_;
   std::vector<float> state_;  // the bn layers' running statistics (Network::state_count)
   SliceSums slice_sums_;
+  Communicator* statistics_ranks_ = nullptr;  // bn's global statistics; nullptr: --bn-local or one rank
   std::vector<std::vector<float>> thread_grads_;
   std::vector<CpuOpRunner> runners_;
   std::vector<ThreadTimes> thread_times_;

@@ -13,20 +13,26 @@
 
 namespace cnn {
 
+class Communicator;
+
 class SliceSums {
  public:
-  // Before each training step's parallel region: how many threads take part (those with samples).
-  void begin_step(int participants);
+  // Before each training step's parallel region: how many threads take part (those with samples;
+  // participant 0 must be the thread that may call MPI, the OpenMP master), and the communicator
+  // whose ranks' sums are added too (bn's global statistics; nullptr: this rank's slice alone).
+  void begin_step(int participants, Communicator* ranks);
 
-  // Called by every participant, each with its own part, the same n and in the same order of calls:
-  // values[0 .. n) becomes the sum of the participants' parts, added in participant order. Blocks
-  // until every participant has called it.
+  // Called by every participant, each with its own part, the same n and in the same order of calls
+  // (and, with ranks, on every rank alike): values[0 .. n) becomes the sum of the participants'
+  // parts, added in participant order, then over the ranks (an allreduce in double by participant
+  // 0). Blocks until every participant has called it.
   void sum(int participant, double* values, std::size_t n);
 
  private:
   std::mutex mutex_;
   std::condition_variable done_;
   int participants_ = 1;
+  Communicator* ranks_ = nullptr;
   int arrived_ = 0;
   std::uint64_t round_ = 0;
   std::vector<const double*> parts_;

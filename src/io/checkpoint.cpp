@@ -159,6 +159,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, config, "weight_decay", c.weight_decay);
   h5::write_attr(file, config, "nesterov", static_cast<std::int64_t>(c.nesterov ? 1 : 0));
   h5::write_attr(file, config, "label_smoothing", c.label_smoothing);
+  h5::write_attr(file, config, "bn_local", static_cast<std::int64_t>(c.bn_local ? 1 : 0));
 
   h5::create_group(file, fid, schema::kModelGroup);
   for (const ParamView& view : layout.views()) {

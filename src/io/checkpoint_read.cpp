@@ -129,6 +129,10 @@ void read_training_options(const h5::FileContext& file, const h5::Node& group, C
   if (has_attr(file, group, "nesterov")) nesterov = h5::read_int64_attr(file, group, "nesterov");
   if (nesterov != 0 && nesterov != 1) file.fail("/config nesterov " + std::to_string(nesterov) + " is not 0 or 1");
   c.nesterov = nesterov == 1;
+  std::int64_t bn_local = 0;
+  if (has_attr(file, group, "bn_local")) bn_local = h5::read_int64_attr(file, group, "bn_local");
+  if (bn_local != 0 && bn_local != 1) file.fail("/config bn_local " + std::to_string(bn_local) + " is not 0 or 1");
+  c.bn_local = bn_local == 1;
   if (c.warmup_steps < 0) file.fail("/config warmup_steps " + std::to_string(c.warmup_steps) + " is negative");
   if (c.total_steps < 0) file.fail("/config total_steps " + std::to_string(c.total_steps) + " is negative");
   const auto shown = [](double value) {

@@ -152,6 +152,9 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
     refuse("weight decay", text(saved.weight_decay), text(now.weight_decay), kExact);
   if (saved.nesterov != now.nesterov)
     refuse("nesterov", saved.nesterov ? "on" : "off", now.nesterov ? "on" : "off", kExact);
+  if (saved.bn_local != now.bn_local)
+    refuse("bn statistics", saved.bn_local ? "local (--bn-local)" : "global", now.bn_local ? "local (--bn-local)" : "global",
+           kExact);
   if (saved.label_smoothing != now.label_smoothing)
     refuse("label smoothing", text(saved.label_smoothing), text(now.label_smoothing), kExact);
   // cosine and onecycle set each step's lr from the run's total steps: other --epochs would change the

@@ -4,6 +4,8 @@
 #include "cnn/cpu_backend.hpp"
 #include "cnn/errors.hpp"
 
+#include <stdexcept>
+
 #ifdef CNN_HAVE_CUDA
 #include "cnn/cuda_backend.hpp"
 #endif
@@ -23,6 +25,10 @@ BackendKind parse_backend_kind(const std::string& text) {
   for (BackendKind kind : {BackendKind::kSeq, BackendKind::kThreads, BackendKind::kCuda})
     if (text == backend_kind_name(kind)) return kind;
   throw UsageError("--backend: unknown backend '" + text + "' (available: seq, threads, cuda)");
+}
+
+void Backend::set_statistics_communicator(Communicator* ranks) {
+  if (ranks != nullptr) throw std::logic_error(name() + ": no layer with global batch statistics runs here");
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Network& network) {

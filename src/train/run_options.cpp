@@ -100,6 +100,7 @@ CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network&
   c.weight_decay = config.weight_decay;
   c.nesterov = config.nesterov;
   c.label_smoothing = config.label_smoothing;
+  c.bn_local = config.bn_local;
   return c;
 }
 

@@ -133,6 +133,13 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   run->network = build_network(config.model, config.filters, run->data->shape(), run->data->classes());
   run->optimizer = optimizer_settings(config);
   run->learning_rate = learning_rate(config, run->data->train_count());
+  // Global bn statistics make every rank take part in every step's sums: a short last batch with fewer
+  // samples than ranks would leave a rank out of them.
+  const std::int64_t last_batch = run->data->train_count() % config.batch;
+  if (run->network.has_batch_norm() && !config.bn_local && last_batch > 0 && last_batch < world.size())
+    throw UsageError("--model has bn layers with global statistics, but the epoch's last batch of " +
+                     std::to_string(last_batch) + " images leaves some of the " + std::to_string(world.size()) +
+                     " ranks without a sample; change --batch or --train-samples, or give --bn-local");
 
   // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
   agree_or_stop(world, [&] {
@@ -159,11 +166,17 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   });
   set_starting_parameters(config, world, *run);
 
-  // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all.
+  // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all. Its
+  // timed steps move bn's running statistics: they are put back.
   const Range first_batch = bind_first_step(config, *run);
+  const std::vector<float> bn_running = run->backend->download_state();
   GradientExchange exchange = choose_gradient_exchange(exchange_options(config), world, *run->backend,
                                                        std::move(run->comm), first_batch, run->network.layout.total());
   run->comm = std::move(exchange.comm);
+  run->backend->upload_state(bn_running);
+  // bn's statistics over the global batch: each step adds the ranks' sums (--bn-local: each its own).
+  if (run->network.has_batch_norm() && !config.bn_local && world.size() > 1)
+    run->backend->set_statistics_communicator(run->comm.get());
   run->overlap = std::move(exchange.overlap);
   print_settings(config, world, *run, exchange.report);
   return run;
