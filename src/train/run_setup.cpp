@@ -142,10 +142,12 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   // Global bn statistics make every rank take part in every step's sums: a short last batch with fewer
   // samples than ranks would leave a rank out of them.
   const std::int64_t last_batch = run->data->train_count() % config.batch;
-  if (run->network.has_batch_norm() && !config.bn_local && last_batch > 0 && last_batch < world.size())
-    throw UsageError("--model has bn layers with global statistics, but the epoch's last batch of " +
+  agree_or_stop(world, [&] {  // the same on every rank: one line, from the lowest
+    if (run->network.has_batch_norm() && !config.bn_local && last_batch > 0 && last_batch < world.size())
+      throw UsageError("--model has bn layers with global statistics, but the epoch's last batch of " +
                      std::to_string(last_batch) + " images leaves some of the " + std::to_string(world.size()) +
                      " ranks without a sample; change --batch or --train-samples, or give --bn-local");
+  });
 
   // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
   agree_or_stop(world, [&] {
