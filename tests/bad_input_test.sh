@@ -18,7 +18,7 @@
 #                              variables, e.g. an srun step's), then the arguments
 # OPs (format-independent, so a new format only needs a good fixture, made in make_fixtures):
 #   keep, empty, delete, dir (a directory in its place), truncate:N (keep N bytes; negative: drop -N),
-#   poke:OFFSET:HEX (overwrite bytes; negative offset from the end), append:HEX, text:STRING,
+#   poke:OFFSET:HEX (overwrite bytes, their complement where they already hold HEX; negative offset from the end), append:HEX, text:STRING,
 #   from:PATH (a copy of the fixture $FX/PATH), gzip, badgzip (gzip magic, then junk), fifo (a named pipe
 #   in its place: nothing may block on it),
 #   h5:PYTHON (edit with h5py; `f` is the open file).
@@ -142,6 +142,10 @@ offset, hexbytes = spec.split(":")
 data = bytearray(open(path, "rb").read())
 offset = int(offset) % len(data) if int(offset) < 0 else int(offset)
 patch = bytes.fromhex(hexbytes)
+# A poke always changes the file: where the bytes already hold the patch (the layout moved under a
+# fixed offset), their complement is written instead.
+if bytes(data[offset:offset + len(patch)]) == patch:
+    patch = bytes(b ^ 0xFF for b in patch)
 data[offset:offset + len(patch)] = patch
 open(path, "wb").write(bytes(data))
 PYEOF

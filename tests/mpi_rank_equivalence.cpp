@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "boost_test.hpp"
@@ -34,7 +35,7 @@ std::unique_ptr<cnn::MpiWorld> MpiFixture::world;
 std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind, cnn::OptimizerSettings opt,
                                int steps, std::int64_t global_batch, const cnn::LearningRate* lr = nullptr,
                                float label_smoothing = 0.0f, const std::string& spec = "",
-                               const std::string& augment = "none") {
+                               const std::string& augment = "none", bool bn_local = false) {
   // Real images: on uniform-noise images with random labels, lr 0.1 is chaotic and one float-level
   // flip of a pool winner grows past 1e-5 within 20 steps; real data is what the contract is about.
   static const cnn::Dataset train = [] {
@@ -54,6 +55,7 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   options.label_smoothing = label_smoothing;
   options.augment = cnn::parse_augment(augment);
   auto backend = cnn::make_backend(options, net);
+  if (net.has_batch_norm() && !bn_local && comm.size() > 1) backend->set_statistics_communicator(&comm);  // as the trainer
   backend->bind_data(train, train);
   std::vector<float> params(static_cast<std::size_t>(layout.total()));
   cnn::initialize_params(params.data(), layout, 17);
@@ -162,6 +164,31 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_augmentation,
   BOOST_TEST(error <= 1e-5, "augment: " << comm.size() << " ranks vs 1 rank, rel err " << error);
   // The batches are augmented at all: without it the run ends elsewhere.
   BOOST_TEST(error < cnn::test::relative_error(train_steps(alone, "seq", opt, 24, 30), reference));
+}
+
+// bn's statistics over the global batch (the default): each step allreduces the per-channel sums in
+// the middle of the forward and the backward, so N ranks normalise as one rank does with the same
+// global batch (to the float rounding of the allreduced sums). --bn-local normalises with each rank's
+// own slice: another computation, farther from the one-rank run.
+BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_global_bn_statistics,
+                     *boost::unit_test::precondition([](boost::unit_test::test_unit_id) { return fashion_present(); })) {
+  cnn::MpiCommunicator comm(*MpiFixture::world);
+  cnn::OptimizerSettings opt;
+  opt.kind = cnn::OptimizerKind::kMomentum;
+  opt.lr = 0.05f;
+  const std::string spec = "conv3x3:8 bn relu avgpool2 res[conv3x3:8/p1 bn relu conv3x3:8/p1 bn] relu fc:32 bn relu fc:10";
+  const std::vector<float> distributed = train_steps(comm, "threads", opt, 12, 30, nullptr, 0.0f, spec);
+  cnn::test::LocalCommunicator alone;
+  const std::vector<float> reference = train_steps(alone, "seq", opt, 12, 30, nullptr, 0.0f, spec);
+  const double error = cnn::test::relative_error(distributed, reference);
+  BOOST_TEST_MESSAGE("bn: ranks=" << comm.size() << " rel err " << error);
+  BOOST_TEST(error <= 1e-5, "bn: " << comm.size() << " ranks vs 1 rank, rel err " << error);
+  if (comm.size() > 1) {
+    const std::vector<float> local = train_steps(comm, "threads", opt, 12, 30, nullptr, 0.0f, spec, "none", true);
+    const double local_error = cnn::test::relative_error(local, reference);
+    BOOST_TEST_MESSAGE("bn --bn-local: ranks=" << comm.size() << " rel err " << local_error);
+    BOOST_TEST(local_error > 100 * std::max(error, 1e-7), "--bn-local should not match one rank");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(same_rank_count_twice_is_bitwise_identical,

@@ -4,7 +4,7 @@
 # uninterrupted run; resumed on another rank count, within 1e-5; --resume auto skips a corrupt newest
 # file; refused and allowed changes of settings; a finished run is a no-op; a cosine schedule with the
 # regularisers resumes bitwise and refuses other --epochs; an older checkpoint still resumes; dropout's
-# masks resume too; so does --augment.
+# masks resume too; so do --augment and bn's running statistics, which eval uses.
 # Usage: resume_test.sh BUILD_DIR SOURCE_DIR
 BUILD_DIR=$1
 SOURCE_DIR=$2
@@ -214,6 +214,35 @@ PYEOF
 run_as augold "$CNN" "${SMALL[@]}" --epochs 3 --out "$WORK/augold" --resume auto
 expect_rc augold 0
 same_bits "resume of a checkpoint without /config augment" "$REF" "$(latest "$WORK/augold")"
+
+# Batch norm: its running statistics (/state/bn_running, compared with every other dataset) are in
+# the checkpoint, so a run stopped mid-epoch and resumed on 2 threads ends bitwise equal to an
+# uninterrupted one; eval normalises with them: its test loss is the one the run logged for epoch 2
+# (the batch's own statistics would give another).
+BN=(--model "conv3x3:4/p1 bn relu maxpool2 res[conv3x3:4/p1 bn relu conv3x3:4/p1 bn] fc:16 bn fc:10" --threads 2)
+run_as bnref "$CNN" "${SMALL[@]}" "${BN[@]}" --epochs 2 --out "$WORK/bnref"
+expect_rc bnref 0
+run_as bn1 env CNN_TEST_STOP_AFTER_STEPS=13 "$CNN" "${SMALL[@]}" "${BN[@]}" --epochs 2 --out "$WORK/bn"
+expect_rc bn1 "$EXIT_STOPPED"
+run_as bn "$CNN" "${SMALL[@]}" "${BN[@]}" --epochs 2 --out "$WORK/bn" --resume auto
+expect_rc bn 0
+same_bits "bn mid-epoch resume" "$(latest "$WORK/bnref")" "$(latest "$WORK/bn")"
+if "$PY" - "$(latest "$WORK/bnref")" <<'PYEOF'
+import h5py, sys
+with h5py.File(sys.argv[1], "r") as f:
+    running = f["/state/bn_running"][()]
+    assert f["/state"].attrs["count"] == running.size == 2 * (4 + 4 + 4 + 16), running.size
+    assert (running[:4] != 0).all() and (running[4:8] != 1).all(), running[:8]  # moved from 0 and 1
+PYEOF
+then pass "bn: /state/bn_running holds the moved running statistics"; else fail "bn: /state/bn_running"; fi
+run_as bneval "$CNN" eval --checkpoint "$(latest "$WORK/bnref")" --data "$DATA" --test-samples 500 --threads 2
+expect_rc bneval 0
+LOGGED=$(awk -F, '$1 == 2 { printf "%.6f", $3 }' "$WORK/bnref/metrics.csv")
+expect_grep bneval "$WORK/bneval.out" "test_loss $LOGGED "
+# --bn-local is another computation: a resume refuses the change.
+run_as bnlocal "$CNN" "${SMALL[@]}" "${BN[@]}" --bn-local --epochs 3 --out "$WORK/bnlocal" --resume "$(latest "$WORK/bnref")"
+expect_rc bnlocal "$EXIT_USAGE"
+expect_grep bnlocal "$WORK/bnlocal.err" "bn statistics was global, this run has local (--bn-local)"
 
 # An existing run directory is refused without --resume (its logs are never overwritten).
 run_as again "$CNN" "${SMALL[@]}" --epochs 1 --out "$WORK/ref"

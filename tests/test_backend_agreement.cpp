@@ -104,7 +104,8 @@ BOOST_AUTO_TEST_CASE(threads_agree_with_seq_on_networks_with_every_layer_kind) {
   for (const char* spec : {"conv3x3:6/p1 relu avgpool2 conv3x3:8/p1 relu avgpool fc:10",
                            "conv3x3:6 relu avgpool3/s2 res[conv3x3:6/p1 relu avgpool2] fc:16 relu fc:10",
                            "conv3x3:6/p1 relu dropout:0.25 maxpool2 res[conv3x3:6/p1 dropout:0.5 relu] fc:16 relu "
-                           "dropout:0.5 fc:10"}) {
+                           "dropout:0.5 fc:10",
+                           "conv3x3:6/p1 bn relu maxpool2 res[conv3x3:6/p1 bn relu conv3x3:6/p1 bn] fc:16 bn relu fc:10"}) {
     const cnn::Network net = cnn::build_network(spec, 0, train.shape, 10);
     std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
     cnn::initialize_params(params.data(), net.layout, 8);
@@ -132,7 +133,8 @@ BOOST_AUTO_TEST_CASE(threads_agree_with_seq_on_networks_with_every_layer_kind) {
         const std::vector<float> a(other.grads.begin() + view.offset, other.grads.begin() + view.offset + view.size);
         const std::vector<float> b(reference.grads.begin() + view.offset,
                                    reference.grads.begin() + view.offset + view.size);
-        const double error = cnn::test::relative_error(a, b);
+        // A bias right before a bn layer has gradient 0 but for rounding (relative to a hundredth of the whole).
+        const double error = cnn::test::relative_error_floored(a, b, 1e-2 * cnn::test::norm_of(reference.grads));
         BOOST_TEST(error <= 1e-5, spec << " threads=" << threads << " " << view.name() << " rel err " << error);
       }
     }

@@ -450,3 +450,21 @@ BOOST_AUTO_TEST_CASE(dropout_after_pools_and_fc_layers_and_in_a_block) {
   dropping.view_rel = 2e-3;
   check_network_gradients("dropout:0.2 conv3x3:3/p1 dropout:0.5 avgpool fc:4", {2, 6, 6}, 43, dropping);
 }
+
+// ---- batch norm (bn), through the training step's loss: its statistics are the batch's, functions of
+// every parameter below it, and the gradient must follow them (evaluation's running statistics
+// would be another function). Gamma and beta start at 1 and 0.
+BOOST_AUTO_TEST_CASE(bn_after_convs_and_fc_and_in_residual_blocks) {
+  // The normalisation over a small batch curves the loss: the kink test (slopes that disagree) sends
+  // such coordinates to smaller steps rather than taking one large step everywhere.
+  GradientCheck check;
+  check.training_loss = true;
+  check.samples = 8;
+  // No ReLU: a bn first (on the input), after a conv, in an identity block and a projection block,
+  // and after a fc layer (per feature, over the samples).
+  check_network_gradients("bn conv3x3:3/p1 bn res[conv3x3:3/p1 bn conv3x3:3/p1 bn] res[conv3x3:4/s2/p1 bn] "
+                          "fc:6 bn fc:4", {2, 6, 6}, 51, check);
+  // (A ReLU right after a bn sits at the centre of its inputs, and every coordinate below moves all of
+  // them: most steps cross a kink, so ReLU networks with bn are checked against `seq` in
+  // test_backend_agreement and test_cpu_backend rather than here.)
+}

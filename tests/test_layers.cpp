@@ -9,6 +9,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <tuple>
 
 #include "boost_test.hpp"
 #include "cnn/backend.hpp"
@@ -228,6 +229,77 @@ BOOST_AUTO_TEST_CASE(dropout_masks_scale_and_gradient) {
   const cnn::DropoutDraw none = cnn::dropout_draw(0.0, 4);
   cnn::dropout_forward(out.data(), in.data(), n, size, none, origin);
   BOOST_TEST((out == in));
+}
+
+// bn: the math against a reference in double (mean, biased variance, eps 1e-5), the input gradient
+// against central differences of sum(y * probe) with the statistics recomputed at each point, and
+// the running statistics moved by momentum 0.1 towards the mean and the unbiased variance.
+BOOST_AUTO_TEST_CASE(bn_normalises_per_channel_and_its_gradient) {
+  const std::int64_t n = 5, channels = 3, spatial = 7, count = n * spatial;
+  std::vector<float> x = random_vector(static_cast<std::size_t>(n * channels * spatial), 21, 2.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += 0.5f * static_cast<float>((i / spatial) % channels);  // means apart
+  const std::vector<float> gamma = {1.5f, -0.7f, 0.9f}, beta = {0.1f, 0.0f, -2.0f};
+  const std::vector<float> probe = random_vector(x.size(), 22, 1.0f);
+  std::vector<float> running = {0.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f};
+  const auto forward = [&](const std::vector<float>& input, float* moving) {
+    std::vector<double> sums(2 * channels);
+    std::vector<float> mean(channels), inv_std(channels), y(input.size());
+    cnn::bn_channel_sums(sums.data(), input.data(), n, channels, spatial);
+    cnn::bn_statistics(mean.data(), inv_std.data(), sums.data(), count, channels, moving, cnn::kBatchNormMomentum);
+    cnn::bn_normalize(y.data(), input.data(), mean.data(), inv_std.data(), gamma.data(), beta.data(), n, channels,
+                      spatial);
+    return std::make_tuple(y, mean, inv_std);
+  };
+  const auto [y, mean, inv_std] = forward(x, running.data());
+  for (std::int64_t c = 0; c < channels; ++c) {
+    double m = 0.0, v = 0.0;
+    for (std::int64_t s = 0; s < n; ++s)
+      for (std::int64_t i = 0; i < spatial; ++i) m += x[static_cast<std::size_t>((s * channels + c) * spatial + i)];
+    m /= count;
+    for (std::int64_t s = 0; s < n; ++s)
+      for (std::int64_t i = 0; i < spatial; ++i) {
+        const double d = x[static_cast<std::size_t>((s * channels + c) * spatial + i)] - m;
+        v += d * d;
+      }
+    v /= count;
+    for (std::int64_t s = 0; s < n; ++s)
+      for (std::int64_t i = 0; i < spatial; ++i) {
+        const auto at = static_cast<std::size_t>((s * channels + c) * spatial + i);
+        const double expected = gamma[c] * (x[at] - m) / std::sqrt(v + 1e-5) + beta[c];
+        BOOST_TEST(std::fabs(y[at] - expected) <= 1e-5 * std::max(1.0, std::fabs(expected)));
+      }
+    BOOST_TEST(std::fabs(running[c] - 0.1 * m) <= 1e-6);
+    BOOST_TEST(std::fabs(running[channels + c] - (0.9 + 0.1 * v * count / (count - 1))) <= 1e-5);
+  }
+  // The backward: d gamma and d beta sums, and the input gradient.
+  std::vector<double> sums(2 * channels);
+  std::vector<float> grad_x(x.size());
+  cnn::bn_gradient_sums(sums.data(), probe.data(), x.data(), mean.data(), inv_std.data(), n, channels, spatial);
+  cnn::bn_input_gradient(grad_x.data(), probe.data(), x.data(), mean.data(), inv_std.data(), gamma.data(), sums.data(),
+                         count, n, channels, spatial);
+  GradCheck check{1e-2}, skewed{1e-2};
+  std::vector<float> moved = x;
+  const auto loss = [&] { return dot(std::get<0>(forward(moved, nullptr)), probe); };
+  for (std::size_t i = 0; i < x.size(); i += 3) {
+    const double numeric = numeric_derivative(loss, moved[i], 1e-2f);
+    check.add(grad_x[i], numeric);
+    skewed.add(1.05 * grad_x[i], numeric);
+  }
+  BOOST_TEST_MESSAGE("bn: " << check.checked << " input derivatives, worst relative error " << check.worst);
+  BOOST_TEST(check.ok());
+  BOOST_TEST(!skewed.ok());
+  // sum(probe) is d beta; sum(probe * xhat) is d gamma.
+  for (std::int64_t c = 0; c < channels; ++c) {
+    double dbeta = 0.0, dgamma = 0.0;
+    for (std::int64_t s = 0; s < n; ++s)
+      for (std::int64_t i = 0; i < spatial; ++i) {
+        const auto at = static_cast<std::size_t>((s * channels + c) * spatial + i);
+        dbeta += probe[at];
+        dgamma += probe[at] * (y[at] - beta[c]) / gamma[c];
+      }
+    BOOST_TEST(std::fabs(sums[static_cast<std::size_t>(c)] - dbeta) <= 1e-6 * std::max(1.0, std::fabs(dbeta)));
+    BOOST_TEST(std::fabs(sums[static_cast<std::size_t>(channels + c)] - dgamma) <= 1e-4 * std::max(1.0, std::fabs(dgamma)));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(fc) {

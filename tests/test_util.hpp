@@ -1,6 +1,7 @@
 // Helpers shared by the test suites: synthetic data sets, relative errors, a one-rank communicator.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -21,6 +22,25 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
   if (a.size() != b.size()) return INFINITY;
   if (norm == 0.0) return diff == 0.0 ? 0.0 : INFINITY;
   return std::sqrt(diff / norm);
+}
+
+// relative_error with b's norm floored at `floor`: for gradients that are zero but for rounding (the
+// bias of a layer right before a bn layer, whose normalisation removes any shift per channel), the
+// caller passes a small share of the whole gradient's norm.
+inline double relative_error_floored(const std::vector<float>& a, const std::vector<float>& b, double floor) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  if (a.size() != b.size()) return INFINITY;
+  return std::sqrt(diff) / std::max(std::sqrt(norm), floor);
+}
+
+inline double norm_of(const std::vector<float>& v) {
+  double sum = 0.0;
+  for (const float x : v) sum += static_cast<double>(x) * x;
+  return std::sqrt(sum);
 }
 
 // Images of uniformly random pixels and labels, in the real uint8 layout.

@@ -23,6 +23,8 @@ struct CUstream_st;
 
 namespace cnn {
 
+class Communicator;
+
 enum class MemorySpace { kHost, kDevice };
 
 // Sums over samples; divide by count for means.
@@ -84,6 +86,14 @@ class Backend {
   virtual std::vector<float> download_params() = 0;
   virtual void upload_optimizer_state(const std::vector<float>& host) = 0;
   virtual std::vector<float> download_optimizer_state() = 0;
+  // The network's state (Network::state_count floats: the bn layers' running statistics), neither
+  // parameters nor optimizer state: updated by training forwards, read by evaluation, checkpointed.
+  virtual void upload_state(const std::vector<float>& host) = 0;
+  virtual std::vector<float> download_state() = 0;
+  // bn's global statistics: the communicator whose ranks' per-channel sums each training step adds
+  // to this rank's, in the middle of its forward and backward (nullptr, the default: the rank's own
+  // slice, --bn-local). Every rank must then run the same steps. A backend that cannot refuses.
+  virtual void set_statistics_communicator(Communicator* ranks);
 
   // The flat buffers in memory_space(), for the communicator.
   virtual float* params() = 0;

@@ -9,9 +9,11 @@
 //                            (optional, for files written before they existed: epochs, the --epochs the
 //                            run aimed at; spec, derived from model + filters when absent; beta1, beta2, eps;
 //                            lr_schedule, warmup_steps, total_steps, weight_decay, nesterov, label_smoothing,
-//                            augment)
+//                            augment, bn_local)
 //   /model/<layer>/<param>   float32, natural shape (e.g. /model/conv1/weight [d,1,3,3])
 //   /optimizer/<layer>/<param>/<state>   (momentum: "velocity"; adam: "m", "v"); attr step on /optimizer
+//   /state/bn_running        float32 [n]: the bn layers' running means and variances (Network::state_count,
+//                            layer order); only for networks with bn layers; attr count on /state
 //   /progress                attrs epoch, step_in_epoch, global_step, samples_seen, world_size_at_save,
 //                            epoch_loss_sum, epoch_correct, epoch_samples (optional: the unfinished epoch's
 //                            train loss sum, correct count and samples over all ranks, so its logged loss is exact)
@@ -64,6 +66,7 @@ struct CheckpointConfig {
   bool nesterov = false;
   double label_smoothing = 0.0;
   std::string augment = "none";     // augment_text() of --augment (files written before it existed: none)
+  bool bn_local = false;            // --bn-local (absent in older files: global, what they could not differ in)
 };
 
 struct CheckpointProgress {
@@ -91,6 +94,7 @@ struct CheckpointState {
   std::vector<float> params;           // flat, laid out by the model's ParamLayout
   std::vector<float> optimizer_state;  // flat, same layout, optimizer_state_per_param() copies
   std::int64_t optimizer_step = 0;
+  std::vector<float> bn_running;       // Network::state_count floats; empty without bn layers
   std::string run_id;  // the run that wrote it ("" in version-1 files)
   // Set by the reader: false for a version-1 file, whose bytes were checked by the dataset checksums
   // only, not whole. The callers say so in one line (eval, --resume).

@@ -78,6 +78,9 @@ class Communicator {
   virtual MemorySpace memory_space() const = 0;
   // In place: every rank ends with the elementwise sum over ranks.
   virtual void allreduce_sum(float* data, std::int64_t count) = 0;
+  // The same in double, for host memory (bn's per-channel statistics: a few values a step, whose
+  // variance E[x^2] - mean^2 would lose digits in float). The default rounds through allreduce_sum.
+  virtual void allreduce_sum_doubles(double* data, std::int64_t count);
   virtual void broadcast(float* data, std::int64_t count, int root) = 0;
   virtual void barrier() = 0;
 
@@ -108,6 +111,7 @@ class MpiCommunicator : public Communicator {
   std::string name() const override { return "MPI_Allreduce (host memory)"; }
   MemorySpace memory_space() const override { return MemorySpace::kHost; }
   void allreduce_sum(float* data, std::int64_t count) override;
+  void allreduce_sum_doubles(double* data, std::int64_t count) override;  // MPI_DOUBLE
   void broadcast(float* data, std::int64_t count, int root) override;
   void barrier() override { world_.barrier(); }
   // MPI_Iallreduce; progress() is MPI_Testall (skipped below MPI_THREAD_FUNNELED, since it is called

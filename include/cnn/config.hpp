@@ -52,6 +52,7 @@ struct TrainConfig {
   bool nesterov = false;                // momentum only
   double label_smoothing = 0.0;         // of the training loss, in [0, 1]
   Augment augment;                      // of the training batches (--augment; augment.hpp); none by default
+  bool bn_local = false;                // bn: each rank's own batch statistics, not the global batch's
   std::uint64_t seed = 1;
 
   // Execution

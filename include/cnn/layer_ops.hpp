@@ -123,4 +123,36 @@ void dropout_forward(float* out, const float* in, std::int64_t n, std::int64_t s
 void dropout_backward(float* grad_in, const float* grad_out, std::int64_t n, std::int64_t size,
                       const DropoutDraw& draw, const MaskOrigin& origin);
 
+// Batch norm (src/layers/bn.cpp) over n samples of C channels of `spatial` (H*W) values each, NCHW.
+inline constexpr double kBatchNormEps = 1e-5;
+inline constexpr float kBatchNormMomentum = 0.1f;  // of the running statistics, as PyTorch
+
+// sums[c] = sum of x over the samples and positions of channel c, sums[C + c] = sum of x^2, in double,
+// sample by sample (the order every backend's part follows). Overwrites sums[0 .. 2C).
+void bn_channel_sums(double* sums, const float* x, std::int64_t n, std::int64_t channels, std::int64_t spatial);
+
+// mean and 1 / sqrt(var + eps) per channel from sums (bn_channel_sums over `count` values per
+// channel, var biased). running != nullptr: also moves running (means [C], then variances [C]) by
+// momentum towards the mean and the unbiased variance.
+void bn_statistics(float* mean, float* inv_std, const double* sums, double count, std::int64_t channels,
+                   float* running, float momentum);
+
+// Evaluation's statistics: mean and 1 / sqrt(var + eps) from the running ones.
+void bn_running_statistics(float* mean, float* inv_std, const float* running, std::int64_t channels);
+
+// y = gamma * (x - mean) * inv_std + beta. y may equal x.
+void bn_normalize(float* y, const float* x, const float* mean, const float* inv_std, const float* gamma,
+                  const float* beta, std::int64_t n, std::int64_t channels, std::int64_t spatial);
+
+// sums[c] = sum of grad_y (d beta), sums[C + c] = sum of grad_y * xhat (d gamma), xhat = (x - mean) * inv_std,
+// in double. Overwrites sums[0 .. 2C).
+void bn_gradient_sums(double* sums, const float* grad_y, const float* x, const float* mean, const float* inv_std,
+                      std::int64_t n, std::int64_t channels, std::int64_t spatial);
+
+// grad_x = gamma * inv_std * (grad_y - sums[c] / count - xhat * sums[C + c] / count), sums those of
+// bn_gradient_sums over the whole batch the statistics came from (`count` values per channel).
+void bn_input_gradient(float* grad_x, const float* grad_y, const float* x, const float* mean, const float* inv_std,
+                       const float* gamma, const double* sums, double count, std::int64_t n, std::int64_t channels,
+                       std::int64_t spatial);
+
 }  // namespace cnn

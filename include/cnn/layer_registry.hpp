@@ -33,11 +33,14 @@ enum class LayerInput {
 };
 
 // A layer's parameter tensors: <name>.weight of weight_shape and <name>.bias of `biases`, both
-// initialised with the bound of fan_in.
+// initialised with the bound of fan_in, or (unit_scale: a bn layer's gamma and beta) weights 1 and
+// biases 0. state: floats of running statistics (not parameters: Network::state_count).
 struct LayerParams {
   std::vector<std::int64_t> weight_shape;
   std::int64_t biases = 0;
   std::int64_t fan_in = 0;
+  bool unit_scale = false;
+  std::int64_t state = 0;
 };
 
 struct LayerDef {

@@ -25,6 +25,9 @@ struct ParamView {
   std::int64_t offset = 0;           // in floats, from the start of the buffer
   std::int64_t size = 0;             // product of shape
   std::int64_t fan_in = 0;           // inputs feeding one output; sets the init bound
+  // Not drawn: every element starts at this value (a bn layer's scale 1 and shift 0).
+  bool constant_init = false;
+  float init_value = 0.0f;
 
   std::string name() const { return layer + "." + param; }
 };
@@ -34,6 +37,9 @@ class ParamLayout {
   // Appends a view at the end of the buffer and returns its offset.
   std::int64_t add(const std::string& layer, const std::string& param,
                    std::vector<std::int64_t> shape, std::int64_t fan_in);
+  // Appends a view whose elements all start at `value` (no draw).
+  std::int64_t add_constant(const std::string& layer, const std::string& param,
+                            std::vector<std::int64_t> shape, float value);
   const std::vector<ParamView>& views() const { return views_; }
   const ParamView& find(const std::string& name) const;  // throws std::out_of_range
   std::int64_t total() const { return total_; }

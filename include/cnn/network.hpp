@@ -9,9 +9,11 @@
 //   dropout:<P>                     inverted dropout, drop probability P in [0, 1); off in evaluation
 //   flatten                         C x H x W -> C*H*W features (implicit before the first fc)
 //   fc:<N>                          fully connected, N outputs
+//   bn                              batch normalisation per channel (per feature after fc): statistics of
+//                                   the training batch, running statistics in evaluation
 //   res[<layers>]                   a residual block: out = layers(x) + shortcut(x), where the shortcut is
 //                                   the identity, or a 1x1 conv (stride to match) when the layers change
-//                                   the shape; the layers are conv, relu, maxpool, avgpool and dropout
+//                                   the shape; the layers are conv, relu, bn, maxpool, avgpool and dropout
 // The last layer must be fc:<classes>; softmax cross-entropy follows it. Presets:
 //   seed  = conv3x3:D relu maxpool2 fc:<classes>   (D = --filters; the default)
 //   cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10
@@ -58,6 +60,9 @@ struct Layer {
   std::int64_t weight_offset = -1;    // into the flat parameter buffer; -1 without parameters
   std::int64_t bias_offset = -1;
   std::int64_t param_count = 0;       // weights and biases, [weight_offset, weight_offset + param_count)
+  // kBatchNorm: its running mean then running variance (in.channels each) in the network's state
+  // buffer (Network::state_count); -1 for other kinds.
+  std::int64_t state_offset = -1;
   int token = 0;                      // 1-based index of the spec token it came from; 0 for an implicit flatten
   int column = -1;                    // 0-based column of that token in the spec as given; -1 if implicit
   // A composite layer (kResidual): its layers, from `in` to `out`, and its shortcut, empty for the
@@ -74,6 +79,9 @@ struct Network {
   int classes = 0;
   std::vector<Layer> layers;          // in order; always ends with fc:<classes>
   ParamLayout layout;
+  // Running statistics of the bn layers (mean, then variance, per layer in layer order): not trained,
+  // not allreduced, saved in the checkpoint's /state/bn_running; 0 without bn layers.
+  std::int64_t state_count = 0;
   std::string spec;                   // canonical: preset expanded, default strides/pads and flatten left out
 
   // "conv3x3:32 relu maxpool2 fc:10 (input 1x28x28, 54,410 parameters)"
@@ -85,6 +93,10 @@ struct Network {
   std::optional<SeedModel> as_seed() const;
   // Floats per sample of the largest layer input or output, inside blocks too (sizes activation buffers).
   std::int64_t largest_activation() const;
+  // Whether any layer, inside blocks too, is a bn layer (the CPU step then runs one micro-batch per thread).
+  bool has_batch_norm() const { return state_count > 0; }
+  // The state buffer's starting values: running means 0, running variances 1.
+  std::vector<float> initial_state() const;
 };
 
 // The layer spec of a preset name, or "" when `name` is not a preset. filters is the seed's D.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 #include "cnn/cuda_backend.hpp"
 #include "cnn/errors.hpp"
@@ -111,6 +112,10 @@ void DeviceBackend::upload_optimizer_state(const std::vector<float>& host) {
 }
 
 std::vector<float> DeviceBackend::download_optimizer_state() { return copy_to_host(optimizer_state_, stream_); }
+
+void DeviceBackend::upload_state(const std::vector<float>& host) {
+  if (!host.empty()) throw std::logic_error("DeviceBackend::upload_state: a network with state (bn) on the device");
+}
 
 void DeviceBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
   if (data_.set_order(permutation, stream_)) drop_graphs();  // graphs captured the old address

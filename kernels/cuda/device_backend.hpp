@@ -60,6 +60,9 @@ class DeviceBackend : public Backend {
   std::vector<float> download_params() override;
   void upload_optimizer_state(const std::vector<float>& host) override;
   std::vector<float> download_optimizer_state() override;
+  // No state: make_backend refuses a network with bn layers (the only state) on this backend.
+  void upload_state(const std::vector<float>& host) override;
+  std::vector<float> download_state() override { return {}; }
   float* params() override { return params_.get(); }
   float* grads() override { return grads_.get(); }
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;

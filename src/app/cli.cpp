@@ -267,6 +267,11 @@ CliResult parse_command_line(int argc, char** argv) {
                  "weight decay W on every parameter: g + W*p for sgd, momentum and adam; decoupled for adamw")
       ->group("Training");
   app.add_flag("--nesterov", c.nesterov, "Nesterov momentum (--optimizer momentum)")->group("Training");
+  app.add_flag("--bn-local", c.bn_local,
+               "bn layers normalise with each rank's own batch statistics (faster: no allreduce inside the "
+               "step), which breaks the promise that N ranks compute what one rank computes; default: the "
+               "global batch's")
+      ->group("Training");
   app.add_option("--label-smoothing", c.label_smoothing,
                  "label smoothing S in [0, 1] of the training loss (targets (1-S)*onehot + S/classes)")
       ->group("Training");

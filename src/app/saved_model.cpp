@@ -17,6 +17,9 @@ SavedModel read_saved_model(const std::string& path, const MpiWorld& world) {
       throw InputError(path + ": /config spec does not describe a network: " + e.what());
     }
     model.state = reader.read(model.network.layout);
+    if (static_cast<std::int64_t>(model.state.bn_running.size()) != model.network.state_count)
+      throw InputError(path + ": /state/bn_running holds " + std::to_string(model.state.bn_running.size()) +
+                       " values, but the network's bn layers keep " + std::to_string(model.network.state_count));
   });
   return model;
 }
@@ -41,6 +44,7 @@ std::unique_ptr<Backend> make_inference_backend(const TrainConfig& config, const
   agree_or_stop(world, [&] {
     backend = make_backend(options, model.network);
     backend->upload_params(model.state.params);
+    backend->upload_state(model.state.bn_running);  // the running statistics evaluation normalises with
   });
   return backend;
 }

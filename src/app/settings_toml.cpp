@@ -95,6 +95,7 @@ std::vector<std::pair<const char*, std::optional<std::string>>> option_values(co
       {"warmup-steps", integer(c.warmup_steps)},
       {"weight-decay", number(c.weight_decay)},
       {"nesterov", flag(c.nesterov)},
+      {"bn-local", flag(c.bn_local)},
       {"label-smoothing", number(c.label_smoothing)},
       {"augment", text(augment_text(c.augment))},
       {"seed", std::optional<std::string>(toml_unsigned(c.seed))},

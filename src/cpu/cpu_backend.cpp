@@ -46,11 +46,13 @@ class CpuBackend final : public Backend {
         params_(static_cast<std::size_t>(total_)),
         grads_(static_cast<std::size_t>(total_)),
         optimizer_state_(static_cast<std::size_t>(total_ * optimizer_state_per_param(optimizer))),
+        state_(network_.initial_state()),
         thread_times_(static_cast<std::size_t>(threads_)) {
     runners_.reserve(static_cast<std::size_t>(threads_));
     for (int t = 0; t < threads_; ++t) {
       runners_.emplace_back(plan_, network_, kind != BackendKind::kSeq, label_smoothing);
       thread_grads_.emplace_back(static_cast<std::size_t>(total_));
+      runners_.back().set_state(state_.data());
     }
     // The backward from the op below the loss, cut after each op with parameters.
     std::size_t top = plan_.size() - 2;
@@ -77,6 +79,13 @@ class CpuBackend final : public Backend {
   std::vector<float> download_params() override { return params_; }
   void upload_optimizer_state(const std::vector<float>& host) override { optimizer_state_ = host; }
   std::vector<float> download_optimizer_state() override { return optimizer_state_; }
+  void upload_state(const std::vector<float>& host) override {
+    if (host.size() != state_.size()) throw std::invalid_argument("upload_state: " + std::to_string(host.size()) +
+                                                                   " values for a state of " + std::to_string(state_.size()));
+    std::copy(host.begin(), host.end(), state_.begin());  // in place: the runners point into it
+  }
+  std::vector<float> download_state() override { return state_; }
+  void set_statistics_communicator(Communicator* ranks) override { statistics_ranks_ = ranks; }
   float* params() override { return params_.data(); }
   float* grads() override { return grads_.data(); }
   std::int64_t first_nonfinite_grad() override { return first_nonfinite(grads_.data(), total_); }
@@ -87,8 +96,9 @@ class CpuBackend final : public Backend {
     const double start = wall_seconds();
     std::vector<BatchStats> stats(static_cast<std::size_t>(threads_));
     const std::size_t below_loss = plan_.size() - 2, first_param = segments_.back().bottom;
+    prepare_slice(count);
     for_each_thread([&](int t) {
-      const Range share = thread_share(count, t);
+      const Range share = slice_share(count, t);
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
       for (std::int64_t done = 0; done < share.count; done += micro_batch())
@@ -124,9 +134,10 @@ class CpuBackend final : public Backend {
       listener.gradients_ready(params.param_offset(), params.param_count());
     };
     const BackwardSegment last_layer = segments_.front();
+    prepare_slice(count);
     for_each_thread([&](int t) {
       CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
-      const Range share = thread_share(count, t);
+      const Range share = slice_share(count, t);
       runner.keep_slots(micro_batches(share.count));
       float* g = thread_gradients(t);
       std::fill(g, g + total_, 0.0f);
@@ -141,7 +152,7 @@ class CpuBackend final : public Backend {
       for_each_thread([&](int t) {
         CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
         ThreadTimes& times = thread_times_[static_cast<std::size_t>(t)];
-        const Range share = thread_share(count, t);
+        const Range share = slice_share(count, t);
         float* g = thread_gradients(t);
         for (std::int64_t done = 0, slot = 0; done < share.count; done += micro_batch(), ++slot) {
           const std::int64_t mb = std::min(micro_batch(), share.count - done);
@@ -229,6 +240,30 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // A network with bn layers needs sums over the whole slice of `count` samples in the middle of its
+  // forward and backward: each thread then runs its share as one micro-batch, and the threads with
+  // samples meet in slice_sums_ (in thread order). Without bn, nothing changes.
+  void prepare_slice(std::int64_t count) {
+    if (!network_.has_batch_norm()) return;
+    // Every runner alike: the step's loops take micro_batch() from the first.
+    const std::int64_t largest_share = (count + threads_ - 1) / threads_;
+    int participants = 0;
+    for (int t = 0; t < threads_; ++t) {
+      CpuOpRunner& runner = runners_[static_cast<std::size_t>(t)];
+      runner.grow_micro_batch(largest_share);
+      runner.set_slice({&slice_sums_, slice_share(count, t).count > 0 ? participants++ : -1});
+    }
+    slice_sums_.begin_step(participants, statistics_ranks_);
+  }
+
+  // Thread t's share of a training step's `count` samples: thread_share, except that a network with
+  // bn on fewer samples than threads gives one sample each to the first threads, so that thread 0,
+  // the one that may call MPI (MPI_THREAD_FUNNELED), always takes part in the sums.
+  Range slice_share(std::int64_t count, int t) const {
+    if (!network_.has_batch_norm() || count >= threads_) return thread_share(count, t);
+    return t < count ? Range{t, 1} : Range{count, 0};
+  }
+
   // Thread t's contiguous share of n items.
   Range thread_share(std::int64_t n, int t) const {
     const std::int64_t begin = n * t / threads_, end = n * (t + 1) / threads_;
@@ -321,6 +356,9 @@ class CpuBackend final : public Backend {
   const int threads_;
   const std::int64_t total_;
   std::vector<float> params_, grads_, optimizer_state_;
+  std::vector<float> state_;  // the bn layers' running statistics (Network::state_count)
+  SliceSums slice_sums_;
+  Communicator* statistics_ranks_ = nullptr;  // bn's global statistics; nullptr: --bn-local or one rank
   std::vector<std::vector<float>> thread_grads_;
   std::vector<CpuOpRunner> runners_;
   std::vector<ThreadTimes> thread_times_;

@@ -19,6 +19,7 @@
 #include "cnn/dropout_mask.hpp"
 #include "cnn/network.hpp"
 #include "cnn/op_plan.hpp"
+#include "cpu/slice_sums.hpp"
 
 namespace cnn {
 
@@ -47,6 +48,8 @@ struct CpuForward {
   BatchStats* stats;           // the loss adds its loss sum, hits and count
   float label_smoothing;       // of the loss: --label-smoothing when training, 0 when evaluating
   MaskOrigin origin;           // training: the step's key and the micro-batch's first sample (dropout_mask.hpp)
+  float* state;                // the network's running statistics (Network::state_count; bn)
+  SliceShare slice;            // training: where sums over the whole slice are made (bn)
 };
 
 // One backward call. Parameter gradients are ADDED to grads (summed over micro-batches).
@@ -59,6 +62,7 @@ struct CpuBackward {
   float* grad_in;              // d loss / d in goes here; nullptr when the op passes none back
   std::int64_t mb;
   std::int64_t slot;
+  SliceShare slice;            // where sums over the whole slice are made (bn)
 };
 
 class CpuOp {

@@ -36,6 +36,18 @@ CpuOpRunner::CpuOpRunner(const std::vector<Op>& plan, const Network& network, bo
   size_buffers(1, false);
 }
 
+void CpuOpRunner::grow_micro_batch(std::int64_t samples) {
+  if (samples <= micro_batch_) return;
+  micro_batch_ = samples;
+  for (const std::unique_ptr<CpuOp>& op : ops_) op->set_micro_batch(micro_batch_);
+  input_.resize(static_cast<std::size_t>(micro_batch_) * (input_.size() / labels_.size()));
+  labels_.resize(static_cast<std::size_t>(micro_batch_));
+  grad_a_.resize(static_cast<std::size_t>(micro_batch_ * largest_gradient(ops_)));
+  grad_b_.resize(grad_a_.size());
+  for (std::vector<float>& kept : input_gradients_) kept.clear();
+  size_buffers(std::max<std::int64_t>(kept_slots_, 1), kept_slots_ > 0);
+}
+
 void CpuOpRunner::keep_slots(std::int64_t slots) {
   slots = std::max<std::int64_t>(slots, 1);
   if (slots <= kept_slots_) return;
@@ -70,7 +82,7 @@ void CpuOpRunner::forward(const float* params, std::int64_t mb, std::int64_t slo
                           const MaskOrigin& origin) {
   for (std::size_t i = 0; i < ops_.size(); ++i)
     ops_[i]->forward({params, input_of(i, slot), output(i, slot), mb, slot, training, labels_.data(), &stats,
-                      training ? label_smoothing_ : 0.0f, origin});
+                      training ? label_smoothing_ : 0.0f, origin, state_, training ? slice_ : SliceShare{}});
 }
 
 void CpuOpRunner::backward(std::size_t top, std::size_t bottom, std::int64_t mb, std::int64_t slot, float* grad_out,
@@ -80,7 +92,7 @@ void CpuOpRunner::backward(std::size_t top, std::size_t bottom, std::int64_t mb,
     // Between ops the gradient moves through the two scratch buffers, never over the one it reads.
     float* grad_in = i == bottom ? bottom_grad_in : (grad_out == grad_a_.data() ? grad_b_.data() : grad_a_.data());
     if (!op.needs_input_grad()) grad_in = nullptr;
-    grad_out = op.backward({params, grads, input_of(i, slot), output(i, slot), grad_out, grad_in, mb, slot});
+    grad_out = op.backward({params, grads, input_of(i, slot), output(i, slot), grad_out, grad_in, mb, slot, slice_});
   }
 }
 

@@ -33,6 +33,14 @@ class CpuOpRunner {
   std::int64_t micro_batch() const { return micro_batch_; }
   const CpuOp& op(std::size_t i) const { return *ops_[i]; }
 
+  // The network's running statistics (the backend's state buffer, bn), read and written by the forward.
+  void set_state(float* state) { state_ = state; }
+  // Where this thread's ops add their parts of sums over the step's slice (bn): set before each
+  // training step's forward, cleared (SliceShare{}) for evaluation.
+  void set_slice(SliceShare slice) { slice_ = slice; }
+  // Makes the micro-batch at least `samples` (a network with bn runs a thread's whole share as one).
+  void grow_micro_batch(std::int64_t samples);
+
   // For the overlapped step: makes room to keep `slots` micro-batches of the outputs the backward
   // reads (see CpuOp) and of the input gradients passed between its backward calls.
   void keep_slots(std::int64_t slots);
@@ -80,6 +88,8 @@ class CpuOpRunner {
   std::vector<std::vector<float>> input_gradients_;       // overlapped step, ops needing one: [slots, mb, in_size]
   std::vector<float> grad_a_, grad_b_;                    // activation gradients inside one backward call
   std::int64_t kept_slots_ = 0;  // none until the first overlapped step
+  float* state_ = nullptr;
+  SliceShare slice_;
 };
 
 }  // namespace cnn

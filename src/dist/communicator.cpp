@@ -100,6 +100,19 @@ void MpiWorld::abort(int exit_code) const {
   _exit(exit_code);  // MPI_Abort should not return; never continue if it does
 }
 
+void Communicator::allreduce_sum_doubles(double* data, std::int64_t count) {
+  std::vector<float> rounded(data, data + count);
+  allreduce_sum(rounded.data(), count);
+  std::copy(rounded.begin(), rounded.end(), data);
+}
+
+void MpiCommunicator::allreduce_sum_doubles(double* data, std::int64_t count) {
+  for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
+    const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
+    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data + done, chunk, MPI_DOUBLE, MPI_SUM, world_.comm()));
+  }
+}
+
 void MpiCommunicator::allreduce_sum(float* data, std::int64_t count) {
   for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
     const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));

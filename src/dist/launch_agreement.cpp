@@ -103,6 +103,7 @@ LaunchSettings settings_that_must_agree(const TrainConfig& c) {
       {"--warmup-steps", text(c.warmup_steps)},
       {"--weight-decay", exact(c.weight_decay)},
       {"--nesterov", c.nesterov ? "on" : "off"},
+      {"--bn-local", c.bn_local ? "on" : "off"},
       {"--label-smoothing", exact(c.label_smoothing)},
       {"--augment", augment_text(c.augment)},
       {"--seed", text(c.seed)},

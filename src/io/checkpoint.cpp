@@ -160,6 +160,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   h5::write_attr(file, config, "nesterov", static_cast<std::int64_t>(c.nesterov ? 1 : 0));
   h5::write_attr(file, config, "label_smoothing", c.label_smoothing);
   h5::write_attr(file, config, "augment", c.augment);
+  h5::write_attr(file, config, "bn_local", static_cast<std::int64_t>(c.bn_local ? 1 : 0));
 
   h5::create_group(file, fid, schema::kModelGroup);
   for (const ParamView& view : layout.views()) {
@@ -170,6 +171,16 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
   for (std::size_t s = 0; s < states.size(); ++s) {
     const float* copy = state.optimizer_state.data() + s * static_cast<std::size_t>(layout.total());
     for (const ParamView& view : layout.views()) write_checksummed(file, fid, state_path(view, states[s]), view, copy);
+  }
+
+  if (!state.bn_running.empty()) {
+    const h5::Node bn = h5::create_group(file, fid, schema::kStateGroup);
+    const auto count = static_cast<std::int64_t>(state.bn_running.size());
+    h5::write_attr(file, bn, "count", count);
+    ParamView running;
+    running.shape = {count};
+    running.size = count;
+    write_checksummed(file, fid, schema::kBnRunningPath, running, state.bn_running.data());
   }
 
   const CheckpointProgress& p = state.progress;
@@ -200,7 +211,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
 ckpt::Bytes build_image(const std::string& tmp, const CheckpointState& state, const ParamLayout& layout,
                         const std::vector<std::string>& states) {
   const h5::FileContext file(tmp, h5::Mode::kWrite);
-  const std::size_t tensors = state.params.size() + state.optimizer_state.size();
+  const std::size_t tensors = state.params.size() + state.optimizer_state.size() + state.bn_running.size();
   const std::size_t increment = std::max(kMinImageIncrement, tensors * sizeof(float) + kMetadataAllowance);
   const h5::Handle create = file.own(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "H5Pcreate", "");
   file.check(H5Pset_userblock(create.get(), ckpt::kUserBlockBytes), "H5Pset_userblock", "");

@@ -138,6 +138,10 @@ void read_training_options(const h5::FileContext& file, const h5::Node& group, C
   if (has_attr(file, group, "nesterov")) nesterov = h5::read_int64_attr(file, group, "nesterov");
   if (nesterov != 0 && nesterov != 1) file.fail("/config nesterov " + std::to_string(nesterov) + " is not 0 or 1");
   c.nesterov = nesterov == 1;
+  std::int64_t bn_local = 0;
+  if (has_attr(file, group, "bn_local")) bn_local = h5::read_int64_attr(file, group, "bn_local");
+  if (bn_local != 0 && bn_local != 1) file.fail("/config bn_local " + std::to_string(bn_local) + " is not 0 or 1");
+  c.bn_local = bn_local == 1;
   if (c.warmup_steps < 0) file.fail("/config warmup_steps " + std::to_string(c.warmup_steps) + " is negative");
   if (c.total_steps < 0) file.fail("/config total_steps " + std::to_string(c.total_steps) + " is negative");
   const auto shown = [](double value) {
@@ -336,6 +340,17 @@ CheckpointState CheckpointReader::read(const ParamLayout& layout) const {
   for (std::size_t s = 0; s < states.size(); ++s) {
     float* copy = state.optimizer_state.data() + s * total;
     for (const ParamView& view : layout.views()) read_checksummed(file, fid, state_path(view, states[s]), view, copy);
+  }
+
+  if (h5::exists(file, fid, schema::kStateGroup)) {
+    const h5::Node bn = h5::open_group(file, fid, schema::kStateGroup);
+    const std::int64_t count = h5::read_int64_attr(file, bn, "count");
+    if (count <= 0 || count > std::int64_t{1} << 30) file.fail("/state count " + std::to_string(count) + " is out of range");
+    state.bn_running.resize(static_cast<std::size_t>(count));
+    ParamView running;
+    running.shape = {count};
+    running.size = count;
+    read_checksummed(file, fid, schema::kBnRunningPath, running, state.bn_running.data());
   }
 
   const h5::Node progress = h5::open_group(file, fid, schema::kProgressGroup);

@@ -16,6 +16,8 @@ inline constexpr const char* kOptimizerGroup = "/optimizer";
 inline constexpr const char* kProgressGroup = "/progress";
 inline constexpr const char* kRngGroup = "/rng";
 inline constexpr const char* kMetricsGroup = "/metrics";
+inline constexpr const char* kStateGroup = "/state";             // only for networks with bn layers
+inline constexpr const char* kBnRunningPath = "/state/bn_running";
 
 inline constexpr const char* kChecksumAttr = "checksum";
 inline constexpr const char* kRunIdAttr = "run_id";  // on /, since version 2

@@ -47,6 +47,7 @@ std::string Checkpointer::save(Backend& backend, const CheckpointProgress& progr
     state.params = backend.download_params();
     state.optimizer_state = backend.download_optimizer_state();
     state.optimizer_step = progress.global_step;  // one update per step
+    state.bn_running = backend.download_state();  // rank 0's (the same on every rank unless --bn-local)
     path = dir_.save(state, layout_, keep_);
   });
   const double seconds = wall_seconds() - start;

@@ -152,6 +152,9 @@ ResumeVerdict check_resume(const CheckpointConfig& saved, const CheckpointConfig
     refuse("weight decay", text(saved.weight_decay), text(now.weight_decay), kExact);
   if (saved.nesterov != now.nesterov)
     refuse("nesterov", saved.nesterov ? "on" : "off", now.nesterov ? "on" : "off", kExact);
+  if (saved.bn_local != now.bn_local)
+    refuse("bn statistics", saved.bn_local ? "local (--bn-local)" : "global", now.bn_local ? "local (--bn-local)" : "global",
+           kExact);
   if (saved.label_smoothing != now.label_smoothing)
     refuse("label smoothing", text(saved.label_smoothing), text(now.label_smoothing), kExact);
   if (saved.augment != now.augment) refuse("augment", saved.augment, now.augment, kExact);
@@ -201,6 +204,7 @@ ResumePoint resolve_resume(const ResumeOptions& config, const MpiWorld& world, c
   broadcast_pod(world, point.state.optimizer_step);
   broadcast_floats(world, point.state.params);
   broadcast_floats(world, point.state.optimizer_state);
+  broadcast_floats(world, point.state.bn_running);
   if (world.rank() != 0) point.state.config = now;  // checked equal where it matters, on rank 0
   return point;
 }

@@ -175,7 +175,8 @@ class ResidualOp final : public CpuOp {
       const float* in = j == 0 ? t.in : output(outputs[j - 1], *ops[j - 1], t.slot);
       float* into = j == 0 ? grad_in : (grad == grad_a_.data() ? grad_b_.data() : grad_a_.data());
       if (!inner.needs_input_grad()) into = nullptr;
-      grad = inner.backward({t.params, t.grads, in, output(outputs[j], inner, t.slot), grad, into, t.mb, t.slot});
+      grad = inner.backward(
+          {t.params, t.grads, in, output(outputs[j], inner, t.slot), grad, into, t.mb, t.slot, t.slice});
     }
     // An in-place first op (a relu) leaves it where it read it.
     if (grad_in != nullptr && grad != grad_in) std::copy(grad, grad + t.mb * in_size(), grad_in);

@@ -1,5 +1,6 @@
 #include "cnn/model.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -21,6 +22,14 @@ std::int64_t ParamLayout::add(const std::string& layer, const std::string& param
   total_ += view.size;
   views_.push_back(std::move(view));
   return views_.back().offset;
+}
+
+std::int64_t ParamLayout::add_constant(const std::string& layer, const std::string& param,
+                                       std::vector<std::int64_t> shape, float value) {
+  const std::int64_t offset = add(layer, param, std::move(shape), 1);
+  views_.back().constant_init = true;
+  views_.back().init_value = value;
+  return offset;
 }
 
 const ParamView& ParamLayout::find(const std::string& name) const {
@@ -60,6 +69,10 @@ void initialize_params(float* params, const ParamLayout& layout, std::uint64_t s
     const ParamView& view = layout.views()[v];
     // One stream per tensor, so adding a layer never shifts the draws of the others.
     const std::uint64_t key = stream_key(seed, Stream::kInit, v);
+    if (view.constant_init) {
+      std::fill(params + view.offset, params + view.offset + view.size, view.init_value);
+      continue;
+    }
     const float bound = 1.0f / std::sqrt(static_cast<float>(view.fan_in));
     for (std::int64_t i = 0; i < view.size; ++i)
       params[view.offset + i] = (2.0f * draw_unit_float(key, static_cast<std::uint64_t>(i)) - 1.0f) * bound;

@@ -255,9 +255,18 @@ Network build_network(const std::string& model, int filters, TensorShape input, 
       for (const std::int64_t extent : p.weight_shape) weights *= extent;
       params += weights + p.biases;
       if (params > kMaxParams) error.at(layer.token, whole[static_cast<std::size_t>(layer.token - 1)], "too many parameters");
-      layer.weight_offset = net.layout.add(layer.name, "weight", p.weight_shape, p.fan_in);
-      layer.bias_offset = net.layout.add(layer.name, "bias", {p.biases}, p.fan_in);
+      if (p.unit_scale) {
+        layer.weight_offset = net.layout.add_constant(layer.name, "weight", p.weight_shape, 1.0f);
+        layer.bias_offset = net.layout.add_constant(layer.name, "bias", {p.biases}, 0.0f);
+      } else {
+        layer.weight_offset = net.layout.add(layer.name, "weight", p.weight_shape, p.fan_in);
+        layer.bias_offset = net.layout.add(layer.name, "bias", {p.biases}, p.fan_in);
+      }
       layer.param_count = weights + p.biases;
+      if (p.state > 0) {
+        layer.state_offset = net.state_count;
+        net.state_count += p.state;
+      }
     }
   };
   lay_out(net.layers);
@@ -323,6 +332,23 @@ double Network::flops_per_image() const {
   return 2.0 * macs;
 }
 
+std::vector<float> Network::initial_state() const {
+  std::vector<float> state(static_cast<std::size_t>(state_count), 0.0f);
+  const std::function<void(const std::vector<Layer>&)> visit = [&](const std::vector<Layer>& list) {
+    for (const Layer& layer : list) {
+      if (layer.kind == LayerKind::kBatchNorm) {
+        const auto variance = static_cast<std::size_t>(layer.state_offset + layer.in.channels);
+        std::fill(state.begin() + static_cast<std::ptrdiff_t>(variance),
+                  state.begin() + static_cast<std::ptrdiff_t>(variance + static_cast<std::size_t>(layer.in.channels)), 1.0f);
+      }
+      visit(layer.body);
+      visit(layer.shortcut);
+    }
+  };
+  visit(layers);
+  return state;
+}
+
 std::int64_t Network::largest_activation() const {
   std::int64_t largest = input.size();
   const std::function<void(const std::vector<Layer>&)> visit = [&](const std::vector<Layer>& list) {
@@ -347,6 +373,7 @@ Network block_network(const Network& network, const Layer& block, const std::vec
   net.input = block.in;
   net.classes = network.classes;
   net.layers = layers;
+  net.state_count = network.state_count;  // the layers' state offsets point into the network's buffer
   return net;
 }
 

@@ -102,6 +102,7 @@ CheckpointConfig checkpoint_config_for(const TrainConfig& config, const Network&
   c.nesterov = config.nesterov;
   c.label_smoothing = config.label_smoothing;
   c.augment = augment_text(config.augment);
+  c.bn_local = config.bn_local;
   return c;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cnn/augment.hpp"
 #include "cnn/collective_errors.hpp"
+#include "cnn/errors.hpp"
 #include "cnn/launch_agreement.hpp"
 #include "cnn/run_options.hpp"
 #include "cnn/run_settings_file.hpp"
@@ -66,6 +67,12 @@ void set_starting_parameters(const TrainConfig& config, const MpiWorld& world, T
   if (run.resume.resumed) {
     run.backend->upload_params(run.resume.state.params);
     if (!run.resume.state.optimizer_state.empty()) run.backend->upload_optimizer_state(run.resume.state.optimizer_state);
+    if (run.network.state_count > 0) {
+      if (static_cast<std::int64_t>(run.resume.state.bn_running.size()) != run.network.state_count)
+        throw InputError(run.resume.path + ": /state/bn_running holds " + std::to_string(run.resume.state.bn_running.size()) +
+                         " values, but the network's bn layers keep " + std::to_string(run.network.state_count));
+      run.backend->upload_state(run.resume.state.bn_running);
+    }
     return;
   }
   const ParamLayout& layout = run.network.layout;
@@ -99,6 +106,12 @@ void print_settings(const TrainConfig& config, const MpiWorld& world, const Trai
               << "  train_images: " << run.data->train_count() << ", test_images: " << run.data->test_count() << "\n"
               << "  data_mode: " << run.data->mode() << "\n"
               << "  gradient allreduce: " << run.comm->name() << "\n" << exchange_report;
+    if (run.network.has_batch_norm())
+      std::cout << "  bn_statistics: "
+                << (config.bn_local ? "each rank's own batch slice (--bn-local)"
+                    : world.size() > 1 ? "the global batch (per-channel sums allreduced inside each step)"
+                                       : "the global batch (one rank)")
+                << "\n";
     // Rank 0's share of a global batch: every rank's ops run the same kernels, tiled for its share.
     const Range share = rank_slice(Range{0, config.batch}, 0, world.size());
     const std::vector<std::string> kernels = run.backend->implementation_lines(share.count);
@@ -128,6 +141,15 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   check_augment_fits(config.augment, run->data->shape().height, run->data->shape().width);
   run->optimizer = optimizer_settings(config);
   run->learning_rate = learning_rate(config, run->data->train_count());
+  // Global bn statistics make every rank take part in every step's sums: a short last batch with fewer
+  // samples than ranks would leave a rank out of them.
+  const std::int64_t last_batch = run->data->train_count() % config.batch;
+  agree_or_stop(world, [&] {  // the same on every rank: one line, from the lowest
+    if (run->network.has_batch_norm() && !config.bn_local && last_batch > 0 && last_batch < world.size())
+      throw UsageError("--model has bn layers with global statistics, but the epoch's last batch of " +
+                     std::to_string(last_batch) + " images leaves some of the " + std::to_string(world.size()) +
+                     " ranks without a sample; change --batch or --train-samples, or give --bn-local");
+  });
 
   // Resume before anything is created or written: a refused or broken checkpoint changes nothing.
   agree_or_stop(world, [&] {
@@ -154,11 +176,17 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   });
   set_starting_parameters(config, world, *run);
 
-  // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all.
+  // Runs of 2+ ranks: the allreduce path and the overlap, measured and chosen by rank 0 for all. Its
+  // timed steps move bn's running statistics: they are put back.
   const Range first_batch = bind_first_step(config, *run);
+  const std::vector<float> bn_running = run->backend->download_state();
   GradientExchange exchange = choose_gradient_exchange(exchange_options(config), world, *run->backend,
                                                        std::move(run->comm), first_batch, run->network.layout.total());
   run->comm = std::move(exchange.comm);
+  run->backend->upload_state(bn_running);
+  // bn's statistics over the global batch: each step adds the ranks' sums (--bn-local: each its own).
+  if (run->network.has_batch_norm() && !config.bn_local && world.size() > 1)
+    run->backend->set_statistics_communicator(run->comm.get());
   run->overlap = std::move(exchange.overlap);
   print_settings(config, world, *run, exchange.report);
   return run;
