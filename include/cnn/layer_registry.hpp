@@ -89,6 +89,13 @@ std::string shape_text(const TensorShape& shape);
 bool read_int(const std::string& text, std::size_t& pos, int& value);
 // "/s<S>" and "/p<P>" suffixes at text[pos...] (each at most once, /p only with allow_pad); "" or why not.
 std::string read_suffixes(const std::string& text, std::size_t pos, bool allow_pad, LayerToken& t);
+// The window of a pool token (maxpool, avgpool) at text[pos...]: <K>[/s<S>], the stride K unless /s
+// gives one; "" or why not. no_size: the reason when no K is there; size_hint: added to the reason
+// for a K below 1.
+std::string read_pool_window(const std::string& text, std::size_t pos, LayerToken& t, const char* no_size,
+                             const char* size_hint);
+// "" when a size x size window fits the per-sample input, else why not.
+std::string pool_window_fit(int size, const TensorShape& in);
 // Beyond this a kernel, filter count or fc width would not fit the int32 indices the ops use.
 inline constexpr int kMaxLayerExtent = 1 << 16;
 

@@ -22,13 +22,8 @@ std::string parse_avgpool(const std::string& text, std::size_t pos, LayerToken& 
     t.kernel = 0;
     return "";
   }
-  if (!read_int(text, pos, t.kernel)) return "avgpool takes a window size or nothing (avgpool, avgpool<K>[/s<S>])";
-  t.stride = t.kernel;
-  const std::string why = read_suffixes(text, pos, false, t);
-  if (!why.empty()) return why;
-  if (t.kernel < 1) return "the window size must be at least 1 (avgpool alone pools globally)";
-  if (t.stride < 1) return "the stride must be at least 1";
-  return "";
+  return read_pool_window(text, pos, t, "avgpool takes a window size or nothing (avgpool, avgpool<K>[/s<S>])",
+                          " (avgpool alone pools globally)");
 }
 
 std::string resolve_avgpool(const LayerToken& t, Layer& layer) {
@@ -44,9 +39,8 @@ std::string resolve_avgpool(const LayerToken& t, Layer& layer) {
   } else {
     p.window_h = p.window_w = t.kernel;
     p.stride = t.stride;
-    if (t.kernel > p.height || t.kernel > p.width)
-      return "a " + std::to_string(t.kernel) + "x" + std::to_string(t.kernel) + " window does not fit its " +
-             shape_text(layer.in) + " input";
+    const std::string why = pool_window_fit(t.kernel, layer.in);
+    if (!why.empty()) return why;
   }
   layer.out = {p.channels, p.out_h(), p.out_w()};
   return "";

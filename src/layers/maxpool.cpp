@@ -17,13 +17,7 @@ namespace cnn {
 namespace {
 
 std::string parse_maxpool(const std::string& text, std::size_t pos, LayerToken& t) {
-  if (!read_int(text, pos, t.kernel)) return "maxpool needs a window size (maxpool<K>)";
-  t.stride = t.kernel;
-  const std::string why = read_suffixes(text, pos, false, t);
-  if (!why.empty()) return why;
-  if (t.kernel < 1) return "the window size must be at least 1";
-  if (t.stride < 1) return "the stride must be at least 1";
-  return "";
+  return read_pool_window(text, pos, t, "maxpool needs a window size (maxpool<K>)", "");
 }
 
 std::string resolve_maxpool(const LayerToken& t, Layer& layer) {
@@ -33,9 +27,8 @@ std::string resolve_maxpool(const LayerToken& t, Layer& layer) {
   p.width = layer.in.width;
   p.size = t.kernel;
   p.stride = t.stride;
-  if (p.size > p.height || p.size > p.width)
-    return "a " + std::to_string(p.size) + "x" + std::to_string(p.size) + " window does not fit its " +
-           shape_text(layer.in) + " input";
+  const std::string why = pool_window_fit(p.size, layer.in);
+  if (!why.empty()) return why;
   layer.out = {p.channels, p.out_h(), p.out_w()};
   return "";
 }

@@ -46,6 +46,23 @@ std::string read_suffixes(const std::string& text, std::size_t pos, bool allow_p
   return "";
 }
 
+std::string read_pool_window(const std::string& text, std::size_t pos, LayerToken& t, const char* no_size,
+                             const char* size_hint) {
+  if (!read_int(text, pos, t.kernel)) return no_size;
+  t.stride = t.kernel;
+  const std::string why = read_suffixes(text, pos, false, t);
+  if (!why.empty()) return why;
+  if (t.kernel < 1) return std::string("the window size must be at least 1") + size_hint;
+  if (t.stride < 1) return "the stride must be at least 1";
+  return "";
+}
+
+std::string pool_window_fit(int size, const TensorShape& in) {
+  if (size <= in.height && size <= in.width) return "";
+  return "a " + std::to_string(size) + "x" + std::to_string(size) + " window does not fit its " + shape_text(in) +
+         " input";
+}
+
 namespace {
 
 // The registry, in LayerKind order (layers.def; the grammar text lists it in this order). The
