@@ -14,32 +14,10 @@
 #   5. fidelity: the cifar preset, 3 epochs of Fashion-MNIST (Adam 1e-3, batch 32), mean test accuracy
 #      over seeds 1, 2, 3 within 0.3 percentage points of fp32's.
 # Usage: gpu_precision_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
-set -uo pipefail
-build=$1
-source_dir=$2
-binary=${CNN_BINARY:-$build/cnn_mpi}
-fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
-python=${PYTHON:-python3}
-compare="$source_dir/tests/ckpt_compare.py"
-export NCCL_NVLS_ENABLE=0
-source "$source_dir/tools/mpi-env.sh"
-
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [[ $gpus -eq 0 ]]; then echo "SKIP: no usable GPU (nvidia-smi lists none)"; exit 77; fi
-if grep -q 'CNN_ENABLE_CUDA:STRING=OFF' "$build/CMakeCache.txt" 2>/dev/null; then echo "SKIP: no CUDA backend in this build"; exit 77; fi
-if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
-  echo "SKIP: Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"; exit 77
-fi
-"$python" -c "import h5py" 2>/dev/null || { echo "SKIP: $python has no h5py (set PYTHON)"; exit 77; }
+source "$2/tests/gpu_script_lib.sh" "$1" "$2"
+skip_unless_gpu_runs h5py
 major=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | cut -d. -f1)
 if [[ ${major:-0} -lt 8 ]]; then echo "SKIP: tf32 and bf16 need compute capability 8.0 (GPU 0 has $major)"; exit 77; fi
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
-latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
 final_accuracy() { awk -F, 'NR > 1 { acc = $4 } END { printf "%.4f", 100 * acc }' "$1/metrics.csv"; }
 declare -A bound=([tf32]=5e-3 [bf16]=3e-2)
 

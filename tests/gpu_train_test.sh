@@ -17,38 +17,11 @@
 #      (--allreduce mpi) name only the rank that saw it, which holds only if the flagged update left
 #      the parameters untouched (the failure path recomputes the step with them)
 # Usage: gpu_train_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, CNN_MNIST_DIR, PYTHON)
-set -uo pipefail
-build=$1
-source_dir=$2
-binary=${CNN_BINARY:-$build/cnn_mpi}
-fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+source "$2/tests/gpu_script_lib.sh" "$1" "$2"
 mnist=${CNN_MNIST_DIR:-${CNN_SHARED_DIR:-$source_dir/../shared}/data/mnist}
-python=${PYTHON:-python3}
-compare="$source_dir/tests/ckpt_compare.py"
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
-
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [[ $gpus -eq 0 ]]; then
-  echo "SKIP: no usable GPU (nvidia-smi lists none)"
-  exit 77
-fi
-if grep -q 'CNN_ENABLE_CUDA:STRING=OFF' "$build/CMakeCache.txt" 2>/dev/null; then
-  echo "SKIP: this build has no CUDA backend"
-  exit 77
-fi
-if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
-  echo "SKIP: Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"
-  exit 77
-fi
-"$python" -c "import h5py" 2>/dev/null || { echo "SKIP: $python has no h5py (set PYTHON)"; exit 77; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
+skip_unless_gpu_runs h5py
 final_accuracy() { awk -F, 'NR > 1 { acc = $4 } END { printf "%.2f", 100 * acc }' "$1/metrics.csv"; }
 at_least() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
-latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
 
 # 1. Learning.
 if "$binary" --device gpu --data "$fashion" --filters 32 --batch 100 --epochs 1 --out "$work/fashion" --quiet; then

@@ -1,21 +1,7 @@
 # Shared by the GPU script tests that run the trainer on 2 ranks, one per GPU (gpu_overlap_test.sh,
 # gpu_peer_allreduce_test.sh). Source it with the script's arguments: BUILD_DIR SOURCE_DIR.
 # Env: CNN_BINARY, CNN_FASHION_DIR, PYTHON.
-set -uo pipefail
-build=$1
-source_dir=$2
-binary=${CNN_BINARY:-$build/cnn_mpi}
-fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
-python=${PYTHON:-python3}
-compare="$source_dir/tests/ckpt_compare.py"
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
-source "$source_dir/tools/mpi-env.sh"
-
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-failures=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
-latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
+source "$2/tests/gpu_script_lib.sh" "$1" "$2"
 
 # require_two_gpus WHAT: exit 77 (skipped) with fewer than 2 GPUs.
 require_two_gpus() {
@@ -33,9 +19,6 @@ trainer_runs_unavailable() {
     echo "$python has no h5py (set PYTHON)"
   fi
 }
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 # run NAME [VAR=value...] -- [options...]: 2 ranks of the trainer with the caller's ${small[@]} and
 # the options, into $work/NAME (log: $work/NAME.log); the variables are set here and passed to the

@@ -1,0 +1,46 @@
+# Shared by the GPU script tests (gpu_train_test.sh, gpu_predict_test.sh, gpu_precision_test.sh and,
+# through gpu_two_ranks_lib.sh, the 2-GPU ones). Source it with the script's arguments: BUILD_DIR
+# SOURCE_DIR. It sets build, source_dir, binary, fashion, python, compare and gpus, sources
+# tools/mpi-env.sh, makes $work (removed on exit), and gives pass / fail (counted in $failures),
+# latest (a run's newest checkpoint) and skip_unless_gpu_runs.
+# Env: CNN_BINARY, CNN_FASHION_DIR, PYTHON.
+set -uo pipefail
+build=$1
+source_dir=$2
+binary=${CNN_BINARY:-$build/cnn_mpi}
+fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+python=${PYTHON:-python3}
+compare="$source_dir/tests/ckpt_compare.py"
+export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
+source "$source_dir/tools/mpi-env.sh"
+
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+failures=0
+pass() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
+latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
+
+# skip_unless_gpu_runs [h5py]: exit 77 (skipped) with one line where the trainer cannot run on a GPU
+# here: no GPU, a build without the CUDA backend, no Fashion-MNIST; and, with h5py, no h5py for
+# ckpt_compare.py.
+skip_unless_gpu_runs() {
+  if [[ $gpus -eq 0 ]]; then
+    echo "SKIP: no usable GPU (nvidia-smi lists none)"
+    exit 77
+  fi
+  if grep -q 'CNN_ENABLE_CUDA:STRING=OFF' "$build/CMakeCache.txt" 2>/dev/null; then
+    echo "SKIP: this build has no CUDA backend"
+    exit 77
+  fi
+  if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
+    echo "SKIP: Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"
+    exit 77
+  fi
+  if [[ ${1:-} == h5py ]] && ! "$python" -c "import h5py" 2>/dev/null; then
+    echo "SKIP: $python has no h5py (set PYTHON)"
+    exit 77
+  fi
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
