@@ -30,12 +30,19 @@ struct MpiFixture {
 };
 std::unique_ptr<cnn::MpiWorld> MpiFixture::world;
 
-// lr: the lr of each step (null: opt.lr throughout); label_smoothing: the training loss's; spec: a
-// --model spec, or empty for the seed model at 16 filters; augment: the --augment text.
+// What a run trains beyond the optimizer: a --model spec (empty: the seed model at 16 filters), the lr
+// of each step (null: opt.lr throughout), the training loss's label smoothing, the --augment text and
+// --bn-local.
+struct RunSettings {
+  std::string spec;
+  const cnn::LearningRate* lr = nullptr;
+  float label_smoothing = 0.0f;
+  std::string augment = "none";
+  bool bn_local = false;
+};
+
 std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind, cnn::OptimizerSettings opt,
-                               int steps, std::int64_t global_batch, const cnn::LearningRate* lr = nullptr,
-                               float label_smoothing = 0.0f, const std::string& spec = "",
-                               const std::string& augment = "none", bool bn_local = false) {
+                               int steps, std::int64_t global_batch, const RunSettings& run = {}) {
   // Real images: on uniform-noise images with random labels, lr 0.1 is chaotic and one float-level
   // flip of a pool winner grows past 1e-5 within 20 steps; real data is what the contract is about.
   static const cnn::Dataset train = [] {
@@ -46,16 +53,16 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   cnn::SeedModel model;
   model.input = train.shape;
   model.filters = 16;
-  const cnn::Network net = spec.empty() ? cnn::seed_network(model) : cnn::build_network(spec, 0, train.shape, 10);
+  const cnn::Network net = run.spec.empty() ? cnn::seed_network(model) : cnn::build_network(run.spec, 0, train.shape, 10);
   const cnn::ParamLayout& layout = net.layout;
   cnn::BackendOptions options;
   options.kind = cnn::parse_backend_kind(kind);
   options.threads = 2;
   options.optimizer = opt.kind;
-  options.label_smoothing = label_smoothing;
-  options.augment = cnn::parse_augment(augment);
+  options.label_smoothing = run.label_smoothing;
+  options.augment = cnn::parse_augment(run.augment);
   auto backend = cnn::make_backend(options, net);
-  if (net.has_batch_norm() && !bn_local && comm.size() > 1) backend->set_statistics_communicator(&comm);  // as the trainer
+  if (net.has_batch_norm() && !run.bn_local && comm.size() > 1) backend->set_statistics_communicator(&comm);  // as the trainer
   backend->bind_data(train, train);
   std::vector<float> params(static_cast<std::size_t>(layout.total()));
   cnn::initialize_params(params.data(), layout, 17);
@@ -66,12 +73,29 @@ std::vector<float> train_steps(cnn::Communicator& comm, const std::string& kind,
   for (int step = 0; step < steps; ++step) {
     if (step % per_epoch == 0) backend->begin_epoch(sampler.permutation(step / per_epoch));
     opt.step = step + 1;
-    if (lr != nullptr) opt.lr = lr->at_float(step);
+    if (run.lr != nullptr) opt.lr = run.lr->at_float(step);
     const cnn::Range batch = cnn::global_batch_range(step % per_epoch, train.count(), global_batch);
     backend->set_step_randomness({9, step, batch.begin});  // as the trainer does: dropout's masks
     cnn::train_step(*backend, comm, opt, layout.total(), batch, times);
   }
   return backend->download_params();
+}
+
+// The contract: N ranks (threads, this communicator) end `steps` steps within 1e-5 relative of one
+// rank alone (seq) with the same global batch. Returns the one-rank parameters and the error.
+struct Agreement {
+  std::vector<float> reference;
+  double error;
+};
+Agreement check_ranks_match_one_rank(cnn::Communicator& comm, const cnn::OptimizerSettings& opt, int steps,
+                                     std::int64_t global_batch, const RunSettings& run, const std::string& what) {
+  const std::vector<float> distributed = train_steps(comm, "threads", opt, steps, global_batch, run);
+  cnn::test::LocalCommunicator alone;
+  Agreement result{train_steps(alone, "seq", opt, steps, global_batch, run), 0.0};
+  result.error = cnn::test::relative_error(distributed, result.reference);
+  BOOST_TEST_MESSAGE(what << ": ranks=" << comm.size() << " rel err " << result.error);
+  BOOST_TEST(result.error <= 1e-5, what << ": " << comm.size() << " ranks vs 1 rank, rel err " << result.error);
+  return result;
 }
 
 }  // namespace
@@ -92,14 +116,8 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_the_same_global_batch,
     cnn::OptimizerSettings opt;
     opt.kind = cnn::parse_optimizer(optimizer);
     opt.lr = 0.1f;
-    const std::int64_t global_batch = 30;  // 30 over 4 ranks: slices of 7 and 8
-    const int steps = 24;
-    const std::vector<float> distributed = train_steps(comm, "threads", opt, steps, global_batch);
-    cnn::test::LocalCommunicator alone;
-    const std::vector<float> reference = train_steps(alone, "seq", opt, steps, global_batch);
-    const double error = cnn::test::relative_error(distributed, reference);
-    BOOST_TEST_MESSAGE("ranks=" << comm.size() << " optimizer=" << optimizer << " rel err " << error);
-    BOOST_TEST(error <= 1e-5, optimizer << ": " << comm.size() << " ranks vs 1 rank, rel err " << error);
+    // 30 over 4 ranks: slices of 7 and 8; 24 steps: more than two epochs of 250 images.
+    const double error = check_ranks_match_one_rank(comm, opt, 24, 30, {}, optimizer).error;
     BOOST_TEST(error > 0.0);  // different summation order: identical bits would mean no communication happened
   }
 }
@@ -117,13 +135,10 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_a_schedule_and_regularisers,
     opt.weight_decay = adam ? 0.05f : 1e-3f;
     const cnn::LearningRate lr(adam ? 1e-3 : 0.05, cnn::parse_lr_schedule("cosine"), 5,
                                cnn::batches_per_epoch(250, global_batch), steps);
-    const std::vector<float> distributed = train_steps(comm, "threads", opt, steps, global_batch, &lr, 0.1f);
-    cnn::test::LocalCommunicator alone;
-    const std::vector<float> reference = train_steps(alone, "seq", opt, steps, global_batch, &lr, 0.1f);
-    const double error = cnn::test::relative_error(distributed, reference);
-    BOOST_TEST_MESSAGE("ranks=" << comm.size() << " optimizer=" << optimizer << " rel err " << error);
-    BOOST_TEST(error <= 1e-5, optimizer << ": " << comm.size() << " ranks vs 1 rank, rel err " << error);
-    BOOST_TEST(error > 0.0);
+    RunSettings run;
+    run.lr = &lr;
+    run.label_smoothing = 0.1f;
+    BOOST_TEST(check_ranks_match_one_rank(comm, opt, steps, global_batch, run, optimizer).error > 0.0);
   }
 }
 
@@ -135,17 +150,15 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_dropout,
   cnn::OptimizerSettings opt;
   opt.kind = cnn::OptimizerKind::kMomentum;
   opt.lr = 0.05f;
-  const std::string spec = "conv3x3:8 relu avgpool2 dropout:0.25 conv3x3:8 relu avgpool fc:32 relu dropout:0.5 fc:10";
-  const std::vector<float> distributed = train_steps(comm, "threads", opt, 12, 30, nullptr, 0.0f, spec);
+  RunSettings run;
+  run.spec = "conv3x3:8 relu avgpool2 dropout:0.25 conv3x3:8 relu avgpool fc:32 relu dropout:0.5 fc:10";
+  const Agreement agreement = check_ranks_match_one_rank(comm, opt, 12, 30, run, "dropout");
+  // The masks are drawn at all: without the dropout layers the run ends elsewhere.
+  RunSettings without;
+  without.spec = "conv3x3:8 relu avgpool2 conv3x3:8 relu avgpool fc:32 relu fc:10";
   cnn::test::LocalCommunicator alone;
-  const std::vector<float> reference = train_steps(alone, "seq", opt, 12, 30, nullptr, 0.0f, spec);
-  const double error = cnn::test::relative_error(distributed, reference);
-  BOOST_TEST_MESSAGE("dropout: ranks=" << comm.size() << " rel err " << error);
-  BOOST_TEST(error <= 1e-5, "dropout: " << comm.size() << " ranks vs 1 rank, rel err " << error);
-  // The masks are drawn at all: without the step's randomness the run differs.
-  BOOST_TEST(error < cnn::test::relative_error(train_steps(alone, "seq", opt, 12, 30, nullptr, 0.0f, "conv3x3:8 relu avgpool2 "
-                                                           "conv3x3:8 relu avgpool fc:32 relu fc:10"),
-                                               reference));
+  BOOST_TEST(agreement.error <
+             cnn::test::relative_error(train_steps(alone, "seq", opt, 12, 30, without), agreement.reference));
 }
 
 // Augmentation follows the samples too: a sample's crop and flip are drawn from its index in the
@@ -156,14 +169,12 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_augmentation,
   cnn::OptimizerSettings opt;
   opt.kind = cnn::OptimizerKind::kMomentum;
   opt.lr = 0.05f;
-  const std::vector<float> distributed = train_steps(comm, "threads", opt, 24, 30, nullptr, 0.0f, "", "crop:3,flip");
-  cnn::test::LocalCommunicator alone;
-  const std::vector<float> reference = train_steps(alone, "seq", opt, 24, 30, nullptr, 0.0f, "", "crop:3,flip");
-  const double error = cnn::test::relative_error(distributed, reference);
-  BOOST_TEST_MESSAGE("augment: ranks=" << comm.size() << " rel err " << error);
-  BOOST_TEST(error <= 1e-5, "augment: " << comm.size() << " ranks vs 1 rank, rel err " << error);
+  RunSettings run;
+  run.augment = "crop:3,flip";
+  const Agreement agreement = check_ranks_match_one_rank(comm, opt, 24, 30, run, "augment");
   // The batches are augmented at all: without it the run ends elsewhere.
-  BOOST_TEST(error < cnn::test::relative_error(train_steps(alone, "seq", opt, 24, 30), reference));
+  cnn::test::LocalCommunicator alone;
+  BOOST_TEST(agreement.error < cnn::test::relative_error(train_steps(alone, "seq", opt, 24, 30), agreement.reference));
 }
 
 // bn's statistics over the global batch (the default): each step allreduces the per-channel sums in
@@ -176,16 +187,14 @@ BOOST_AUTO_TEST_CASE(n_ranks_match_one_rank_with_global_bn_statistics,
   cnn::OptimizerSettings opt;
   opt.kind = cnn::OptimizerKind::kMomentum;
   opt.lr = 0.05f;
-  const std::string spec = "conv3x3:8 bn relu avgpool2 res[conv3x3:8/p1 bn relu conv3x3:8/p1 bn] relu fc:32 bn relu fc:10";
-  const std::vector<float> distributed = train_steps(comm, "threads", opt, 12, 30, nullptr, 0.0f, spec);
-  cnn::test::LocalCommunicator alone;
-  const std::vector<float> reference = train_steps(alone, "seq", opt, 12, 30, nullptr, 0.0f, spec);
-  const double error = cnn::test::relative_error(distributed, reference);
-  BOOST_TEST_MESSAGE("bn: ranks=" << comm.size() << " rel err " << error);
-  BOOST_TEST(error <= 1e-5, "bn: " << comm.size() << " ranks vs 1 rank, rel err " << error);
+  RunSettings run;
+  run.spec = "conv3x3:8 bn relu avgpool2 res[conv3x3:8/p1 bn relu conv3x3:8/p1 bn] relu fc:32 bn relu fc:10";
+  const Agreement agreement = check_ranks_match_one_rank(comm, opt, 12, 30, run, "bn");
+  const double error = agreement.error;
   if (comm.size() > 1) {
-    const std::vector<float> local = train_steps(comm, "threads", opt, 12, 30, nullptr, 0.0f, spec, "none", true);
-    const double local_error = cnn::test::relative_error(local, reference);
+    run.bn_local = true;
+    const std::vector<float> local = train_steps(comm, "threads", opt, 12, 30, run);
+    const double local_error = cnn::test::relative_error(local, agreement.reference);
     BOOST_TEST_MESSAGE("bn --bn-local: ranks=" << comm.size() << " rel err " << local_error);
     BOOST_TEST(local_error > 100 * std::max(error, 1e-7), "--bn-local should not match one rank");
   }
