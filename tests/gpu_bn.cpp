@@ -333,13 +333,13 @@ void check_against(const Run& got, const Run& want, const cnn::Network& net, dou
   CHECK_REL(got.logits, want.logits, tolerance, "test logits");
 }
 
-struct Network {
+struct BnNetwork {
   const char* spec;
   cnn::TensorShape input;
   const char* cuda_ops;  // what the CUDA plan makes of it
 };
 
-const Network kNetworks[] = {
+const BnNetwork kNetworks[] = {
     // After a conv, and after fc (a feature per channel).
     {"conv3x3:8/p1 bn relu maxpool2 fc:16 bn relu fc:10", {3, 16, 16},
      "conv bn relu maxpool fc bn relu fc softmax_cross_entropy"},
@@ -358,7 +358,7 @@ const Network kNetworks[] = {
 
 BOOST_AUTO_TEST_CASE(bn_networks_match_seq_after_one_step) {
   std::uint32_t seed = 310;
-  for (const Network& c : kNetworks) {
+  for (const BnNetwork& c : kNetworks) {
     const cnn::Network net = cnn::build_network(c.spec, 0, c.input, 10);
     BOOST_TEST(cnn::describe_ops(cnn::plan_ops(net, cnn::FusionTarget::kCuda)) == c.cuda_ops);
     const RandomData data = random_data(net.input, 200, 60, seed++);
@@ -377,7 +377,7 @@ BOOST_AUTO_TEST_CASE(bn_networks_match_seq_after_one_step) {
 // Six steps of the residual network: a rerun, eager steps and the overlapped step give the same bits,
 // and the run stays within the compounded tolerance of seq.
 BOOST_AUTO_TEST_CASE(bn_runs_repeat_bit_for_bit) {
-  const Network& c = kNetworks[2];
+  const BnNetwork& c = kNetworks[2];
   const cnn::Network net = cnn::build_network(c.spec, 0, c.input, 10);
   const RandomData data = random_data(net.input, 6 * 40, 60, 320);
   const Run a = train("cuda", net, data, 0, 6, 40);
@@ -410,7 +410,7 @@ class RecordingListener final : public cnn::GradientReadyListener {
 // Each bn layer is a ready point of the overlapped step (its gamma and beta, finished before its input
 // gradient), and reporting the points changes no bit of the step: eager, captured and replayed.
 BOOST_AUTO_TEST_CASE(overlapped_bn_step_gives_the_plain_bits) {
-  const Network& c = kNetworks[0];
+  const BnNetwork& c = kNetworks[0];
   const cnn::Network net = cnn::build_network(c.spec, 0, c.input, 10);
   const RandomData data = random_data(net.input, 3 * 32, 20, 330);
   auto plain = make("cuda", net);
@@ -441,7 +441,7 @@ BOOST_AUTO_TEST_CASE(overlapped_bn_step_gives_the_plain_bits) {
 }
 
 BOOST_AUTO_TEST_CASE(bn_evaluation_uses_the_running_statistics) {
-  const Network& c = kNetworks[0];
+  const BnNetwork& c = kNetworks[0];
   const cnn::Network net = cnn::build_network(c.spec, 0, c.input, 10);
   const RandomData data = random_data(net.input, 3 * 48, 60, 340);
   auto gpu = make("cuda", net);
@@ -477,7 +477,7 @@ BOOST_AUTO_TEST_CASE(bn_evaluation_uses_the_running_statistics) {
 // What a checkpoint holds after 2 steps, uploaded into a fresh backend that runs steps 3 and 4, ends
 // where 4 uninterrupted steps end, bit for bit: parameters, optimizer state and running statistics.
 BOOST_AUTO_TEST_CASE(bn_state_resumes_bitwise) {
-  for (const Network* c : {&kNetworks[0], &kNetworks[2]}) {
+  for (const BnNetwork* c : {&kNetworks[0], &kNetworks[2]}) {
     BOOST_TEST_CONTEXT(c->spec) {
       const cnn::Network net = cnn::build_network(c->spec, 0, c->input, 10);
       const RandomData data = random_data(net.input, 4 * 40, 30, 350);
