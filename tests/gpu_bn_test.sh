@@ -10,7 +10,8 @@
 #   4. with 2+ GPUs, NCCL (the sums allreduced on the compute stream, inside the step's CUDA graph,
 #      which the settings block says): within 1e-5 of 1 rank, a rerun gives the same bits, and the
 #      overlapped step (gradient buckets and bn's sums on one communicator) agrees;
-#   5. the refusal the CPU backends have: a last batch of 1 image cannot feed 2 ranks' global statistics.
+#   5. the refusal the CPU backends have: a last batch of 1 image cannot feed 2 ranks' global statistics;
+#   6. compute-sanitizer memcheck (graphs) and racecheck (eager) clean on a short bn run, when installed.
 # Usage: gpu_bn_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
 set -uo pipefail
 build=$1
@@ -143,6 +144,23 @@ if [[ $rc -eq 2 ]] && grep -q "the epoch's last batch of 1 images leaves some of
   pass "a last batch of 1 image on 2 ranks: exit 2, one line, nothing written"
 else
   fail "short last batch: exit $rc: $(head -3 "$work/short.err" | xargs)"
+fi
+
+# 6. compute-sanitizer on a short bn run (3 steps and the test pass): memcheck through the captured
+#    graph, racecheck (the shared-memory trees of the channel sums) on eager steps.
+if command -v compute-sanitizer >/dev/null; then
+  tiny=("${small[@]}" --train-samples 300 --test-samples 100 --epochs 1)
+  for check in "memcheck 1" "racecheck 0"; do
+    read -r tool graphs <<<"$check"
+    if CNN_CUDA_GRAPHS=$graphs compute-sanitizer --tool "$tool" --error-exitcode 99 "$binary" "${tiny[@]}" \
+        --out "$work/san-$tool" >"$work/san-$tool.log" 2>&1; then
+      pass "compute-sanitizer $tool (graphs=$graphs): $(grep -E 'SUMMARY' "$work/san-$tool.log" | tail -1 | xargs)"
+    else
+      fail "compute-sanitizer $tool (graphs=$graphs): $(grep -m3 -E 'ERROR|Invalid|Race|Program hit|error' "$work/san-$tool.log" | xargs)"
+    fi
+  done
+else
+  echo "skip - compute-sanitizer not installed"
 fi
 
 if ((failures > 0)); then echo "gpu_bn_test: $failures failure(s)"; exit 1; fi
