@@ -16,9 +16,10 @@
 // write dx). The sums run in an order fixed by the shape and the GPU model (ChannelGeometry): a
 // channel is cut into `parts` ranges of its values, each summed by one block (each thread a strided
 // subset, then a tree in shared memory), and a second kernel adds the parts in order. No atomics, so
-// a rerun repeats the bits. The per-channel arithmetic and the elementwise roundings are the CPU's
-// (explicitly rounded intrinsics, no contraction into fused multiply-adds): given the same sums, a
-// value is the CPU's bit for bit; the sums themselves differ in order only, in double.
+// a rerun repeats the bits. The per-channel arithmetic and the elementwise roundings are those
+// src/layers/bn.cpp writes, with explicitly rounded intrinsics (no contraction into fused
+// multiply-adds, whatever nvcc would choose); the host compiler may still fuse some on the CPU
+// (-march=native), and the sums differ in order, so the two agree to rounding, not bit for bit.
 #include <algorithm>
 #include <cstdint>
 
