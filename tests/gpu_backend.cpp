@@ -570,21 +570,6 @@ std::unique_ptr<cnn::Backend> make_cuda(const cnn::SeedModel& m, bool graphs = t
   return backend;
 }
 
-// The bn layer has no CUDA op yet: the cuda backend refuses a network with one, with one line that
-// names it, before any device work (seq and threads run it).
-BOOST_AUTO_TEST_CASE(bn_networks_are_refused_on_cuda) {
-  const cnn::Network net = cnn::build_network("conv3x3:8/p1 bn relu fc:10", 0, seed_model(8).input, 10);
-  cnn::BackendOptions options;
-  options.kind = cnn::BackendKind::kCuda;
-  try {
-    cnn::make_backend(options, net);
-    BOOST_ERROR("make_backend(cuda) accepted a network with bn");
-  } catch (const cnn::UsageError& e) {
-    BOOST_TEST(std::string(e.what()).find("the bn layer runs on the seq and threads backends only") != std::string::npos,
-               e.what());
-  }
-}
-
 // A gradient passes when it is within kTolerance of seq, or, failing that, when it is at least as
 // close to the float64 result as seq's is (seq's own float32 rounding then dominates the difference).
 // Dropout's masks on the GPU are the CPU's: a network with avgpool and dropout, the same samples (a

@@ -94,6 +94,9 @@ class Backend {
   // to this rank's, in the middle of its forward and backward (nullptr, the default: the rank's own
   // slice, --bn-local). Every rank must then run the same steps. A backend that cannot refuses.
   virtual void set_statistics_communicator(Communicator* ranks);
+  // How those sums travel, for the settings block (the cuda backend: inside the step's CUDA graph, or
+  // through the host in eager steps); empty when there is nothing to add (the CPU backends, no ranks).
+  virtual std::string statistics_exchange() const { return ""; }
 
   // The flat buffers in memory_space(), for the communicator.
   virtual float* params() = 0;

@@ -78,9 +78,13 @@ class Communicator {
   virtual MemorySpace memory_space() const = 0;
   // In place: every rank ends with the elementwise sum over ranks.
   virtual void allreduce_sum(float* data, std::int64_t count) = 0;
-  // The same in double, for host memory (bn's per-channel statistics: a few values a step, whose
-  // variance E[x^2] - mean^2 would lose digits in float). The default rounds through allreduce_sum.
+  // The same in double, in memory_space() too (bn's per-channel statistics: a few values a step,
+  // whose variance E[x^2] - mean^2 would lose digits in float). The default (host memory) rounds
+  // through allreduce_sum; MPI and the device communicators sum in double.
   virtual void allreduce_sum_doubles(double* data, std::int64_t count);
+  // True when allreduce_sum_doubles only queues work on the backend's stream (NCCL), so that a step
+  // holding it may be captured in a CUDA graph; false when it waits on the host (MPI, host staging).
+  virtual bool stream_ordered_doubles() const { return false; }
   virtual void broadcast(float* data, std::int64_t count, int root) = 0;
   virtual void barrier() = 0;
 
@@ -140,6 +144,7 @@ class SingleRankCommunicator : public Communicator {
   std::string name() const override { return "none (a single rank)"; }
   MemorySpace memory_space() const override { return space_; }
   void allreduce_sum(float*, std::int64_t) override {}
+  void allreduce_sum_doubles(double*, std::int64_t) override {}
   void broadcast(float*, std::int64_t, int) override {}
   void barrier() override {}
   int rank() const override { return 0; }

@@ -62,6 +62,8 @@ CudaBackend::CudaBackend(const BackendOptions& options, const Network& network, 
   shared_.stream = stream();
   shared_.params = mutable_params();
   shared_.grads = mutable_grads();
+  shared_.state = mutable_state();
+  shared_.statistics = statistics();
   shared_.multiprocessors = multiprocessor_count();
   shared_.precision = options.precision;
   if (options.precision != Precision::kFp32) {

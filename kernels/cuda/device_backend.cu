@@ -41,11 +41,13 @@ DeviceBackend::DeviceBackend(const BackendOptions& options, const Network& netwo
       model_text_(network.describe()), optimizer_(options.optimizer), label_smoothing_(options.label_smoothing),
       augment_(options.augment),
       device_(pick_device(options.local_rank)),
+      graphs_option_(options.cuda_graphs),
       graphs_(options.cuda_graphs, "rerun with CNN_CUDA_GRAPHS=0 and report this"),
       overlapped_graphs_(options.cuda_graphs, "rerun with --overlap off and report this") {
   CNN_CHECK_CUDA(cudaSetDevice(device_));
   CNN_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   queue_ = DeviceQueue{device_, stream_, total_};
+  statistics_ = std::make_unique<StatisticsExchange>(stream_);
   timer_ = std::make_unique<StepTimer>(stream_);
   nonfinite_check_ = std::make_unique<DeferredNonFiniteCheck>(stream_);
   // Keep what the twins' stream-ordered scratch allocations return to the pool, instead of handing
@@ -59,8 +61,7 @@ DeviceBackend::DeviceBackend(const BackendOptions& options, const Network& netwo
   CNN_CHECK_CUDA(cudaGetDeviceProperties(&props, device_));
   char bus_id[32] = "?";
   CNN_CHECK_CUDA(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_));
-  description_ = std::string(props.name) + " (GPU " + std::to_string(device_) + ", PCI " + bus_id + ", " + details +
-                 ", CUDA graphs " + (options.cuda_graphs ? "on" : "off") + ")";
+  description_ = std::string(props.name) + " (GPU " + std::to_string(device_) + ", PCI " + bus_id + ", " + details;
 
   params_.resize(total_);
   grads_.resize(total_);
@@ -69,6 +70,8 @@ DeviceBackend::DeviceBackend(const BackendOptions& options, const Network& netwo
   optimizer_state_.resize(total_ * optimizer_state_per_param(optimizer_));
   if (optimizer_state_.size() > 0)
     CNN_CHECK_CUDA(cudaMemsetAsync(optimizer_state_.get(), 0, optimizer_state_.bytes(), stream_));
+  state_.resize(network.state_count);
+  copy_to_device(state_, network.initial_state(), stream_);  // running means 0, variances 1
 
   draws_masks_ = has_layer_kind(network.layers, LayerKind::kDropout) || augment_.active();
   mask_origin_.resize(1);
@@ -113,9 +116,29 @@ void DeviceBackend::upload_optimizer_state(const std::vector<float>& host) {
 
 std::vector<float> DeviceBackend::download_optimizer_state() { return copy_to_host(optimizer_state_, stream_); }
 
-void DeviceBackend::upload_state(const std::vector<float>& host) {
-  if (!host.empty()) throw std::logic_error("DeviceBackend::upload_state: a network with state (bn) on the device");
+std::string DeviceBackend::device_description() const {
+  return description_ + ", CUDA graphs " + (graphs_enabled() ? "on" : graphs_option_ ? "off (bn's statistics)" : "off") +
+         ")";
 }
+
+void DeviceBackend::upload_state(const std::vector<float>& host) {
+  if (static_cast<std::int64_t>(host.size()) != state_.size())
+    throw InputError("the network's state (bn's running statistics) has " + std::to_string(state_.size()) +
+                     " floats; " + std::to_string(host.size()) + " given");
+  copy_to_device(state_, host, stream_);  // in place: the bn ops and the captured steps hold its address
+}
+
+std::vector<float> DeviceBackend::download_state() { return copy_to_host(state_, stream_); }
+
+void DeviceBackend::set_statistics_communicator(Communicator* ranks) {
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // no queued step still holds the old way
+  statistics_->set_ranks(ranks);
+  drop_graphs();
+  graphs_.set_enabled(graphs_enabled());
+  overlapped_graphs_.set_enabled(graphs_enabled());
+}
+
+std::string DeviceBackend::statistics_exchange() const { return statistics_->description(graphs_enabled()); }
 
 void DeviceBackend::begin_epoch(const std::vector<std::int32_t>& permutation) {
   if (data_.set_order(permutation, stream_)) drop_graphs();  // graphs captured the old address
@@ -164,6 +187,10 @@ void DeviceBackend::enqueue_train_step(std::int64_t n, const std::int32_t* indic
 void DeviceBackend::compute_gradients(std::int64_t first, std::int64_t count) {
   check_train_range(first, count);
   if (count == 0) {  // a rank with an empty slice still takes part in the allreduce, with zeros
+    // but not in bn's exchanges, which the other ranks' steps wait for (run_setup refuses such runs)
+    if (statistics_->active())
+      throw Error(ExitCode::kFailure, "internal error: a rank with an empty slice cannot take part in bn's global "
+                                      "statistics HINT: give --bn-local, or a --batch that leaves every rank a sample");
     CNN_CHECK_CUDA(cudaMemsetAsync(grads_.get(), 0, grads_.bytes(), stream_));
     return;
   }

@@ -1,7 +1,8 @@
 // What a backend on one GPU needs besides the network's own work (cuda_backend.hpp runs the ops;
 // this class knows none of them): the GPU and the stream every operation is ordered on (device_queue(),
 // for the device communicators), the flat buffers (parameters, gradients, optimizer state) and their
-// host copies, the data set and the epoch's order resident on the device, the batch's index buffer,
+// host copies, the network's state (bn's running statistics) and the exchange of bn's global
+// statistics (statistics_exchange.hpp), the data set and the epoch's order resident on the device, the batch's index buffer,
 // the device-side loss and hit sums, the update, the divergence check (nonfinite.cuh), the phase timer
 // (step_timer.hpp), and the graph caches that hold the eager -> capture -> replay policy of the plain
 // and the overlapped training step (step_graph.hpp).
@@ -22,6 +23,7 @@
 #include "cnn/network.hpp"
 #include "cuda/device_buffer.hpp"
 #include "data/device_dataset.hpp"
+#include "dist/statistics_exchange.hpp"
 #include "ops/nonfinite.cuh"
 #include "cuda/step_graph.hpp"
 #include "cuda/step_timer.hpp"
@@ -51,7 +53,7 @@ class DeviceBackend : public Backend {
   DeviceBackend& operator=(const DeviceBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
-  std::string device_description() const override { return description_; }
+  std::string device_description() const override;
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   const DeviceQueue* device_queue() const override { return &queue_; }
 
@@ -60,15 +62,22 @@ class DeviceBackend : public Backend {
   std::vector<float> download_params() override;
   void upload_optimizer_state(const std::vector<float>& host) override;
   std::vector<float> download_optimizer_state() override;
-  // No state: make_backend refuses a network with bn layers (the only state) on this backend.
+  // The network's state (Network::state_count floats, bn's running statistics), in device memory
+  // at a fixed address (OpShared::state); both wait for the stream.
   void upload_state(const std::vector<float>& host) override;
-  std::vector<float> download_state() override { return {}; }
+  std::vector<float> download_state() override;
+  // bn's global statistics (statistics_exchange.hpp): every graph is dropped (what a step queues
+  // changes), and when the communicator cannot queue the sums on the stream, training steps run
+  // eagerly from here on.
+  void set_statistics_communicator(Communicator* ranks) override;
+  std::string statistics_exchange() const override;
   float* params() override { return params_.get(); }
   float* grads() override { return grads_.get(); }
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;
   void compute_gradients(std::int64_t first, std::int64_t count) override;
   // With a stream-ordered listener (NCCL, peer memory) the whole step, communication included, is one
-  // CUDA graph per batch size and listener generation; the first step of each epoch runs eagerly, so
+  // CUDA graph per batch size and listener generation (unless bn's statistics go through the host:
+  // set_statistics_communicator); the first step of each epoch runs eagerly, so
   // that the communicator's events time it (overlap fraction). Otherwise (a host-side reduction, which
   // cannot run under device work without blocking the host, or an empty slice): the plain step, then
   // the listener is told once.
@@ -110,6 +119,8 @@ class DeviceBackend : public Backend {
   StepTimer& timer() { return *timer_; }
   float* mutable_params() const { return params_.get(); }
   float* mutable_grads() const { return grads_.get(); }
+  float* mutable_state() const { return state_.get(); }
+  StatisticsExchange* statistics() const { return statistics_.get(); }
 
  private:
   void check_train_range(std::int64_t first, std::int64_t count) const;
@@ -117,6 +128,9 @@ class DeviceBackend : public Backend {
   // The training step of n samples whose index copy reads `indices`.
   void enqueue_train_step(std::int64_t n, const std::int32_t* indices, bool timed, GradientReadyListener* listener);
   void drop_graphs() noexcept;
+  // Training steps may be captured: CUDA graphs are on (BackendOptions::cuda_graphs) and bn's
+  // statistics, if exchanged, go through a communicator that queues on the stream.
+  bool graphs_enabled() const { return graphs_option_ && statistics_->capturable(); }
   BatchStats read_stats(int slot);
 
   std::int64_t total_;
@@ -127,12 +141,15 @@ class DeviceBackend : public Backend {
   float label_smoothing_;  // of the training loss, a constant of the captured steps
   Augment augment_;        // of the training batches' gather (--augment), a constant of the captured steps
   int device_ = 0;
-  std::string description_;
+  std::string description_;  // without the word on CUDA graphs, which may change (graphs_enabled())
+  bool graphs_option_;       // BackendOptions::cuda_graphs
   cudaStream_t stream_ = nullptr;
   DeviceQueue queue_;
 
   // Flat buffers, one layout (ParamLayout).
   DeviceBuffer<float> params_, grads_, optimizer_state_;
+  DeviceBuffer<float> state_;  // Network::state_count floats: bn's running statistics
+  std::unique_ptr<StatisticsExchange> statistics_;
 
   // The data, resident as uint8, and the orders that index it.
   DeviceDataset data_;

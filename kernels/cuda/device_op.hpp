@@ -48,6 +48,8 @@ struct OpShared {
   DeviceBuffer<float> side_workspace;
   float* params = nullptr;             // the flat buffers (they never move)
   float* grads = nullptr;
+  float* state = nullptr;              // the network's state (Network::state_count floats: bn's running statistics)
+  StatisticsExchange* statistics = nullptr;  // bn's global statistics: the sums over the ranks (may exchange nothing)
   int multiprocessors = 0;
   Precision precision = Precision::kFp32;  // of the conv and fc products (--precision)
 

@@ -47,7 +47,8 @@ void destroy_step_graph(StepGraph& step) noexcept;
 // - later steps replay the graph with only the index copy's source changed;
 // - `eager` asks for an eager step although a graph exists (the overlapped step's first of each
 //   epoch, which the communicator's events time);
-// - disabled (BackendOptions::cuda_graphs off, CNN_CUDA_GRAPHS=0): every step runs eagerly.
+// - disabled (BackendOptions::cuda_graphs off, CNN_CUDA_GRAPHS=0, or set_enabled(false)): every step
+//   runs eagerly.
 // A graph holds raw pointers: its owner clears the cache whenever a buffer the step uses moves (batch
 // buffers, the data set, the epoch's order), and set_generation clears it when the work to capture
 // changes (the overlap listener's generation).
@@ -63,6 +64,12 @@ class StepGraphCache {
   StepGraphCache(const StepGraphCache&) = delete;
   StepGraphCache& operator=(const StepGraphCache&) = delete;
 
+  // Off: every step runs eagerly from now on, and the graphs are dropped (the device backend, when
+  // bn's statistics go through the host in the middle of the step); on: steps are captured again.
+  void set_enabled(bool enabled) noexcept {
+    if (!enabled) clear();
+    enabled_ = enabled;
+  }
   // Drops every graph when `generation` is not the one they were captured for.
   void set_generation(std::uint64_t generation) noexcept;
   // One step of n samples on `stream`, timed by `timer`; batch_indices: the index copy's destination.

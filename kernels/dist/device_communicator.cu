@@ -1,5 +1,8 @@
 // make_device_communicator: NCCL, peer memory or MPI through host staging, by name; which one a run
 // starts with; and what they share.
+#include <limits>
+#include <string>
+
 #include "cnn/cuda_backend.hpp"
 #include "cnn/errors.hpp"
 #include "cuda/cuda_check.hpp"
@@ -11,6 +14,23 @@ namespace cnn {
 void cuda::StreamCommunicator::barrier() {
   CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
   world_.barrier();
+}
+
+// A few doubles a call (bn: 2C + 1), so one MPI_Allreduce; the copy back needs no wait, as later
+// work on the stream is ordered after it and the next call synchronises before MPI writes the buffer.
+void cuda::StreamCommunicator::allreduce_sum_doubles(double* data, std::int64_t count) {
+  if (world_.size() == 1 || count == 0) return;
+  if (count > std::numeric_limits<int>::max())
+    throw Error(ExitCode::kFailure, "internal error: allreduce_sum_doubles of " + std::to_string(count) + " values");
+  if (doubles_staging_.size() < count) {
+    CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));  // the last copy out of the old buffer is done
+    doubles_staging_.resize(count);
+  }
+  const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(double);
+  CNN_CHECK_CUDA(cudaMemcpyAsync(doubles_staging_.get(), data, bytes, cudaMemcpyDeviceToHost, stream_));
+  CNN_CHECK_CUDA(cudaStreamSynchronize(stream_));
+  world_.allreduce_sum(doubles_staging_.get(), static_cast<int>(count));
+  CNN_CHECK_CUDA(cudaMemcpyAsync(data, doubles_staging_.get(), bytes, cudaMemcpyHostToDevice, stream_));
 }
 
 std::unique_ptr<Communicator> make_device_communicator(const MpiWorld& world, Backend& backend, AllreducePath path,

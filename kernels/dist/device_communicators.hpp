@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cnn/communicator.hpp"
+#include "cuda/device_buffer.hpp"
 
 namespace cnn::cuda {
 
@@ -20,6 +21,10 @@ class StreamCommunicator : public Communicator {
  public:
   StreamCommunicator(const MpiWorld& world, cudaStream_t stream) : world_(world), stream_(stream) {}
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
+  // bn's per-channel sums (device memory), through pinned host memory and MPI_Allreduce in double:
+  // waits for the stream's work so far, so it cannot be captured (stream_ordered_doubles() false).
+  // NCCL overrides it with a stream-ordered allreduce.
+  void allreduce_sum_doubles(double* data, std::int64_t count) override;
   void barrier() override;
   int rank() const override { return world_.rank(); }
   int size() const override { return world_.size(); }
@@ -28,6 +33,9 @@ class StreamCommunicator : public Communicator {
  protected:
   const MpiWorld& world_;
   cudaStream_t stream_;
+
+ private:
+  PinnedBuffer<double> doubles_staging_;
 };
 
 // The stream-ordered communicators (NCCL, peer): allreduce_sum queues on the backend's stream; the

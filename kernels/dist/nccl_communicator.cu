@@ -39,6 +39,16 @@ class NcclCommunicator final : public SideStreamCommunicator {
 
   std::string name() const override { return name_; }
 
+  // bn's per-channel sums, queued on the backend's stream like the plain allreduce: a captured step
+  // may hold it. NCCL runs one communicator's collectives in the order they are issued, whatever
+  // their streams, so the overlapped step's gradient buckets (second stream) and these sums (the
+  // backend's) meet in the same order on every rank.
+  void allreduce_sum_doubles(double* data, std::int64_t count) override {
+    if (world_.size() == 1 || count == 0) return;
+    CNN_CHECK_NCCL(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclDouble, ncclSum, comm_, stream_));
+  }
+  bool stream_ordered_doubles() const override { return true; }
+
   void broadcast(float* data, std::int64_t count, int root) override {
     if (world_.size() == 1 || count == 0) return;
     CNN_CHECK_NCCL(ncclBroadcast(data, data, static_cast<std::size_t>(count), ncclFloat, root, comm_, stream_));

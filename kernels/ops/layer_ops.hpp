@@ -2,8 +2,8 @@
 // same argument order, same semantics (backward ops ACCUMULATE into parameter gradients and
 // OVERWRITE activation gradients), device pointers, plus the stream to run on. Each returns once its
 // kernels are queued. Scratch for split reductions comes from the stream-ordered allocator, so the
-// twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu, avgpool.cu, dropout.cu and
-// conv_relu_pool.cu (the conv + ReLU + pool one).
+// twins may be captured in a CUDA graph. Defined in layer_ops_conv.cu (conv2d), relu.cu, maxpool.cu, avgpool.cu, dropout.cu,
+// bn.cu and conv_relu_pool.cu (the conv + ReLU + pool one).
 //
 // Below the twins: the planned forms the cuda backend's layer ops (kernels/layers/conv.cu, fc.cu) launch inside its
 // captured step, with the launch shape fixed once per batch size, a preallocated workspace, and the
@@ -54,6 +54,29 @@ void dropout_backward(float* grad_in, const float* grad_out, std::int64_t n, std
 // *origin = value, in stream order (a one-thread kernel: its argument is copied at the launch, so the
 // host never waits and may overwrite `value` at once).
 void set_mask_origin(MaskOrigin* origin, const MaskOrigin& value, cudaStream_t stream);
+// Batch norm's twins (bn.cu), NCHW (after fc: spatial 1), every pointer in device memory. The sums
+// are in double, each channel's in an order fixed by (n, channels, spatial) and the GPU model: split
+// into per-block partial sums, each a tree in shared memory, then added in block order, with no
+// atomics. Where the CPU twin takes the count of values per channel as an argument, the device twin
+// reads it from device memory: after an exchange of the sums over ranks (statistics_exchange.hpp) the
+// global count is known on the device only, and a captured step replays with the count of its step.
+// bn_channel_sums also writes sums[2C] = n * spatial, the count that the exchange adds up with them.
+void bn_channel_sums(double* sums /*[2C+1]*/, const float* x /*[n,C,spatial]*/, std::int64_t n, std::int64_t channels,
+                     std::int64_t spatial, cudaStream_t stream);
+// The count is sums[2C].
+void bn_statistics(float* mean /*[C]*/, float* inv_std /*[C]*/, const double* sums /*[2C+1]*/, std::int64_t channels,
+                   float* running /*[2C] or null*/, float momentum, cudaStream_t stream);
+void bn_running_statistics(float* mean, float* inv_std, const float* running /*[2C]*/, std::int64_t channels,
+                           cudaStream_t stream);
+void bn_normalize(float* y, const float* x, const float* mean, const float* inv_std, const float* gamma,
+                  const float* beta, std::int64_t n, std::int64_t channels, std::int64_t spatial, cudaStream_t stream);
+void bn_gradient_sums(double* sums /*[2C]*/, const float* grad_y, const float* x, const float* mean,
+                      const float* inv_std, std::int64_t n, std::int64_t channels, std::int64_t spatial,
+                      cudaStream_t stream);
+// count: device memory, [1] (the forward's sums[2C]).
+void bn_input_gradient(float* grad_x, const float* grad_y, const float* x, const float* mean, const float* inv_std,
+                       const float* gamma, const double* sums /*[2C]*/, const double* count, std::int64_t n,
+                       std::int64_t channels, std::int64_t spatial, cudaStream_t stream);
 
 // ---- planned forms, for the cuda backend's layer ops ----------------------------------------------
 // The three products of a convolution or fully connected layer over a batch of n.

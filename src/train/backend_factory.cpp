@@ -40,11 +40,6 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Netwo
     return make_cpu_backend(network, options);
   }
   if (options.kind == BackendKind::kCuda) {
-    // The bn layer's CUDA twin (kernels/layers/bn.cu) is not written yet: refused here, before any
-    // device work, rather than training something else.
-    if (network.has_batch_norm())
-      throw UsageError("--backend cuda: the bn layer runs on the seq and threads backends only, for now "
-                       "(--model '" + network.spec + "')");
 #ifdef CNN_HAVE_CUDA
     return make_cuda_backend(options, network);
 #else

@@ -106,12 +106,16 @@ void print_settings(const TrainConfig& config, const MpiWorld& world, const Trai
               << "  train_images: " << run.data->train_count() << ", test_images: " << run.data->test_count() << "\n"
               << "  data_mode: " << run.data->mode() << "\n"
               << "  gradient allreduce: " << run.comm->name() << "\n" << exchange_report;
-    if (run.network.has_batch_norm())
+    if (run.network.has_batch_norm()) {
       std::cout << "  bn_statistics: "
                 << (config.bn_local ? "each rank's own batch slice (--bn-local)"
                     : world.size() > 1 ? "the global batch (per-channel sums allreduced inside each step)"
                                        : "the global batch (one rank)")
                 << "\n";
+      // How the sums travel where the backend has a say (cuda: inside the step's graph, or eager steps).
+      const std::string exchange = run.backend->statistics_exchange();
+      if (!exchange.empty()) std::cout << "  bn_exchange: " << exchange << "\n";
+    }
     // Rank 0's share of a global batch: every rank's ops run the same kernels, tiled for its share.
     const Range share = rank_slice(Range{0, config.batch}, 0, world.size());
     const std::vector<std::string> kernels = run.backend->implementation_lines(share.count);
