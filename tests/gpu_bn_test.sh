@@ -13,36 +13,8 @@
 #   5. the refusal the CPU backends have: a last batch of 1 image cannot feed 2 ranks' global statistics;
 #   6. compute-sanitizer memcheck (graphs) and racecheck (eager) clean on a short bn run, when installed.
 # Usage: gpu_bn_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
-set -uo pipefail
-build=$1
-source_dir=$2
-binary=${CNN_BINARY:-$build/cnn_mpi}
-fashion=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
-python=${PYTHON:-python3}
-compare="$source_dir/tests/ckpt_compare.py"
-export NCCL_NVLS_ENABLE=0  # NVLink multicast stays off on shared GPU hosts
-
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-if [[ $gpus -eq 0 ]]; then
-  echo "SKIP: no usable GPU (nvidia-smi lists none)"
-  exit 77
-fi
-if grep -q 'CNN_ENABLE_CUDA:STRING=OFF' "$build/CMakeCache.txt" 2>/dev/null; then
-  echo "SKIP: this build has no CUDA backend"
-  exit 77
-fi
-if [[ ! -e $fashion/train-images-idx3-ubyte.gz && ! -e $fashion/train-images-idx3-ubyte ]]; then
-  echo "SKIP: Fashion-MNIST not found in $fashion (set CNN_FASHION_DIR)"
-  exit 77
-fi
-"$python" -c "import h5py" 2>/dev/null || { echo "SKIP: $python has no h5py (set PYTHON)"; exit 77; }
-source "$source_dir/tools/mpi-env.sh"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
-latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
+source "$2/tests/gpu_script_lib.sh" "$1" "$2"
+skip_unless_gpu_runs h5py
 # same NAME MODE A B: ckpt_compare MODE (exact, rel=TOL) on the newest checkpoints of runs A and B.
 same() {
   local out
