@@ -3,6 +3,11 @@
 
   ckpt_compare.py exact A.h5 B.h5       every dataset bitwise identical (same names, shapes, bytes)
   ckpt_compare.py rel=1e-5 A.h5 B.h5    per dataset, max|a-b| <= tol * max|a| (summation order may differ)
+  ckpt_compare.py relfloor=1e-5 A.h5 B.h5
+                                        the same, with max|a| floored at 1e-2 of the largest max|a| in the
+                                        dataset's group (/params, /optimizer, /state): for values that are
+                                        zero but for rounding, such as the gradient, velocity and value of
+                                        a bias right before a bn layer (bn removes any shift per channel)
 
 Exit 0 when they agree, 1 when they do not (the worst dataset is named), 77 without h5py.
 Attributes are not compared: `created` differs by design.
@@ -31,6 +36,11 @@ def main():
         print(f"ckpt_compare: different datasets: {sorted(set(a) ^ set(b))}")
         return 1
     tol = None if mode == "exact" else float(mode.split("=", 1)[1])
+    group_scale = {}
+    if mode.startswith("relfloor="):
+        for name, x in a.items():
+            group = name.split("/", 1)[0]
+            group_scale[group] = max(group_scale.get(group, 0.0), float(np.max(np.abs(x))) if x.size else 0.0)
     worst_name, worst = "", 0.0
     for name in sorted(a):
         x, y = a[name], b[name]
@@ -43,7 +53,8 @@ def main():
                 print(f"ckpt_compare: /{name}: {diff} of {x.size} values differ")
                 return 1
             continue
-        scale = float(np.max(np.abs(x))) or 1.0
+        scale = float(np.max(np.abs(x))) if x.size else 0.0
+        scale = max(scale, 1e-2 * group_scale.get(name.split("/", 1)[0], 0.0)) or 1.0
         err = float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) / scale
         if err > worst:
             worst_name, worst = name, err

@@ -18,6 +18,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -102,6 +103,32 @@ double relative_error(const T* got, const T* want, std::size_t n) {
   }
   if (!std::isfinite(diff)) return INFINITY;
   return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+// relative_error with want's norm floored at `floor`.
+template <class T>
+double floored_relative_error(const T* got, const T* want, std::size_t n, double floor) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
+    diff += d * d;
+    norm += static_cast<double>(want[i]) * static_cast<double>(want[i]);
+  }
+  if (!std::isfinite(diff)) return INFINITY;
+  return std::sqrt(diff) / std::max(std::sqrt(norm), floor);
+}
+
+template <class T>
+double floored_relative_error(const std::vector<T>& got, const std::vector<T>& want, double floor) {
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  return floored_relative_error(got.data(), want.data(), got.size(), floor);
+}
+
+template <class T>
+double norm_of(const std::vector<T>& v) {
+  double sum = 0.0;
+  for (const T x : v) sum += static_cast<double>(x) * static_cast<double>(x);
+  return std::sqrt(sum);
 }
 
 template <class T>
@@ -191,7 +218,10 @@ void check_twins(std::int64_t n, std::int64_t channels, std::int64_t spatial, st
   CHECK_REL(to_host(d_y), y, kTolerance, "bn_normalize");
   // The xhat in the sum of dy * xhat carries the float rounding of mean and inv_std.
   CHECK_REL(to_host(d_grad_sums), grad_sums, 1e-6, "bn_gradient_sums");
-  CHECK_REL(to_host(d_grad_x), grad_x, kTolerance, "bn_input_gradient");
+  // With two values per channel the normalised values are -1 and +1 whatever x is, so the input
+  // gradient is zero but for rounding: its error is measured against grad_y's scale.
+  const double grad_x_err = floored_relative_error(to_host(d_grad_x), grad_x, 1e-2 * norm_of(grad_y));
+  BOOST_TEST(grad_x_err <= kTolerance, "bn_input_gradient: relative error " << grad_x_err);
   const std::vector<float> got_eval = to_host(d_eval);
   CHECK_REL(std::vector<float>(got_eval.begin(), got_eval.begin() + channels), eval_mean, 1e-6, "running mean");
   CHECK_REL(std::vector<float>(got_eval.begin() + channels, got_eval.end()), eval_inv_std, 1e-6, "running inv_std");
@@ -313,12 +343,18 @@ Run train(const std::string& kind, const cnn::Network& net, const RandomData& da
   return run;
 }
 
+// Per parameter block, each error against the block's norm floored at 1e-2 of the whole vector's: the
+// bias of a conv or fc right before a bn gets a gradient that is zero but for rounding (bn removes any
+// shift per channel), and so a value and a velocity made of rounding, which differ by O(1) relative
+// to themselves (as the CPU agreement tests, test_backend_agreement.cpp, measure them).
 void check_against(const Run& got, const Run& want, const cnn::Network& net, double tolerance) {
+  const double grad_floor = 1e-2 * norm_of(want.grads), param_floor = 1e-2 * norm_of(want.end.params);
   for (const cnn::ParamView& view : net.layout.views()) {
     const auto at = static_cast<std::size_t>(view.offset);
     const auto size = static_cast<std::size_t>(view.size);
-    const double grad_err = relative_error(got.grads.data() + at, want.grads.data() + at, size);
-    const double param_err = relative_error(got.end.params.data() + at, want.end.params.data() + at, size);
+    const double grad_err = floored_relative_error(got.grads.data() + at, want.grads.data() + at, size, grad_floor);
+    const double param_err =
+        floored_relative_error(got.end.params.data() + at, want.end.params.data() + at, size, param_floor);
     std::printf("  %-14s grad %.2e  params %.2e\n", view.name().c_str(), grad_err, param_err);
     BOOST_TEST(grad_err <= tolerance, view.name() << " gradient: relative error " << grad_err);
     BOOST_TEST(param_err <= tolerance, view.name() << " parameters: relative error " << param_err);
