@@ -63,6 +63,11 @@ class DeviceBackend : public Backend {
   // No state: make_backend refuses a network with bn layers (the only state) on this backend.
   void upload_state(const std::vector<float>& host) override;
   std::vector<float> download_state() override { return {}; }
+  // The asynchronous checkpoint's snapshot: one device-to-host copy each of the parameters and the
+  // optimizer state, on the stream after the queued steps, into pinned memory (allocate_host_floats).
+  FlatSizes flat_sizes() const override { return {total_, optimizer_state_.size(), 0}; }
+  void download_all(float* out) override;
+  std::unique_ptr<HostFloats> allocate_host_floats(std::int64_t count) const override;
   float* params() override { return params_.get(); }
   float* grads() override { return grads_.get(); }
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;
