@@ -31,7 +31,12 @@ void CheckpointWriter::start(CheckpointMeta meta, const CheckpointTensors& tenso
   error_ = nullptr;
   state_.store(State::kRunning, std::memory_order_release);
   const double start = wall_seconds();
-  thread_ = std::thread([this, start] { run(start); });  // std::system_error if no thread: the caller's error
+  try {
+    thread_ = std::thread([this, start] { run(start); });
+  } catch (...) {
+    state_.store(State::kIdle);  // no thread (std::system_error): nothing in flight, the caller's error
+    throw;
+  }
 }
 
 void CheckpointWriter::run(double start) {
