@@ -3,7 +3,8 @@
 # is on a small tmpfs that holds two checkpoints but not a third. The third write must give exit 3
 # and exactly one stderr line naming the file with "No space left on device" (no crash, no libhdf5
 # message); `latest` still names the second, which still evaluates; no .tmp is left. With space
-# freed, `--resume auto` completes the run.
+# freed, `--resume auto` completes the run. The writes are asynchronous (a background thread): the
+# failure surfaces at the next step boundary or checkpoint, on one rank and on two.
 # Needs `mount -t tmpfs` (root). CI runs as root: there ($CI = true) a failed mount fails the test;
 # elsewhere it is skipped (exit 77).
 # Usage: disk_full_test.sh BUILD_DIR SOURCE_DIR
@@ -58,5 +59,20 @@ expect_grep resumed "$WORK/resumed.out" "resume: from .*ckpt-e0000-s00000002.h5"
 [ "$(cat "$RUN/checkpoints/latest")" = ckpt-e0001-s00000020.h5 ] && pass "resumed: the run completed" ||
   fail "resumed: latest is '$(cat "$RUN/checkpoints/latest")'"
 same_bits "resumed after a full disk" "$(latest "$WORK/measure")" "$(latest "$RUN")"
+
+# Two ranks: rank 0's background write fails while both train on; the failure rides on the step
+# boundary's stop agreement, so both stop there, rank 0 with the same one line, and mpirun exits 3.
+rm -rf "$RUN"
+mount -o remount,size="$SIZE" "$MNT" || fail "cannot shrink the tmpfs back"
+RUN2="$MNT/run2"
+run_as full2 mpi 2 "$CNN" "${SMALL[@]}" --epochs 1 --checkpoint-every-steps 1 --keep 3 --out "$RUN2"
+expect_rc full2 "$EXIT_IO"
+[ "$(grep -c '^cnn_mpi: error:' "$WORK/full2.err")" -eq 1 ] && pass "full2: one error line" ||
+  { fail "full2: $(grep -c '^cnn_mpi: error:' "$WORK/full2.err") error lines"; sed 's/^/    | /' "$WORK/full2.err" | head -5; }
+expect_grep full2 "$WORK/full2.err" "^cnn_mpi: error: $RUN2/checkpoints/ckpt-e0000-s00000003.h5.tmp: write failed: No space left on device$"
+grep -qE 'H5|HDF5|slist' "$WORK/full2.err" && fail "full2: a libhdf5 message on stderr" || pass "full2: no libhdf5 message"
+ls "$RUN2"/checkpoints/*.tmp >/dev/null 2>&1 && fail "full2: a .tmp is left" || pass "full2: no .tmp left"
+[ "$(cat "$RUN2/checkpoints/latest")" = ckpt-e0000-s00000002.h5 ] && pass "full2: latest names the previous checkpoint" ||
+  fail "full2: latest is '$(cat "$RUN2/checkpoints/latest")'"
 
 finish

@@ -781,6 +781,8 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
 
 struct RunResult {
   std::vector<float> params, optimizer_state;
+  std::vector<float> snapshot;  // download_all into pinned memory, queued right after the last step
+  cnn::FlatSizes sizes;
   double loss_sum = 0.0;
   std::int64_t correct = 0;
 };
@@ -800,6 +802,12 @@ RunResult train_20_steps(const cnn::SeedModel& m, const RandomData& data, cnn::O
     gpu->apply_update(settings, 1.0f / static_cast<float>(count));
   }
   RunResult result;
+  // The asynchronous checkpoint's snapshot, with the steps still queued: download_all must order its
+  // copies after them on the stream.
+  result.sizes = gpu->flat_sizes();
+  const std::unique_ptr<cnn::HostFloats> pinned = gpu->allocate_host_floats(result.sizes.total());
+  gpu->download_all(pinned->data());
+  result.snapshot.assign(pinned->data(), pinned->data() + pinned->size());
   const cnn::BatchStats stats = gpu->take_train_stats();
   result.loss_sum = stats.loss_sum;
   result.correct = stats.correct;
@@ -829,6 +837,13 @@ BOOST_AUTO_TEST_CASE(identical_runs_give_identical_bits) {
       BOOST_TEST(a.correct == b.correct);
       // And it trained: the parameters moved.
       BOOST_TEST(!bitwise_equal(a.params, initial_params(m, 9)));
+      // The checkpoint's snapshot holds exactly the parameters, then the optimizer state (no state).
+      BOOST_TEST(a.sizes.params == static_cast<std::int64_t>(a.params.size()));
+      BOOST_TEST(a.sizes.optimizer_state == static_cast<std::int64_t>(a.optimizer_state.size()));
+      BOOST_TEST(a.sizes.state == 0);
+      std::vector<float> both = a.params;
+      both.insert(both.end(), a.optimizer_state.begin(), a.optimizer_state.end());
+      BOOST_TEST(bitwise_equal(a.snapshot, both), "download_all differs from download_params + download_optimizer_state");
     }
   }
 }

@@ -287,8 +287,18 @@ struct Snapshot {
   std::vector<float> params, optimizer_state, state;
 };
 
+// The three buffers a checkpoint stores; the asynchronous checkpoint's snapshot (download_all, into
+// the backend's pinned memory) must hold them bit for bit, the running statistics last.
 Snapshot snapshot(cnn::Backend& backend) {
-  return Snapshot{backend.download_params(), backend.download_optimizer_state(), backend.download_state()};
+  Snapshot s{backend.download_params(), backend.download_optimizer_state(), backend.download_state()};
+  std::vector<float> joined = s.params;
+  joined.insert(joined.end(), s.optimizer_state.begin(), s.optimizer_state.end());
+  joined.insert(joined.end(), s.state.begin(), s.state.end());
+  const std::unique_ptr<cnn::HostFloats> all = backend.allocate_host_floats(backend.flat_sizes().total());
+  backend.download_all(all->data());
+  BOOST_TEST(bitwise_equal(std::vector<float>(all->data(), all->data() + all->size()), joined),
+             "download_all: the checkpoint's snapshot");
+  return s;
 }
 
 std::vector<float> download_grads(cnn::Backend& backend, std::int64_t total) {

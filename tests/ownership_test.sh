@@ -27,8 +27,10 @@ one_stderr_line() {  # NAME PATTERN: exactly one line on NAME's stderr, matching
 run_as ref "$CNN" "${SMALL[@]}" "${RUN[@]}" --out "$WORK/ref"
 expect_rc ref 0
 
-# --- 1. a second run on a directory in use. The step delay (timing only) keeps the first one running.
-env CNN_TEST_STEP_DELAY_MS=30 "$CNN" "${SMALL[@]}" "${RUN[@]}" --out "$WORK/busy" >"$WORK/first.out" 2>"$WORK/first.err" &
+# --- 1. a second run on a directory in use. The step delay (timing only) keeps the first one running
+# (40 steps: 2.4 s, while both later runs start; its checkpoints no longer add their writes to it,
+# which run in the background, so the delay alone must cover a loaded machine's start-ups).
+env CNN_TEST_STEP_DELAY_MS=60 "$CNN" "${SMALL[@]}" "${RUN[@]}" --out "$WORK/busy" >"$WORK/first.out" 2>"$WORK/first.err" &
 FIRST=$!
 for _ in $(seq 200); do grep -q "^startup:" "$WORK/first.out" 2>/dev/null && break; sleep 0.05; done
 for extra in "--seed 7" "--resume auto"; do

@@ -60,6 +60,39 @@ struct StepRandomness {
   std::int64_t batch_begin = 0;
 };
 
+// Host memory that a backend copies its flat buffers into at full speed: page-locked for the cuda
+// backend (a device-to-host copy into pageable memory goes through a driver staging buffer at a
+// fraction of the bandwidth), ordinary heap memory for the host backends. The asynchronous
+// checkpoint's snapshot (checkpointer.hpp) lives in one, reused from checkpoint to checkpoint.
+class HostFloats {
+ public:
+  virtual ~HostFloats() = default;
+  HostFloats(const HostFloats&) = delete;
+  HostFloats& operator=(const HostFloats&) = delete;
+  float* data() const { return data_; }
+  std::int64_t size() const { return size_; }
+
+ protected:
+  HostFloats() = default;
+  void set(float* data, std::int64_t size) {
+    data_ = data;
+    size_ = size;
+  }
+
+ private:
+  float* data_ = nullptr;
+  std::int64_t size_ = 0;
+};
+
+// The lengths, in floats, of the flat buffers a checkpoint holds (download_params,
+// download_optimizer_state, download_state).
+struct FlatSizes {
+  std::int64_t params = 0;
+  std::int64_t optimizer_state = 0;
+  std::int64_t state = 0;
+  std::int64_t total() const { return params + optimizer_state + state; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -90,6 +123,16 @@ class Backend {
   // parameters nor optimizer state: updated by training forwards, read by evaluation, checkpointed.
   virtual void upload_state(const std::vector<float>& host) = 0;
   virtual std::vector<float> download_state() = 0;
+
+  // The asynchronous checkpoint's snapshot: what it costs the training path. flat_sizes() gives the
+  // three buffers' lengths; download_all copies them, after the work queued before it, to `out`
+  // (flat_sizes().total() floats): the parameters, then the optimizer state, then the state, back to
+  // back, complete when it returns. One copy per buffer, straight into `out` (for cuda, one
+  // device-to-host copy each into memory from allocate_host_floats, which is pinned).
+  virtual FlatSizes flat_sizes() const = 0;
+  virtual void download_all(float* out) = 0;
+  // `count` floats of host memory download_all copies into fastest (HostFloats above).
+  virtual std::unique_ptr<HostFloats> allocate_host_floats(std::int64_t count) const;
   // bn's global statistics: the communicator whose ranks' per-channel sums each training step adds
   // to this rank's, in the middle of its forward and backward (nullptr, the default: the rank's own
   // slice, --bn-local). Every rank must then run the same steps. A backend that cannot refuses.

@@ -23,6 +23,7 @@
 // Version-1 files (no user block) still load, verified by those dataset checksums only.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -87,25 +88,53 @@ struct CheckpointMetrics {
   double test_accuracy = 0.0;
 };
 
-struct CheckpointState {
+// Everything in a checkpoint but its tensors.
+struct CheckpointMeta {
   CheckpointConfig config;
   CheckpointProgress progress;
   CheckpointMetrics metrics;
+  std::int64_t optimizer_step = 0;
+  std::string run_id;  // the run that wrote it ("" in version-1 files)
+};
+
+struct CheckpointState : CheckpointMeta {
   std::vector<float> params;           // flat, laid out by the model's ParamLayout
   std::vector<float> optimizer_state;  // flat, same layout, optimizer_state_per_param() copies
-  std::int64_t optimizer_step = 0;
   std::vector<float> bn_running;       // Network::state_count floats; empty without bn layers
-  std::string run_id;  // the run that wrote it ("" in version-1 files)
   // Set by the reader: false for a version-1 file, whose bytes were checked by the dataset checksums
   // only, not whole. The callers say so in one line (eval, --resume).
   bool verified_whole = true;
 };
 
+// Floats the writer reads where they already are: a CheckpointState's vectors, or the asynchronous
+// checkpoint's snapshot in the backend's host memory (pinned for cuda; checkpointer.hpp), which is
+// thus written without another copy.
+struct FloatView {
+  const float* data = nullptr;
+  std::size_t size = 0;
+  bool empty() const { return size == 0; }
+};
+struct CheckpointTensors {
+  FloatView params;           // as CheckpointState's
+  FloatView optimizer_state;
+  FloatView bn_running;
+  static CheckpointTensors of(const CheckpointState& state) {
+    return {{state.params.data(), state.params.size()},
+            {state.optimizer_state.data(), state.optimizer_state.size()},
+            {state.bn_running.data(), state.bn_running.size()}};
+  }
+};
+
 // Writes `path` atomically: the HDF5 file is built in memory, sealed (the version-2 header), written
 // to path + ".tmp" with plain write(2) calls, fsynced, renamed, and the directory fsynced.
 // Throws IoError naming the file on any failure (a full disk: "... No space left on device"); the
-// previous file at `path` is untouched then and the .tmp is removed.
-void write_checkpoint(const std::string& path, const CheckpointState& state, const ParamLayout& layout);
+// previous file at `path` is untouched then and the .tmp is removed. Safe on any thread: libhdf5 is
+// only entered under its process-wide lock (src/io/hdf5_util.hpp), the file is written outside it.
+void write_checkpoint(const std::string& path, const CheckpointMeta& meta, const CheckpointTensors& tensors,
+                      const ParamLayout& layout);
+inline void write_checkpoint(const std::string& path, const CheckpointState& state, const ParamLayout& layout) {
+  write_checkpoint(path, state, CheckpointTensors::of(state), layout);
+}
 
 // Reads and validates. The file (a regular file only: a FIFO or device is refused without blocking)
 // is read whole with plain reads and its header, length and crc32 checked before libhdf5 sees the
@@ -152,8 +181,15 @@ class CheckpointDir {
   void prepare() const;
 
   // Writes a new checkpoint, updates `latest`, then deletes the oldest beyond `keep` (keep >= 1).
-  // Returns the path written.
-  std::string save(const CheckpointState& state, const ParamLayout& layout, int keep) const;
+  // Returns the path written. The pruning only ever follows a complete new file, so the newest valid
+  // checkpoint is never deleted. Any thread (the asynchronous checkpoint's writer): one save at a time.
+  std::string save(const CheckpointMeta& meta, const CheckpointTensors& tensors, const ParamLayout& layout,
+                   int keep) const;
+  std::string save(const CheckpointState& state, const ParamLayout& layout, int keep) const {
+    return save(state, CheckpointTensors::of(state), layout, keep);
+  }
+  // The path save() writes for `progress`.
+  std::string path_for(const CheckpointProgress& progress) const;
 
   // Checkpoints present, newest first (by global_step in the name, then mtime).
   std::vector<std::string> list() const;

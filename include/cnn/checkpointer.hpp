@@ -1,13 +1,19 @@
-// The trainer's side of checkpoints: when one is due, and writing it collectively. Rank 0 writes
-// (CheckpointDir::save: tmp, fsync, rename, fsync of the directory, `latest`, pruning to --keep);
-// every rank waits for its verdict, so no rank trains on past a failed save.
+// The trainer's side of checkpoints: when one is due, and taking it collectively. Checkpoints are
+// asynchronous (docs/CHECKPOINT.md, "Asynchronous checkpoints"): rank 0 copies the flat buffers
+// (parameters, optimizer state, bn state) into a host snapshot, one device-to-host copy on a GPU, and
+// a background thread writes them (CheckpointWriter: tmp, fsync, rename, fsync of the directory,
+// `latest`, pruning to --keep) while training goes on. One write is in flight at most: a checkpoint
+// first waits for the one before. A write's failure stops every rank with its one line and exit code
+// at the next step boundary (poll, agree_at_step_boundary), at the next checkpoint, or at wait().
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "cnn/backend.hpp"
 #include "cnn/checkpoint.hpp"
+#include "cnn/checkpoint_writer.hpp"
 #include "cnn/communicator.hpp"
 #include "cnn/phase_times.hpp"
 
@@ -35,12 +41,27 @@ class Checkpointer {
   // every completed run ends with a checkpoint (runs are compared by their final files).
   bool due_after_epoch(std::int64_t epochs_done, std::int64_t global_step) const;
 
-  // Collective. Writes `progress` with the backend's parameters and optimizer state; returns the path
-  // (on rank 0; "" elsewhere). Throws AlreadyReported on every rank if rank 0 could not write.
+  // Collective. Waits for the write in flight (rank 0; its failure throws AlreadyReported on every
+  // rank, its line printed), snapshots the backend's buffers with `progress` and `metrics`, and starts
+  // writing them in the background. Returns the path being written (on rank 0; "" elsewhere). Adds
+  // the time the training path spent here, snapshot and wait, to Phase::kCheckpoint.
   std::string save(Backend& backend, const CheckpointProgress& progress, const CheckpointMetrics& metrics,
-                   PhaseTimes& times) const;
+                   PhaseTimes& times);
+
+  // Collective. Returns once the write in flight, if any, is complete on disk; throws AlreadyReported
+  // on every rank if it failed (rank 0 prints its line). Before a stop and at the end of a run.
+  // `global_step`: where training is, for the checkpoint's line.
+  void wait(std::int64_t global_step, PhaseTimes& times);
+
+  // Not collective, no wait: on rank 0, prints the line of a write that has completed since, and
+  // returns true when the write in flight has failed (then every rank must call wait(), which
+  // reports it: agree_at_step_boundary tells them). False elsewhere.
+  bool poll(std::int64_t global_step);
 
  private:
+  // Rank 0: waits for the write in flight (rethrows its failure) and prints its line.
+  void finish_write(std::int64_t global_step);
+
   const MpiWorld& world_;
   CheckpointDir dir_;
   CheckpointConfig saved_config_;
@@ -51,10 +72,19 @@ class Checkpointer {
   int epochs_;
   int keep_;
   bool verbose_;
+  // Rank 0: the snapshot being written, in the backend's fastest host memory (pinned for cuda), kept
+  // from one checkpoint to the next; what its write cost the training path, and the step it holds.
+  std::unique_ptr<HostFloats> snapshot_;
+  double snapshot_seconds_ = 0.0;
+  std::int64_t snapshot_step_ = 0;
+  // Last: destroyed first, so a write still in flight (a run ending with an error) finishes reading
+  // the snapshot before it is freed.
+  CheckpointWriter writer_;
 };
 
 // Prints "stopped by SIGTERM at epoch E step S; checkpoint PATH" on rank 0 and throws
 // AlreadyReported(kStoppedBySignal) on every rank. `epoch` is 1-based, `step` the steps done in it.
+// Call Checkpointer::wait() first: the line promises a complete checkpoint.
 [[noreturn]] void stop_for_signal(const MpiWorld& world, int signo, std::int64_t epoch, std::int64_t step,
                                   const std::string& path);
 

@@ -32,12 +32,14 @@ struct TrainingRun {
   ResumePoint resume;                      // where the loop starts (all zero when fresh)
   std::unique_ptr<RunDirectory> run_dir;   // rank 0 owns the directory (a lock) while this lives
   std::unique_ptr<RunLog> log;
-  std::unique_ptr<Checkpointer> checkpointer;
   // Declared before the backend and the reducer, so destroyed after them: ncclCommDestroy waits until
   // every CUDA graph that captured a collective of the communicator (the overlapped step's) is gone.
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<OverlapReducer> overlap;  // null: the plain step
+  // Last, so destroyed first: a checkpoint write still in flight when the run ends with an error
+  // finishes while the backend (whose host memory its snapshot may be) and the run directory's lock live.
+  std::unique_ptr<Checkpointer> checkpointer;
 };
 
 // Collective. Null when --resume found the run complete already (said once on rank 0). The backend

@@ -30,6 +30,16 @@ const char* signal_name(int signo);
 // rank calls it at the same step boundary. One MPI_Allreduce of one int (cost: docs/CHECKPOINT.md).
 int agree_on_stop(const MpiWorld& world);
 
+// What the training loop's ranks agree on at a step boundary, in agree_on_stop's one reduction (no
+// second collective): the stop signal as above, and whether rank 0's background checkpoint write has
+// failed (`checkpoint_failed`: Checkpointer::poll on this rank), which then stops every rank with
+// that write's error (Checkpointer::wait). `signo` is meaningful only when no write failed.
+struct StepBoundary {
+  int signo = 0;
+  bool checkpoint_failed = false;
+};
+StepBoundary agree_at_step_boundary(const MpiWorld& world, bool checkpoint_failed);
+
 // Test hooks at a step's end (test_hooks.hpp): CNN_TEST_STOP_AFTER_STEPS=N raises SIGUSR1 in this
 // process once it has run N steps (on rank CNN_TEST_STOP_RANK, default 0), so tests can stop a run at
 // a chosen step without racing a real signal; CNN_TEST_STEP_DELAY_MS sleeps. Unset: never fires.

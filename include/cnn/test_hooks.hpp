@@ -15,7 +15,9 @@ struct TestHooks {
   // at a random time lands inside the write window (tests/safe_write_test.sh).
   long write_pause_ms = 0;
   // CNN_TEST_KILL_DURING_WRITE=N: the N-th checkpoint write of the process dies by SIGKILL after its
-  // .tmp is complete, before the rename, as a node failure would (tests/signal_test.sh). 0: off.
+  // .tmp is complete, before the rename, as a node failure would (tests/signal_test.sh); the write
+  // runs on the background writer's thread, so training is at a later step then
+  // (tests/async_checkpoint_test.sh). 0: off.
   long kill_at_checkpoint_write = 0;
 
   // CNN_TEST_NAN_AT=RANK:STEP: a NaN in rank RANK's own gradient in global step STEP (1-based).

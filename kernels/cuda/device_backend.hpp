@@ -71,6 +71,12 @@ class DeviceBackend : public Backend {
   // eagerly from here on.
   void set_statistics_communicator(Communicator* ranks) override;
   std::string statistics_exchange() const override;
+  // The asynchronous checkpoint's snapshot: one device-to-host copy each of the parameters, the
+  // optimizer state and the network's state, on the stream after the queued steps, into pinned
+  // memory (allocate_host_floats).
+  FlatSizes flat_sizes() const override { return {total_, optimizer_state_.size(), state_.size()}; }
+  void download_all(float* out) override;
+  std::unique_ptr<HostFloats> allocate_host_floats(std::int64_t count) const override;
   float* params() override { return params_.get(); }
   float* grads() override { return grads_.get(); }
   void begin_epoch(const std::vector<std::int32_t>& permutation) override;

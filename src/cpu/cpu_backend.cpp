@@ -85,6 +85,15 @@ class CpuBackend final : public Backend {
     std::copy(host.begin(), host.end(), state_.begin());  // in place: the runners point into it
   }
   std::vector<float> download_state() override { return state_; }
+  FlatSizes flat_sizes() const override {
+    return {static_cast<std::int64_t>(params_.size()), static_cast<std::int64_t>(optimizer_state_.size()),
+            static_cast<std::int64_t>(state_.size())};
+  }
+  void download_all(float* out) override {
+    out = std::copy(params_.begin(), params_.end(), out);
+    out = std::copy(optimizer_state_.begin(), optimizer_state_.end(), out);
+    std::copy(state_.begin(), state_.end(), out);
+  }
   void set_statistics_communicator(Communicator* ranks) override { statistics_ranks_ = ranks; }
   float* params() override { return params_.data(); }
   float* grads() override { return grads_.data(); }

@@ -191,7 +191,10 @@ H5ImageFile::H5ImageFile(const std::string& path, const H5ImagePaths& paths, H5L
   handles_->images = std::move(images.handle);
 }
 
-H5ImageFile::~H5ImageFile() = default;
+H5ImageFile::~H5ImageFile() {
+  const h5::LibraryLock lock;  // the closes are calls into libhdf5 too (src/io/hdf5_util.hpp)
+  handles_.reset();
+}
 
 void H5ImageFile::count_read(std::int64_t samples) {
   samples_read_ += samples;

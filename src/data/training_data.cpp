@@ -64,7 +64,8 @@ class StreamedData final : public TrainingData {
         window_bytes_(window_bytes) {
     digest_ = labels_and_shape_digest(train_->shape(), train_->labels().data(), train_count_);
     hbool_t threadsafe = 0;
-    // Without a thread-safe HDF5 a background read could race a checkpoint write: read in line then.
+    // Without a thread-safe HDF5, read in line. (Every libhdf5 call also holds h5::LibraryLock,
+    // src/io/hdf5_util.hpp, so the checkpoint writer's thread and a read never meet inside the library.)
     background_ = H5is_library_threadsafe(&threadsafe) >= 0 && threadsafe;
   }
   ~StreamedData() override { wait_quietly(); }

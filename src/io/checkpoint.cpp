@@ -94,23 +94,23 @@ std::string utc_timestamp(const h5::FileContext& file) {
   throw Error(ExitCode::kFailure, path + ": internal error: " + what);
 }
 
-std::vector<std::string> states_for_write(const std::string& path, const CheckpointState& state,
-                                          const ParamLayout& layout) {
+std::vector<std::string> states_for_write(const std::string& path, const CheckpointMeta& meta,
+                                          const CheckpointTensors& tensors, const ParamLayout& layout) {
   std::vector<std::string> names;
   try {
-    names = schema::state_names(state.config.optimizer);
+    names = schema::state_names(meta.config.optimizer);
   } catch (const std::invalid_argument& e) {
     internal_error(path, e.what());
   }
   const auto total = static_cast<std::size_t>(layout.total());
-  if (state.params.size() != total) {
-    internal_error(path, "params hold " + std::to_string(state.params.size()) + " floats, the layout " +
+  if (tensors.params.size != total) {
+    internal_error(path, "params hold " + std::to_string(tensors.params.size) + " floats, the layout " +
                              std::to_string(total));
   }
-  if (state.optimizer_state.size() != names.size() * total) {
-    internal_error(path, "optimizer '" + state.config.optimizer + "' keeps " + std::to_string(names.size()) +
+  if (tensors.optimizer_state.size != names.size() * total) {
+    internal_error(path, "optimizer '" + meta.config.optimizer + "' keeps " + std::to_string(names.size()) +
                              " state tensor(s) per parameter, but optimizer_state holds " +
-                             std::to_string(state.optimizer_state.size()) + " floats for a layout of " +
+                             std::to_string(tensors.optimizer_state.size) + " floats for a layout of " +
                              std::to_string(total));
   }
   return names;
@@ -123,8 +123,8 @@ void write_checksummed(const h5::FileContext& file, hid_t fid, const std::string
   h5::write_attr(file, dataset, schema::kChecksumAttr, checksum(data, view.size));
 }
 
-void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState& state, const ParamLayout& layout,
-                  const std::vector<std::string>& states) {
+void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointMeta& state,
+                  const CheckpointTensors& tensors, const ParamLayout& layout, const std::vector<std::string>& states) {
   const h5::Node root{file.own(H5Gopen2(fid, "/", H5P_DEFAULT), H5Gclose, "H5Gopen2", "/"), "/"};
   h5::write_attr(file, root, "format", kCheckpointFormat);
   h5::write_attr(file, root, "version", static_cast<std::int64_t>(kCheckpointVersion));
@@ -164,23 +164,23 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
 
   h5::create_group(file, fid, schema::kModelGroup);
   for (const ParamView& view : layout.views()) {
-    write_checksummed(file, fid, param_path(view), view, state.params.data());
+    write_checksummed(file, fid, param_path(view), view, tensors.params.data);
   }
   const h5::Node optimizer = h5::create_group(file, fid, schema::kOptimizerGroup);
   h5::write_attr(file, optimizer, "step", state.optimizer_step);
   for (std::size_t s = 0; s < states.size(); ++s) {
-    const float* copy = state.optimizer_state.data() + s * static_cast<std::size_t>(layout.total());
+    const float* copy = tensors.optimizer_state.data + s * static_cast<std::size_t>(layout.total());
     for (const ParamView& view : layout.views()) write_checksummed(file, fid, state_path(view, states[s]), view, copy);
   }
 
-  if (!state.bn_running.empty()) {
+  if (!tensors.bn_running.empty()) {
     const h5::Node bn = h5::create_group(file, fid, schema::kStateGroup);
-    const auto count = static_cast<std::int64_t>(state.bn_running.size());
+    const auto count = static_cast<std::int64_t>(tensors.bn_running.size);
     h5::write_attr(file, bn, "count", count);
     ParamView running;
     running.shape = {count};
     running.size = count;
-    write_checksummed(file, fid, schema::kBnRunningPath, running, state.bn_running.data());
+    write_checksummed(file, fid, schema::kBnRunningPath, running, tensors.bn_running.data);
   }
 
   const CheckpointProgress& p = state.progress;
@@ -208,18 +208,18 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointState&
 // The whole HDF5 file, built in memory (the core driver, no backing store) with a user block for the
 // header: libhdf5 never writes to disk, so a full disk surfaces from write(2) with its errno, not from
 // inside libhdf5 (where it used to leave the library in a state that crashed at exit).
-ckpt::Bytes build_image(const std::string& tmp, const CheckpointState& state, const ParamLayout& layout,
-                        const std::vector<std::string>& states) {
+ckpt::Bytes build_image(const std::string& tmp, const CheckpointMeta& meta, const CheckpointTensors& tensors,
+                        const ParamLayout& layout, const std::vector<std::string>& states) {
   const h5::FileContext file(tmp, h5::Mode::kWrite);
-  const std::size_t tensors = state.params.size() + state.optimizer_state.size() + state.bn_running.size();
-  const std::size_t increment = std::max(kMinImageIncrement, tensors * sizeof(float) + kMetadataAllowance);
+  const std::size_t floats = tensors.params.size + tensors.optimizer_state.size + tensors.bn_running.size;
+  const std::size_t increment = std::max(kMinImageIncrement, floats * sizeof(float) + kMetadataAllowance);
   const h5::Handle create = file.own(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "H5Pcreate", "");
   file.check(H5Pset_userblock(create.get(), ckpt::kUserBlockBytes), "H5Pset_userblock", "");
   const h5::Handle access = file.own(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate", "");
   file.check(H5Pset_fapl_core(access.get(), increment, 0), "H5Pset_fapl_core", "");
   h5::Handle fid = file.own(H5Fcreate(ckpt::kMemoryFileName, H5F_ACC_TRUNC, create.get(), access.get()), H5Fclose,
                             "H5Fcreate", "");
-  write_groups(file, fid.get(), state, layout, states);  // every object it opens is closed on return
+  write_groups(file, fid.get(), meta, tensors, layout, states);  // every object it opens is closed on return
   file.check(H5Fflush(fid.get(), H5F_SCOPE_LOCAL), "H5Fflush", "");  // the metadata, at its final size
   // The image starts at the superblock: libhdf5 leaves the user block out (its addresses are relative
   // to it), so the file is the header block followed by the image, as libhdf5 itself would lay it out.
@@ -272,12 +272,18 @@ void test_hook_kill_before_rename() {
 
 void set_test_kill_at_checkpoint_write(long nth_write) { g_kill_at_write.store(nth_write); }
 
-void write_checkpoint(const std::string& path, const CheckpointState& state, const ParamLayout& layout) {
-  const h5::QuietErrors quiet;
-  const std::vector<std::string> states = states_for_write(path, state, layout);
+void write_checkpoint(const std::string& path, const CheckpointMeta& meta, const CheckpointTensors& tensors,
+                      const ParamLayout& layout) {
+  const std::vector<std::string> states = states_for_write(path, meta, tensors, layout);
   const std::string tmp = path + schema::kTmpSuffix;
   try {
-    const ckpt::Bytes image = build_image(tmp, state, layout, states);
+    ckpt::Bytes image;
+    {
+      // libhdf5 only for the image in memory, under the library's lock (QuietErrors takes it): the
+      // writes and fsyncs below, the slow part, leave the library free for the data reader.
+      const h5::QuietErrors quiet;
+      image = build_image(tmp, meta, tensors, layout, states);
+    }
     write_file(tmp, image);
     test_hook_kill_before_rename();
     fsutil::rename_durably(tmp, path);

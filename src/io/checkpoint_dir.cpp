@@ -107,11 +107,16 @@ void CheckpointDir::prepare() const {
   }
 }
 
-std::string CheckpointDir::save(const CheckpointState& state, const ParamLayout& layout, int keep) const {
+std::string CheckpointDir::path_for(const CheckpointProgress& progress) const {
+  return dir_ + "/" + checkpoint_name(progress);
+}
+
+std::string CheckpointDir::save(const CheckpointMeta& meta, const CheckpointTensors& tensors, const ParamLayout& layout,
+                                int keep) const {
   if (keep < 1) throw UsageError("--keep must be at least 1, got " + std::to_string(keep));
-  const std::string name = checkpoint_name(state.progress);
+  const std::string name = checkpoint_name(meta.progress);
   const std::string path = dir_ + "/" + name;
-  write_checkpoint(path, state, layout);
+  write_checkpoint(path, meta, tensors, layout);
   fsutil::write_text_durably(dir_ + "/" + kLatestName, name + "\n");
 
   // Pruning is housekeeping: the new checkpoint is safe already, so a failure only warns.

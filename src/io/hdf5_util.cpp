@@ -1,5 +1,6 @@
 #include "io/hdf5_util.hpp"
 
+#include <mutex>
 #include <sstream>
 
 #include "cnn/errors.hpp"
@@ -98,6 +99,16 @@ Node open_object(const FileContext& file, hid_t file_id, const std::string& path
 }
 
 }  // namespace
+
+namespace {
+std::recursive_mutex& library_mutex() {
+  static std::recursive_mutex mutex;
+  return mutex;
+}
+}  // namespace
+
+LibraryLock::LibraryLock() { library_mutex().lock(); }
+LibraryLock::~LibraryLock() { library_mutex().unlock(); }
 
 QuietErrors::QuietErrors() {
   // If saving fails we simply leave printing as it is; nothing here may throw.

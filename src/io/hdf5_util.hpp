@@ -11,9 +11,27 @@
 
 namespace cnn::h5 {
 
+// libhdf5 as Debian builds it is not thread-safe (H5is_library_threadsafe says false): no two threads
+// may be inside the library at once. The asynchronous checkpoint (checkpointer.hpp) builds its file
+// on a background thread while the training thread may read a stream-mode data window (in line, or
+// on the data loader's thread), so ALL use of libhdf5 in the process is serialised by this one
+// process-wide lock, rather than keeping the library to one thread while a write is in flight.
+// Recursive: an entry point may call another on the same thread. QuietErrors takes it, and every
+// entry point opens with a QuietErrors, so holding one means holding the lock; the few calls outside
+// one (a destructor's closes) take a LibraryLock of their own. Only the in-memory build of a
+// checkpoint holds it on the writer's thread (a few ms at d=256), not the write(2)s and fsyncs.
+class LibraryLock {
+ public:
+  LibraryLock();
+  ~LibraryLock();
+  LibraryLock(const LibraryLock&) = delete;
+  LibraryLock& operator=(const LibraryLock&) = delete;
+};
+
 // HDF5 prints its whole error stack to stderr by default; we report one line ourselves instead.
 // Turns that printing off for the lifetime of the object and restores the previous setting after,
-// clearing this thread's error stack (the message has been taken from it by then).
+// clearing this thread's error stack (the message has been taken from it by then). Holds the
+// LibraryLock for its lifetime: it is the first thing every entry point into libhdf5 makes.
 class QuietErrors {
  public:
   QuietErrors();
@@ -22,6 +40,7 @@ class QuietErrors {
   QuietErrors& operator=(const QuietErrors&) = delete;
 
  private:
+  const LibraryLock lock_;  // first: taken before, released after, the error settings' calls
   H5E_auto2_t saved_func_ = nullptr;
   void* saved_data_ = nullptr;
 };

@@ -5,6 +5,7 @@
 #include "cnn/errors.hpp"
 
 #include <stdexcept>
+#include <vector>
 
 #ifdef CNN_HAVE_CUDA
 #include "cnn/cuda_backend.hpp"
@@ -29,6 +30,25 @@ BackendKind parse_backend_kind(const std::string& text) {
 
 void Backend::set_statistics_communicator(Communicator* ranks) {
   if (ranks != nullptr) throw std::logic_error(name() + ": no layer with global batch statistics runs here");
+}
+
+namespace {
+
+// Plain heap memory: all a host backend's copies need.
+class HeapFloats final : public HostFloats {
+ public:
+  explicit HeapFloats(std::int64_t count) : storage_(static_cast<std::size_t>(count)) {
+    set(storage_.data(), count);
+  }
+
+ private:
+  std::vector<float> storage_;
+};
+
+}  // namespace
+
+std::unique_ptr<HostFloats> Backend::allocate_host_floats(std::int64_t count) const {
+  return std::make_unique<HeapFloats>(count);
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, const Network& network) {

@@ -76,6 +76,15 @@ int agree_on_stop(const MpiWorld& world) {
   return world.allreduce_max(static_cast<int>(local_stop_signal()));
 }
 
+StepBoundary agree_at_step_boundary(const MpiWorld& world, bool checkpoint_failed) {
+  // Above every signal number: MPI_MAX keeps the flag when any rank sets it (the signal part of the
+  // maximum is then one rank's only, which does not matter: the failed write ends the run).
+  constexpr int kCheckpointFailed = 1 << 16;
+  const int mine = static_cast<int>(local_stop_signal()) | (checkpoint_failed ? kCheckpointFailed : 0);
+  const int all = world.size() == 1 ? mine : world.allreduce_max(mine);
+  return StepBoundary{all & (kCheckpointFailed - 1), (all & kCheckpointFailed) != 0};
+}
+
 StopAfterStepsHook::StopAfterStepsHook(const TestHooks& hooks, int rank) {
   if (rank == hooks.stop_rank) stop_after_ = hooks.stop_after_steps;
   step_delay_ms_ = hooks.step_delay_ms;

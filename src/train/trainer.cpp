@@ -78,6 +78,8 @@ class TrainingLoop {
       summary.final_test_loss = metrics.test_loss;
       summary.final_train_loss = metrics.train_loss;
     }
+    // Every completed run ends with its final checkpoint on disk (or with its write's error).
+    run_.checkpointer->wait(progress_.global_step, times_);
     observers_.run_end();
     if (const std::string report = data_.read_report(); !report.empty()) {
       std::printf("%s\n", report.c_str());
@@ -101,17 +103,32 @@ class TrainingLoop {
       run_step(epoch, step);
       if (step + 1 == steps_) break;  // the epoch's end below saves and stops, with the epoch's metrics
       // One int allreduce per step: a signal on any rank stops all at the same step (cost: CHECKPOINT.md).
-      if (const int signo = agree_on_stop(world_)) stop_for_signal(world_, signo, epoch + 1, step + 1, save_mid_epoch());
+      if (const int signo = agree_at_boundary()) stop(signo, epoch + 1, step + 1, save_mid_epoch());
       if (run_.checkpointer->due_after_step(progress_.global_step)) save_mid_epoch();
     }
     const EpochMetrics metrics = end_epoch(epoch);
-    const int signo = agree_on_stop(world_);  // also catches a signal that came during the evaluation
+    const int signo = agree_at_boundary();  // also catches a signal that came during the evaluation
     std::string path;
     if (signo != 0 || run_.checkpointer->due_after_epoch(progress_.epoch, progress_.global_step))
       path = run_.checkpointer->save(backend_, progress_, last_metrics_, times_);
     // A signal after the last epoch changes nothing: the run is complete and says so with exit 0.
-    if (signo != 0 && progress_.epoch < config_.epochs) stop_for_signal(world_, signo, epoch + 1, steps_, path);
+    if (signo != 0 && progress_.epoch < config_.epochs) stop(signo, epoch + 1, steps_, path);
     return metrics;
+  }
+
+  // The stop signal the ranks agree on (0: none), in the same reduction as whether rank 0's background
+  // checkpoint write has failed; a failed write ends the run here, on every rank, with its one line.
+  int agree_at_boundary() {
+    const StepBoundary at = agree_at_step_boundary(world_, run_.checkpointer->poll(progress_.global_step));
+    if (at.checkpoint_failed) run_.checkpointer->wait(progress_.global_step, times_);  // throws on every rank
+    return at.signo;
+  }
+
+  // Stopped by a signal with the checkpoint at `path` just started: its write, and any before it that
+  // was still in flight, complete on disk before the line that names it and exit 5.
+  [[noreturn]] void stop(int signo, std::int64_t epoch, std::int64_t step, const std::string& path) {
+    run_.checkpointer->wait(progress_.global_step, times_);
+    stop_for_signal(world_, signo, epoch, step, path);
   }
 
   // data -> step (gradients, exchange, check, update).
