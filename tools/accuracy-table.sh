@@ -8,8 +8,8 @@
 #
 # Usage: tools/accuracy-table.sh [OPTIONS] [-- CNN_MPI_ARGS...]
 #   --binary PATH         cnn_mpi to run (default: build/cnn_mpi; env CNN_BINARY)
-#   --fashion DIR         Fashion-MNIST's IDX files (default: /usr/share/datasets/fashion-mnist)
-#   --mnist DIR           MNIST's IDX files (default: ../shared/data/mnist beside the source tree)
+#   --fashion DIR         Fashion-MNIST's IDX files (default: $CNN_FASHION_DIR, else /usr/share/datasets/fashion-mnist)
+#   --mnist DIR           MNIST's IDX files (default: $CNN_MNIST_DIR, else ../shared/data/mnist beside the source tree)
 #   --datasets LIST       comma list of fashion-mnist, mnist (default: both)
 #   --seeds LIST          comma list of seeds (default: 1,2,3)
 #   --epochs N            the epoch cap (default: the preset's own); the targets allow at most 20
@@ -20,7 +20,7 @@
 # CNN_MPI_ARGS go to every run after the tool's own: --backend cuda, --precision tf32, --threads 2, ...
 # (they may change the preset's settings too; the table's header prints the whole command).
 # Examples:
-#   tools/accuracy-table.sh --fashion /data/fashion-mnist --mnist /data/mnist -- --backend cuda     # one H100
+#   tools/accuracy-table.sh --fashion .carry/fashion-mnist --mnist .carry/mnist -- --backend cuda  # one GPU
 #   tools/accuracy-table.sh -- --backend threads --threads 2                                       # 2 CPU cores
 # Exit: 0 when every run finished (whatever the accuracy), 1 when a run failed, 2 for bad usage.
 set -euo pipefail
@@ -32,8 +32,9 @@ usage_error() {
 
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 binary=${CNN_BINARY:-$source_dir/build/cnn_mpi}
-fashion_dir=/usr/share/datasets/fashion-mnist
-mnist_dir=${CNN_SHARED_DIR:-$source_dir/../shared}/data/mnist
+# The data's places as the tests find them (CNN_FASHION_DIR and CNN_MNIST_DIR: tools/gpu-validate.sh).
+fashion_dir=${CNN_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+mnist_dir=${CNN_MNIST_DIR:-${CNN_SHARED_DIR:-$source_dir/../shared}/data/mnist}
 datasets=fashion-mnist,mnist
 seeds=1,2,3
 epochs=
