@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cnn/augment.hpp"
 #include "cnn/backend.hpp"
@@ -22,6 +23,16 @@ inline constexpr const char* kDefaultFashionDir = "/usr/share/datasets/fashion-m
 
 enum class Command { kTrain, kEval, kPredict, kBench };
 
+// What a --model preset's training recipe (presets.hpp) gave a `train` run: the defaults it applied and
+// the options of the recipe that the user gave instead, for the settings block and config.toml.
+struct PresetDefaults {
+  std::string preset;                 // the preset whose recipe applied; empty: none (a spec, seed, cifar)
+  std::vector<std::string> applied;   // "--batch 512", "--nesterov", in the recipe's order
+  std::vector<std::string> given;     // "--lr": given on the command line or in --config, which win
+  std::vector<std::string> skipped;   // "--nesterov (needs --optimizer momentum)": a default whose
+                                      // companion option the user changed
+};
+
 struct TrainConfig {
   Command command = Command::kTrain;
 
@@ -36,7 +47,7 @@ struct TrainConfig {
   std::string h5_labels = "/labels";    // hdf5: dataset of uint8 labels [N]
 
   // Model and optimisation
-  std::string model = "seed";           // a preset (seed | cifar) or a layer spec (include/cnn/network.hpp)
+  std::string model = "seed";           // a preset (presets.hpp) or a layer spec (include/cnn/network.hpp)
   int filters = 32;
   std::int64_t batch = 100;             // global batch, summed over all ranks
   int epochs = 1;
@@ -86,6 +97,10 @@ struct TrainConfig {
   // --config FILE.toml that gave settings before the command line's ("" none; docs/CONFIG.md). Not a
   // setting of its own: RUN_DIR/config.toml holds what it resolved to.
   std::string config_file;
+
+  // The --model preset's recipe defaults that this run took (train only; presets.hpp). Not options:
+  // the values themselves are in the fields above, as if given.
+  PresetDefaults preset_defaults;
 
   // Resolved at start-up, not options
   int world_size = 1;

@@ -14,9 +14,10 @@
 //   res[<layers>]                   a residual block: out = layers(x) + shortcut(x), where the shortcut is
 //                                   the identity, or a 1x1 conv (stride to match) when the layers change
 //                                   the shape; the layers are conv, relu, bn, maxpool, avgpool and dropout
-// The last layer must be fc:<classes>; softmax cross-entropy follows it. Presets:
-//   seed  = conv3x3:D relu maxpool2 fc:<classes>   (D = --filters; the default)
-//   cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10
+// The last layer must be fc:<classes>; softmax cross-entropy follows it. Presets (presets.hpp):
+//   seed     = conv3x3:D relu maxpool2 fc:<classes>   (D = --filters; the default)
+//   cifar    = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10
+//   resnet10 = a small ResNet with bn, with a training recipe of its own
 // Parameter tensors are named conv1..convN and fc (one fc layer) or fc1..fcM (several), each with
 // .weight and .bias, in layer order in the flat buffer (ParamLayout).
 // Each layer kind's token, shape rule, canonical text, parameters and FLOPs are its entry in the layer
@@ -30,6 +31,7 @@
 
 #include "cnn/layer_ops.hpp"
 #include "cnn/model.hpp"
+#include "cnn/presets.hpp"  // preset_spec: a preset's layers
 
 namespace cnn {
 
@@ -98,9 +100,6 @@ struct Network {
   // The state buffer's starting values: running means 0, running variances 1.
   std::vector<float> initial_state() const;
 };
-
-// The layer spec of a preset name, or "" when `name` is not a preset. filters is the seed's D.
-std::string preset_spec(const std::string& name, int filters, int classes);
 
 // Parses and resolves --model (a preset name or a spec) for `input` images in `classes` classes.
 // A bad spec throws UsageError with ONE line quoting the spec and naming the bad token, e.g.

@@ -14,9 +14,11 @@
 #include <type_traits>
 
 #include "app/optimizer_options.hpp"
+#include "app/preset_recipe.hpp"
 #include "cnn/build_info.hpp"
 #include "cnn/config_file.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/presets.hpp"
 #include "cnn/utc_time.hpp"
 
 namespace cnn {
@@ -238,8 +240,7 @@ CliResult parse_command_line(int argc, char** argv) {
   app.add_option("--split", c.split, "predict: the split of --data to predict, test | train")->group("Data");
 
   app.add_option("--model", c.model,
-                 "a preset or a layer spec (quote it). Presets: seed = conv3x3:D relu maxpool2 fc:<classes>; "
-                 "cifar = conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10. "
+                 "a preset or a layer spec (quote it). Presets: " + presets_help() + ". "
                  "Spec tokens, space-separated: conv<K>x<K>:<F>[/s<S>][/p<P>] (stride S=1, zero padding P=0), "
                  "relu, maxpool<K>[/s<S>] (S=K), avgpool<K>[/s<S>], avgpool (global), dropout:<P> (0<=P<1), flatten (implicit before the first fc), fc:<N>, "
                  "res[<layers>] (a residual block: its layers plus the identity, or a 1x1 conv shortcut when "
@@ -353,7 +354,12 @@ CliResult parse_command_line(int argc, char** argv) {
   }
   if (eval->parsed()) c.command = Command::kEval;
   if (predict->parsed()) c.command = Command::kPredict;
-  validate(c, choices);
+  apply_preset_recipe(app, c);  // a preset's training defaults, for the options left unset (preset_recipe.hpp)
+  try {
+    validate(c, choices);
+  } catch (const UsageError& e) {
+    throw UsageError(with_preset_hint(e.what(), c.preset_defaults));  // a refusal of a preset's default says so
+  }
   return result;
 }
 
@@ -403,6 +409,7 @@ std::string describe(const TrainConfig& c) {
        << "  train_samples: " << (c.train_samples ? str(c.train_samples) : std::string("all")) << "\n"
        << "  test_samples: " << (c.test_samples ? str(c.test_samples) : std::string("all")) << "\n"
        << "  model: " << c.model << "\n"
+       << describe_preset_defaults(c.preset_defaults)
        << "  filters: " << c.filters << "\n"
        << "  global_batch: " << c.batch << "\n"
        << "  epochs: " << c.epochs << "\n"

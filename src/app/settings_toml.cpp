@@ -163,7 +163,15 @@ std::string toml_float(double value) {
 }
 
 std::string settings_toml(const TrainConfig& config, const std::string& header) {
-  std::string out = header + "command = " + *toml_string(command_name(config.command)) + "\n";
+  std::string out = header;
+  // The values below are resolved, so the file repeats the run without the recipe; this says which came from it.
+  const PresetDefaults& preset = config.preset_defaults;
+  if (!preset.applied.empty()) {
+    out += "# from the " + preset.preset + " preset's recipe (the options not given):";
+    for (const std::string& applied : preset.applied) out += " " + applied;
+    out += "\n";
+  }
+  out += "command = " + *toml_string(command_name(config.command)) + "\n";
   for (const auto& [key, value] : option_values(config)) {
     if (value) out += std::string(key) + " = " + *value + "\n";
     else out += "# " + std::string(key) + ": not valid UTF-8, which TOML cannot hold; give --" + key + " on the command line\n";

@@ -197,13 +197,6 @@ void count_kinds(const std::vector<Layer>& layers, std::vector<int>& of_kind) {
 
 }  // namespace
 
-std::string preset_spec(const std::string& name, int filters, int classes) {
-  if (name == "seed")
-    return "conv3x3:" + std::to_string(filters) + " relu maxpool2 fc:" + std::to_string(classes);
-  if (name == "cifar") return "conv3x3:32 relu maxpool2 conv3x3:64 relu maxpool2 conv3x3:64 relu fc:64 relu fc:10";
-  return "";
-}
-
 Network build_network(const std::string& model, int filters, TensorShape input, int classes) {
   const std::string preset = preset_spec(model, filters, classes);
   const std::string spec = preset.empty() ? model : preset;
@@ -211,7 +204,7 @@ Network build_network(const std::string& model, int filters, TensorShape input, 
   std::vector<std::string> whole;
   const std::vector<Token> pieces = split(spec, whole);
   if (pieces.empty())
-    error.whole("no layers (give a preset, seed or cifar, or layers such as 'conv3x3:32 relu maxpool2 fc:10')");
+    error.whole("no layers (give a preset, such as seed, cifar or resnet10, or layers such as 'conv3x3:32 relu maxpool2 fc:10')");
 
   Network net;
   net.input = input;
