@@ -2,8 +2,8 @@
 // keeps the newest 64 calls in order, with their ends and failures; a graph's captured collectives
 // count at its replays, not at the capture; the file's header reads back and a torn or foreign file is
 // no record; the verdict names the ranks whose record does not show the collective reached; the
-// watchdog writes its rank's record once the rank has been silent for the site's time and removes it
-// when the rank moves on. (Naming a stopped rank end to end: tests/flight_recorder_test.sh.)
+// watchdog writes its rank's record once per silence of the site's length, and a failed collective
+// writes a final one. (Naming a stopped rank end to end: tests/flight_recorder_test.sh.)
 #define BOOST_TEST_MODULE flight_recorder
 #include "boost_test.hpp"
 
@@ -239,28 +239,39 @@ BOOST_AUTO_TEST_CASE(records_are_read_from_the_files_and_other_starts_do_not_cou
   BOOST_TEST(!exists(flight_file_path(site->dir, 1) + ".tmp"));  // renamed into place
 }
 
-BOOST_AUTO_TEST_CASE(the_watchdog_writes_the_record_of_a_silent_rank_and_removes_it_when_it_moves_on) {
+BOOST_AUTO_TEST_CASE(the_watchdog_writes_the_record_of_a_silent_rank_once_per_silence) {
   test::TempDir run_dir;
   flight_reset_for_test();
   const auto site = site_in(run_dir.path, 3, 4);  // writes after 0.1 s of silence
   const std::string file = flight_file_path(site->dir, 3);
+  const auto entered_on_file = [&]() -> std::uint64_t {
+    const std::optional<FlightFileHeader> h = read_flight_header(site->dir, 3);
+    return h ? h->entered : 0;
+  };
   {
     Watchdog watchdog(5.0, 3, "host3", std::nullopt, site);  // fires only after 5 s: never here
     heartbeat(WatchPhase::kAllreduce);
-    const std::uint64_t waiting = flight_begin(CollectiveOp::kAllreduce, 54440);
-    BOOST_TEST(eventually([&] { return exists(file); }));
+    const std::uint64_t first = flight_begin(CollectiveOp::kAllreduce, 54440);
+    BOOST_TEST(eventually([&] { return entered_on_file() == first; }));
     const std::optional<FlightFileHeader> h = read_flight_header(site->dir, 3);
     BOOST_REQUIRE(h.has_value());
-    BOOST_TEST(h->entered == waiting);
     BOOST_TEST(h->run == "run A");
     BOOST_TEST(h->phase == "allreduce");
+    BOOST_TEST(h->why.find("no progress for") == 0u);
     BOOST_TEST(data_lines(read_text(file)).back().find("in-flight") != std::string::npos);
-    flight_end(waiting);
-    heartbeat(WatchPhase::kUpdate);  // the rank moves on: its record goes
-    BOOST_TEST(eventually([&] { return !exists(file); }));
+    const std::string written = read_text(file);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // two more looks, the same silence
+    BOOST_TEST(read_text(file) == written);
+    // The rank moves on: the record stays; the next silence, in a newer collective, rewrites it.
+    flight_end(first);
+    heartbeat(WatchPhase::kUpdate);
+    heartbeat(WatchPhase::kStepEnd);
+    const std::uint64_t second = flight_begin(CollectiveOp::kAllreduce, 4);
+    BOOST_TEST(exists(file));
+    BOOST_TEST(eventually([&] { return entered_on_file() == second; }));
     heartbeat(WatchPhase::kIdle);
   }
-  BOOST_TEST(!exists(file));
+  BOOST_TEST(exists(file));
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_collective_writes_a_final_record_to_the_installed_site) {

@@ -5,9 +5,10 @@
 //
 // When a rank writes its ring:
 //   - when its watchdog has seen no progress for half the smallest --stall-timeout of the job
-//     (publish_after), and again when its newest collective changes; removed when it moves on. So when
-//     a rank stops, every rank still running has written, by then, which collective it waits in,
-//     before the first watchdog fires (after a whole timeout plus a grace);
+//     (publish_after): once per such silence, and again should its newest collective change within
+//     it. So when a rank stops, every rank still running has written which collective it waits in
+//     before the first watchdog fires (after a whole timeout plus a grace). The record stays when the
+//     rank moves on: a run that went on after a slow phase keeps it (`written` says when);
 //   - when its watchdog fires (the record's `why` is the line it prints);
 //   - when one of its collectives fails (the error).
 // A stopped rank writes nothing: what it cannot fake is a record, written after it stopped, that shows
@@ -56,7 +57,5 @@ std::string write_flight_record(const FlightSite& site, const std::string& why);
 void write_flight_record_now(const std::string& why) noexcept;
 bool flight_record_is_final() noexcept;
 
-// Removes this rank's record (it moved on); absent is fine.
-void remove_flight_record(const FlightSite& site);
 
 }  // namespace cnn

@@ -23,10 +23,9 @@ class FlightWriter {
   FlightWriter(const FlightWriter&) = delete;
   FlightWriter& operator=(const FlightWriter&) = delete;
 
-  // Writes this rank's record (flight_site.hpp), or removes it; returns at once. The newest of the
-  // requests not yet carried out replaces the older ones.
+  // Writes this rank's record (flight_site.hpp); returns at once. The newest of the requests not yet
+  // carried out replaces the older ones.
   void publish(const std::string& why);
-  void withdraw();
   // Writes this rank's record and waits at most `seconds` for it; false if it was not written by then.
   bool publish_and_wait(const std::string& why, double seconds);
   // Reads the other ranks' records (read_arrivals); nullopt if that took more than `seconds`.

@@ -119,9 +119,8 @@ class Watchdog {
 
  private:
   void run();
-  // Writes this rank's ring for the others when it has been silent long enough; removes it once the
-  // rank moves on.
-  void keep_record(double silent_seconds, WatchPhase phase);
+  // Writes this rank's ring for the others when it has been silent long enough.
+  void keep_record(double silent_seconds, double silent_since, WatchPhase phase);
   [[noreturn]] void fire(WatchPhase phase, double silent_seconds, const StallVerdict& verdict);
   // ", in collective #N (...): rank R on H has not reached it; flight records: DIR" for the line.
   std::string arrivals_text();
@@ -131,9 +130,8 @@ class Watchdog {
   std::string host_;
   std::shared_ptr<const FlightSite> flight_;
   std::unique_ptr<FlightWriter> writer_;  // null without a flight site or a thread
-  bool published_ = false;                // this rank's record is written and not yet withdrawn
+  double published_since_ = -1.0;         // the start of the silence this rank's record was written in
   std::uint64_t published_entered_ = 0;   // the newest collective that record shows
-  std::uint64_t seen_at_publish_ = 0;     // the heartbeat count then
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

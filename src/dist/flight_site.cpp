@@ -129,6 +129,4 @@ void write_flight_record_now(const std::string& why) noexcept {
 
 bool flight_record_is_final() noexcept { return g_final.load(std::memory_order_relaxed); }
 
-void remove_flight_record(const FlightSite& site) { (void)::unlink(flight_file_path(site.dir, site.rank).c_str()); }
-
 }  // namespace cnn

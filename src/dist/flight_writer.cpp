@@ -16,9 +16,7 @@ struct FlightWriter::State {
   const std::shared_ptr<const FlightSite> site;
   std::mutex mutex;
   std::condition_variable changed;
-  // The record's next change: a reason to write it with, or a removal.
-  std::optional<std::string> record_why;
-  bool record_remove = false;
+  std::optional<std::string> record_why;  // the next record's reason
   std::uint64_t records_asked = 0, records_done = 0;
   std::optional<std::uint64_t> read_waited_in;
   std::uint64_t reads_asked = 0, reads_done = 0;
@@ -29,7 +27,7 @@ struct FlightWriter::State {
   void run() {
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
-      changed.wait(lock, [&] { return stop || read_waited_in || record_why || record_remove; });
+      changed.wait(lock, [&] { return stop || read_waited_in || record_why; });
       if (read_waited_in) {  // first: a watchdog about to fire waits for it
         const std::uint64_t waited_in = *read_waited_in;
         const std::uint64_t id = reads_asked;
@@ -43,15 +41,13 @@ struct FlightWriter::State {
         lock.lock();
         read_result = std::move(result);
         reads_done = id;
-      } else if (record_why || record_remove) {
-        const std::optional<std::string> why = std::move(record_why);
+      } else if (record_why) {
+        const std::string why = std::move(*record_why);
         record_why.reset();
-        record_remove = false;
         const std::uint64_t id = records_asked;
         lock.unlock();
         try {
-          if (why) (void)write_flight_record(*site, *why);  // a record that cannot be written is no record
-          else remove_flight_record(*site);
+          (void)write_flight_record(*site, why);  // a record that cannot be written is no record
         } catch (...) {
         }
         lock.lock();
@@ -83,15 +79,6 @@ FlightWriter::~FlightWriter() {
 void FlightWriter::publish(const std::string& why) {
   const std::lock_guard<std::mutex> lock(state_->mutex);
   state_->record_why = why;
-  state_->record_remove = false;
-  ++state_->records_asked;
-  state_->changed.notify_all();
-}
-
-void FlightWriter::withdraw() {
-  const std::lock_guard<std::mutex> lock(state_->mutex);
-  state_->record_why.reset();
-  state_->record_remove = true;
   ++state_->records_asked;
   state_->changed.notify_all();
 }
@@ -99,7 +86,6 @@ void FlightWriter::withdraw() {
 bool FlightWriter::publish_and_wait(const std::string& why, double seconds) {
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->record_why = why;
-  state_->record_remove = false;
   const std::uint64_t id = ++state_->records_asked;
   state_->changed.notify_all();
   return state_->changed.wait_for(lock, std::chrono::duration<double>(seconds),

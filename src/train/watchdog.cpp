@@ -141,10 +141,8 @@ Watchdog::~Watchdog() {
     }
     wake_.notify_all();
     thread_.join();
-    writer_.reset();  // after the thread: it may still have asked for a withdrawal
+    writer_.reset();  // after the thread, which uses it
   }
-  // After the thread: this beat is the loop's end (perhaps an exception's unwinding), not progress
-  // that would withdraw a record.
   heartbeat(WatchPhase::kIdle);
 }
 
@@ -166,29 +164,27 @@ void Watchdog::run() {
     if (beats != seen || resumed) {
       seen = beats;
       since = now;
-      if (published_ && beats != seen_at_publish_ && !flight_record_is_final()) {
-        writer_->withdraw();
-        published_ = false;
-      }
       continue;
     }
     const auto phase = static_cast<WatchPhase>(g_phase.load(std::memory_order_relaxed));
-    keep_record(now - since, phase);
+    keep_record(now - since, since, phase);
     const StallVerdict verdict = judge_stall(phase, now - since, timeout_, local_stop_signal(), rank_);
     if (verdict.fire) fire(phase, now - since, verdict);
   }
 }
 
-void Watchdog::keep_record(double silent_seconds, WatchPhase phase) {
+// Once per silence (and again should its newest collective change within it). Not removed when the
+// rank moves on: after an abort, the stopped rank that the launcher wakes (SIGCONT) lets the others
+// finish the collective they waited in, and their records must still say where they were.
+void Watchdog::keep_record(double silent_seconds, double silent_since, WatchPhase phase) {
   if (!writer_ || phase == WatchPhase::kIdle || silent_seconds <= flight_->publish_after || flight_record_is_final())
     return;
   const std::uint64_t entered = flight_entered();
-  if (published_ && entered == published_entered_) return;
-  published_ = true;
+  if (silent_since == published_since_ && entered == published_entered_) return;
+  published_since_ = silent_since;
   published_entered_ = entered;
-  seen_at_publish_ = g_beats.load(std::memory_order_relaxed);
-  writer_->publish("no progress for " + seconds_text(silent_seconds) + " (written for the other ranks' watchdogs; " +
-                   "removed when this rank moves on)");
+  writer_->publish("no progress for " + seconds_text(silent_seconds) + " in phase " + watch_phase_name(phase) +
+                   " (written for the other ranks' watchdogs, at half the job's smallest --stall-timeout)");
 }
 
 std::string Watchdog::arrivals_text() {
