@@ -72,7 +72,7 @@ std::uint64_t begin_call(CollectiveOp op, CallStatus status, std::int64_t bytes)
   slot.step.store(current_global_step(), std::memory_order_relaxed);
   slot.bytes.store(bytes, std::memory_order_relaxed);
   slot.start_ns.store(now, std::memory_order_relaxed);
-  slot.end_ns.store(status == CallStatus::kQueued ? utc_ns() : 0, std::memory_order_relaxed);
+  slot.end_ns.store(status == CallStatus::kQueued ? now : 0, std::memory_order_relaxed);  // queued: one clock read
   return seq;
 }
 
