@@ -31,10 +31,12 @@
 #include <string>
 #include <thread>
 
-#include "cnn/flight_writer.hpp"
 #include "cnn/test_hooks.hpp"
 
 namespace cnn {
+
+struct FlightSite;    // flight_site.hpp
+class FlightWriter;   // flight_writer.hpp
 
 // What a rank is doing. kIdle: outside the training loop; the watchdog never fires there.
 enum class WatchPhase : int {

@@ -13,6 +13,7 @@
 #include "cnn/errors.hpp"
 #include "cnn/flight_recorder.hpp"
 #include "cnn/flight_site.hpp"
+#include "cnn/flight_writer.hpp"
 #include "cnn/phase_times.hpp"
 #include "cnn/signals.hpp"
 
