@@ -7,7 +7,7 @@
 #      allreduce stay silent. A stall of rank 0 while writing a checkpoint is named the same way. After
 #      each, `--resume auto` ends bitwise equal to the uninterrupted run.
 #   3. A rank stopped by SIGSTOP (rank 2, then rank 0): the job exits 6 with ONE cnn_mpi line, from the
-#      first waiting rank, and resumes bitwise.
+#      first waiting rank, naming the stopped rank (the flight recorder), and resumes bitwise.
 # Usage: fault_test.sh BUILD_DIR SOURCE_DIR
 BUILD_DIR=$1
 SOURCE_DIR=$2
@@ -99,7 +99,8 @@ stopped() {
   expect_rc "${name}_resume" 0
   same_bits "$name, then resume" "$REF" "$(latest "$WORK/$name")"
 }
-stopped stopped_rank2 2 "^cnn_mpi: error: rank 0 on .* waited [0-9.]* s for other ranks .*a peer rank is dead or stalled"
-stopped stopped_rank0 0 "^cnn_mpi: error: rank 1 on .* waited [0-9.]* s for other ranks .*a peer rank is dead or stalled"
+# The line names the stopped rank, alone, from the flight records (tests/flight_recorder_test.sh checks them).
+stopped stopped_rank2 2 "^cnn_mpi: error: rank 0 on .* waited [0-9.]* s for other ranks .*: rank 2 on [^ ]* has not reached it; flight records: "
+stopped stopped_rank0 0 "^cnn_mpi: error: rank 1 on .* waited [0-9.]* s for other ranks .*: rank 0 on [^ ]* has not reached it; flight records: "
 
 finish

@@ -28,6 +28,10 @@
 #   config_file_test   five short training runs that write and read RUN_DIR/config.toml; the reader runs
 #                  under ASan in test_config_file and in bad_input_test's class config_file (26 files), the
 #                  writer in test_settings_toml and in every other script test's runs.
+#   flight_recorder_test   two 4-rank runs that a stopped rank hangs (about 22 s in Release, mostly the
+#                  watchdog's timeout and grace); the flight recorder runs under ASan in test_flight_recorder
+#                  (the ring, its file, the verdict, the watchdog's writer thread) and end to end in
+#                  fault_test's two SIGSTOP cases, whose line names the stopped rank from the records.
 #   gpu            no GPU on the CI machine (compute-sanitizer covers the GPU: tools/gpu-validate.sh).
 # Measured on the 2-core VM (docs/RELIABILITY.md): the full list took 1,084 s; this selection ~10 min.
 # Usage: tools/test-sanitizers.sh [extra ctest arguments]
@@ -50,4 +54,4 @@ export LD_PRELOAD=$PWD/$build/keep_plugins.so
 cd "$build"
 # -j2: the fuzz targets (one core each) run two at a time; script tests are RUN_SERIAL anyway.
 ctest --output-on-failure --timeout 1200 -j2 -LE gpu \
-  -E '^(learning_test|cifar_preset_learning_test|safe_write_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test|ownership_test|config_file_test)$' "$@"
+  -E '^(learning_test|cifar_preset_learning_test|safe_write_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test|ownership_test|config_file_test|flight_recorder_test)$' "$@"

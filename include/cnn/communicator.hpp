@@ -3,6 +3,7 @@
 // MpiWorld owns MPI's lifetime and the host-side collectives the trainer needs for bookkeeping
 // (stats, timings, agreement on errors). A Communicator moves the gradient buffer: MpiCommunicator
 // on host memory, NcclCommunicator (kernels/) on device memory.
+// Every collective call of either is recorded by the flight recorder (flight_recorder.hpp).
 #pragma once
 
 #include <mpi.h>
@@ -131,6 +132,7 @@ class MpiCommunicator : public Communicator {
  private:
   const MpiWorld& world_;
   std::vector<MPI_Request> pending_;
+  std::vector<std::uint64_t> started_;  // their flight recorder numbers (flight_recorder.hpp)
   double first_start_ = -1.0;  // of this step's reductions; < 0: none started
   double completed_at_ = -1.0; // when progress() saw them all done; < 0: not yet
   AsyncAllreduceTimes times_;

@@ -1,11 +1,16 @@
 // The stall watchdog's view of the loop (watchdog.hpp): owns the watchdog thread for as long as the
 // loop runs, and marks the loop's phases with heartbeats. The phases inside a step (forward/backward,
-// allreduce, check, update), the evaluation's and the checkpoint's are marked where they run.
+// allreduce, check, update), the evaluation's and the checkpoint's are marked where they run. It also
+// sets up where the ranks' flight recorder rings go (flight_site.hpp) for the watchdog and for a
+// failed collective.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "cnn/communicator.hpp"
+#include "cnn/flight_site.hpp"
 #include "cnn/test_hooks.hpp"
 #include "cnn/training_observer.hpp"
 #include "cnn/watchdog.hpp"
@@ -14,10 +19,13 @@ namespace cnn {
 
 class HeartbeatObserver final : public TrainingObserver {
  public:
-  // Starts the watchdog (--stall-timeout; 0: none). `stall`: the test hook CNN_TEST_STALL.
-  HeartbeatObserver(double stall_timeout, int rank, const std::string& host,
+  // Collective (the flight site). Starts the watchdog (--stall-timeout; 0: none). `run_dir`: --out.
+  // `stall`: the test hooks CNN_TEST_STALL and CNN_TEST_SIGSTOP.
+  HeartbeatObserver(const MpiWorld& world, const std::string& run_dir, double stall_timeout,
                     const std::optional<TestHooks::StallAt>& stall)
-      : watchdog_(stall_timeout, rank, host, stall) {}
+      : flight_(std::make_shared<const FlightSite>(set_up_flight_site(world, run_dir, stall_timeout))),
+        install_(flight_),
+        watchdog_(stall_timeout, world.rank(), world.host(), stall, flight_) {}
 
   void on_step_begin(const StepEvent& e) override { heartbeat_step(e.global_step + 1); }
   // From here the rank waits for the others: the stop agreement and the epoch's reductions.
@@ -30,6 +38,8 @@ class HeartbeatObserver final : public TrainingObserver {
   }
 
  private:
+  std::shared_ptr<const FlightSite> flight_;
+  FlightSiteInstall install_;  // a failed collective writes its ring there
   Watchdog watchdog_;
 };
 

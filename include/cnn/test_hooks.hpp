@@ -36,13 +36,23 @@ struct TestHooks {
   std::int64_t step_delay_ms = 0;
 
   // CNN_TEST_STALL=RANK:STEP:PHASE (e.g. 1:5:forward/backward): that rank stops making progress when
-  // it enters PHASE (watchdog.hpp's phase names) at global step STEP, as a hung device would.
+  // it enters PHASE (watchdog.hpp's phase names) at global step STEP, as a hung device would: its
+  // training thread sleeps, its watchdog thread runs on.
+  // CNN_TEST_SIGSTOP=RANK:STEP:PHASE: the same point, but the whole process stops itself with SIGSTOP,
+  // as a hung node or a debugger would: nothing of it runs any more, its watchdog included
+  // (tests/flight_recorder_test.sh). CNN_TEST_STALL wins when both are set.
   struct StallAt {
     int rank = -1;
     std::int64_t step = -1;
     std::string phase;
+    bool sigstop = false;
   };
   std::optional<StallAt> stall;
+
+  // CNN_TEST_STOP_DURING_WRITE=N: the N-th checkpoint write of the process stops the whole process
+  // with SIGSTOP when half of its .tmp is written, as a hung file system or node would
+  // (tests/flight_recorder_test.sh). 0: off.
+  long stop_at_checkpoint_write = 0;
 
   // CNN_TEST_PREDICT_BLOCK=N: predict cuts the split into blocks of N images and gives each rank one
   // block per round, so that a small test data set takes several rounds (tests/predict_test.sh).
@@ -62,5 +72,6 @@ namespace fsutil {
 void set_test_write_pause_ms(long milliseconds);
 }
 void set_test_kill_at_checkpoint_write(long nth_write);
+void set_test_stop_at_checkpoint_write(long nth_write);
 
 }  // namespace cnn

@@ -10,6 +10,12 @@
 // theirs would. Without an abort from the stalled rank (a rank killed outright while the launcher
 // keeps the others alive), the waiting ranks fire after the grace, saying they waited for a peer.
 //
+// Naming the ranks that stopped (flight_verdict.hpp): with a flight site (flight_site.hpp), every rank
+// writes its flight recorder ring to RUN_DIR/flight once it has seen half the smallest timeout of the
+// job pass without progress, so the waiting rank whose watchdog fires first reads which collective each
+// other rank had reached and names those that had not reached the one it waits in. The file I/O runs
+// on a thread of its own (flight_writer.hpp): a hung file system must not hang the watchdog.
+//
 // A stop signal (SIGTERM from mpirun tearing the job down after a rank died) shortens the wait of a
 // waiting phase to kStopSignalGraceSeconds: a peer that is gone will never join the collective, so the
 // checkpoint the signal asks for cannot be written; the rank exits with 128 + signo at once instead of
@@ -19,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,6 +34,9 @@
 #include "cnn/test_hooks.hpp"
 
 namespace cnn {
+
+struct FlightSite;    // flight_site.hpp
+class FlightWriter;   // flight_writer.hpp
 
 // What a rank is doing. kIdle: outside the training loop; the watchdog never fires there.
 enum class WatchPhase : int {
@@ -62,6 +72,10 @@ inline constexpr double kStopSignalGraceSeconds = 5.0;
 void heartbeat(WatchPhase phase);
 // The global step the rank is on, for the message.
 void heartbeat_step(std::int64_t global_step);
+// What the heartbeats say now (any thread), for the flight recorder.
+WatchPhase current_watch_phase() noexcept;
+std::int64_t current_global_step() noexcept;
+std::uint64_t heartbeat_count() noexcept;
 
 // The parts of the decision the thread makes, separated for the unit test.
 // One abort, one line. When a rank is stopped (SIGSTOP) or dead, every other rank waits, and each
@@ -77,6 +91,12 @@ inline constexpr double kMaxRankStaggerSeconds = 10.0;
 inline constexpr double kSuspendedSlackSeconds = 1.0;
 bool was_suspended(double gap_seconds, double tick_seconds);
 
+// How long a firing watchdog waits for the other ranks' flight records to be read, and for its own to
+// be written, before its abort: under kRankStaggerSeconds, so that the next waiting rank's watchdog
+// does not fire (a second line) while this one still reads.
+inline constexpr double kFlightReadSeconds = 0.5;
+inline constexpr double kFlightFinalWriteSeconds = 0.2;
+
 struct StallVerdict {
   bool fire = false;
   bool signal_exit = false;  // a stop signal is pending: exit 128 + signo, a peer is gone
@@ -87,22 +107,33 @@ StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout
                          int rank = 0);
 
 // The watchdog thread of one rank, from construction to destruction (RAII: the trainer owns one for
-// its loop). timeout_seconds <= 0: off (no thread). `stall`: the test hook CNN_TEST_STALL (test_hooks.hpp).
+// its loop). timeout_seconds <= 0: off (no thread). `stall`: the test hooks CNN_TEST_STALL and
+// CNN_TEST_SIGSTOP (test_hooks.hpp). `flight`: where the ranks' flight records go; null: none (the
+// abort's line then cannot name the ranks that stopped).
 class Watchdog {
  public:
   Watchdog(double timeout_seconds, int rank, const std::string& host,
-           const std::optional<TestHooks::StallAt>& stall = std::nullopt);
+           const std::optional<TestHooks::StallAt>& stall = std::nullopt,
+           std::shared_ptr<const FlightSite> flight = nullptr);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
  private:
   void run();
+  // Writes this rank's ring for the others when it has been silent long enough.
+  void keep_record(double silent_seconds, double silent_since, WatchPhase phase);
   [[noreturn]] void fire(WatchPhase phase, double silent_seconds, const StallVerdict& verdict);
+  // ", in collective #N (...): rank R on H has not reached it; flight records: DIR" for the line.
+  std::string arrivals_text();
 
   double timeout_;
   int rank_;
   std::string host_;
+  std::shared_ptr<const FlightSite> flight_;
+  std::unique_ptr<FlightWriter> writer_;  // null without a flight site or a thread
+  double published_since_ = -1.0;         // the start of the silence this rank's record was written in
+  std::uint64_t published_entered_ = 0;   // the newest collective that record shows
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

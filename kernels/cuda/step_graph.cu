@@ -50,8 +50,10 @@ void capture_step_graph(StepGraph& step, cudaStream_t stream, const std::functio
                         const std::int32_t* batch_indices, const char* hint) {
   try {
     CNN_CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    FlightCaptureTally tally;  // the collectives queued into the graph are recorded at its replays
     try {
       enqueue();
+      step.collectives = tally.take();
     } catch (...) {
       cudaGraph_t broken = nullptr;
       (void)cudaStreamEndCapture(stream, &broken);  // ends the capture; the first error is the one to report
@@ -81,6 +83,7 @@ void launch_step_graph(const StepGraph& step, std::int32_t* batch_indices, const
   params.extra = nullptr;
   CNN_CHECK_CUDA(cudaGraphExecKernelNodeSetParams(step.exec, step.index_copy, &params));
   CNN_CHECK_CUDA(cudaGraphLaunch(step.exec, stream));
+  FlightCaptureTally::record_replay(step.collectives);
 }
 
 void destroy_step_graph(StepGraph& step) noexcept {

@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <vector>
+
+#include "cnn/flight_recorder.hpp"
 
 #include "cuda/step_timer.hpp"
 
@@ -20,6 +23,9 @@ struct StepGraph {
   cudaGraphExec_t exec = nullptr;
   cudaGraphNode_t index_copy = nullptr;  // the copy into the batch's index buffer (a kernel node)
   cudaKernelNodeParams index_copy_params{};  // as captured; each replay changes its source
+  // The collectives the capture queued (the overlapped step's allreduces): the flight recorder
+  // records them at each replay, as the eager step records them when it queues them.
+  std::vector<FlightCaptureTally::Call> collectives;
 };
 
 // Queues the copy of `count` indices into the batch's index buffer on `stream`. A kernel, not a

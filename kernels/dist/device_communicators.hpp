@@ -57,6 +57,8 @@ class SideStreamCommunicator : public StreamCommunicator {
  protected:
   // Queues the in-place sum over ranks of [data, data + count) on `stream` (world size > 1, count > 0).
   virtual void queue_allreduce(float* data, std::int64_t count, cudaStream_t stream) = 0;
+  // queue_allreduce, recorded by the flight recorder: derived classes never call it otherwise.
+  void queue_recorded(float* data, std::int64_t count, cudaStream_t stream);
   // Waits for the second stream's work; derived destructors call it before freeing what that work uses.
   void drain() noexcept;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "cnn/flight_recorder.hpp"
 #include "cnn/mpi_check.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
@@ -23,10 +24,12 @@ class HostStagedCommunicator final : public StreamCommunicator {
   void allreduce_sum(float* data, std::int64_t count) override {
     if (world_.size() == 1 || count == 0) return;
     to_host(data, count);
-    for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
-      const int part = static_cast<int>(std::min(kMaxMpiCount, count - done));
-      CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, staging_.get() + done, part, MPI_FLOAT, MPI_SUM, world_.comm()));
-    }
+    recorded_collective(CollectiveOp::kAllreduce, count * static_cast<std::int64_t>(sizeof(float)), [&] {
+      for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
+        const int part = static_cast<int>(std::min(kMaxMpiCount, count - done));
+        CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, staging_.get() + done, part, MPI_FLOAT, MPI_SUM, world_.comm()));
+      }
+    });
     to_device(data, count);
   }
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "cnn/mpi_check.hpp"
+#include "cnn/flight_recorder.hpp"
 #include "cuda/cuda_check.hpp"
 #include "dist/device_communicators.hpp"
 
@@ -20,7 +20,7 @@ class NcclCommunicator final : public SideStreamCommunicator {
     // all ranks have joined.
     ncclUniqueId id{};
     if (world.rank() == 0) CNN_CHECK_NCCL(ncclGetUniqueId(&id));
-    CNN_CHECK_MPI(MPI_Bcast(&id, static_cast<int>(sizeof(id)), MPI_BYTE, 0, world.comm()));
+    world.broadcast(&id, sizeof(id), 0);
     CNN_CHECK_CUDA(cudaSetDevice(device));
     CNN_CHECK_NCCL(ncclCommInitRank(&comm_, world.size(), id, world.rank()));
     int version = 0;
@@ -51,7 +51,9 @@ class NcclCommunicator final : public SideStreamCommunicator {
 
   void broadcast(float* data, std::int64_t count, int root) override {
     if (world_.size() == 1 || count == 0) return;
-    CNN_CHECK_NCCL(ncclBroadcast(data, data, static_cast<std::size_t>(count), ncclFloat, root, comm_, stream_));
+    recorded_queued_collective(CollectiveOp::kDeviceBroadcast, count * static_cast<std::int64_t>(sizeof(float)), [&] {
+      CNN_CHECK_NCCL(ncclBroadcast(data, data, static_cast<std::size_t>(count), ncclFloat, root, comm_, stream_));
+    });
   }
 
  private:

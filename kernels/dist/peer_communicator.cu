@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cnn/errors.hpp"
+#include "cnn/flight_recorder.hpp"
 #include "cnn/mpi_check.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/device_buffer.hpp"
@@ -26,7 +27,9 @@ std::string peer_allreduce_unavailable(const MpiWorld& world, int device) {
   // its own that this one can reach.
   int problem = world.local_size() != n ? 1 : 0;  // 1: several nodes, 2: a shared GPU, 3: no peer access
   std::vector<int> devices(static_cast<std::size_t>(n));
-  CNN_CHECK_MPI(MPI_Allgather(&device, 1, MPI_INT, devices.data(), 1, MPI_INT, world.comm()));
+  recorded_collective(CollectiveOp::kAllgather, sizeof(int), [&] {
+    CNN_CHECK_MPI(MPI_Allgather(&device, 1, MPI_INT, devices.data(), 1, MPI_INT, world.comm()));
+  });
   for (int q = 0; q < n && problem == 0; ++q) {
     const int other = devices[static_cast<std::size_t>(q)];
     if (q == world.rank()) continue;
@@ -66,7 +69,9 @@ class PeerCommunicator final : public SideStreamCommunicator {
     cudaIpcMemHandle_t handle{};
     CNN_CHECK_CUDA(cudaIpcGetMemHandle(&handle, own_));
     std::vector<cudaIpcMemHandle_t> handles(static_cast<std::size_t>(world.size()));
-    CNN_CHECK_MPI(MPI_Allgather(&handle, sizeof(handle), MPI_BYTE, handles.data(), sizeof(handle), MPI_BYTE, world.comm()));
+    recorded_collective(CollectiveOp::kAllgather, sizeof(handle), [&] {
+      CNN_CHECK_MPI(MPI_Allgather(&handle, sizeof(handle), MPI_BYTE, handles.data(), sizeof(handle), MPI_BYTE, world.comm()));
+    });
     for (int q = 0; q < world.size(); ++q) {
       if (q == world.rank()) {
         view_.area[q] = own_;

@@ -3,6 +3,7 @@
 // communication included, can be one CUDA graph; a step's only allreduce, when it starts after the
 // whole backward, on the backend's stream itself; and the event probes that time the steps queued
 // eagerly. Shared by the NCCL and the peer communicators, which only say how to queue one allreduce.
+#include "cnn/flight_recorder.hpp"
 #include "cuda/cuda_check.hpp"
 #include "dist/device_communicators.hpp"
 
@@ -23,7 +24,14 @@ void SideStreamCommunicator::drain() noexcept {
 
 void SideStreamCommunicator::allreduce_sum(float* data, std::int64_t count) {
   if (world_.size() == 1 || count == 0) return;  // the sum over one rank is the buffer itself
-  queue_allreduce(data, count, stream_);
+  queue_recorded(data, count, stream_);
+}
+
+// Every allreduce this communicator queues is one flight record (flight_recorder.hpp); one queued
+// while a step graph is captured is recorded at each replay of that graph instead (step_graph.cu).
+void SideStreamCommunicator::queue_recorded(float* data, std::int64_t count, cudaStream_t stream) {
+  recorded_queued_collective(CollectiveOp::kDeviceAllreduce, count * static_cast<std::int64_t>(sizeof(float)),
+                             [&] { queue_allreduce(data, count, stream); });
 }
 
 // Each bucket's allreduce goes on the second stream once the backend's stream has reached the point
@@ -44,7 +52,7 @@ void SideStreamCommunicator::start_allreduce_sum(float* data, std::int64_t count
   CNN_CHECK_CUDA(cudaEventRecord(ready, stream_));
   CNN_CHECK_CUDA(cudaStreamWaitEvent(comm_stream_, ready, 0));
   if (probing_ && starts_ == 0) CNN_CHECK_CUDA(cudaEventRecord(probe().events[0], comm_stream_));
-  queue_allreduce(data, count, comm_stream_);
+  queue_recorded(data, count, comm_stream_);
   ++starts_;
 }
 
@@ -59,13 +67,13 @@ void SideStreamCommunicator::finish_allreduce_sum(float* data, std::int64_t coun
     return;
   }
   if (capturing()) {
-    queue_allreduce(data, count, stream_);
+    queue_recorded(data, count, stream_);
     return;
   }
   Probe& p = probe();  // compute end = comm start, and comm end = join: all of it exposed
   CNN_CHECK_CUDA(cudaEventRecord(p.events[2], stream_));
   CNN_CHECK_CUDA(cudaEventRecord(p.events[0], stream_));
-  queue_allreduce(data, count, stream_);
+  queue_recorded(data, count, stream_);
   CNN_CHECK_CUDA(cudaEventRecord(p.events[1], stream_));
   CNN_CHECK_CUDA(cudaEventRecord(p.events[3], stream_));
   p.used = true;

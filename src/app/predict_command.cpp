@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cnn/collective_errors.hpp"
+#include "cnn/flight_recorder.hpp"
 #include "cnn/mpi_check.hpp"
 #include "cnn/ops.hpp"
 #include "cnn/prediction_file.hpp"
@@ -104,8 +105,10 @@ void gather_logits(const MpiWorld& world, const Round& round, const std::vector<
     }
   }
   const std::int64_t floats = round.slices[static_cast<std::size_t>(world.rank())].count * classes;
-  CNN_CHECK_MPI(MPI_Gatherv(mine.data(), static_cast<int>(floats), MPI_FLOAT, all.data(), counts.data(),
-                            offsets.data(), MPI_FLOAT, 0, world.comm()));
+  recorded_collective(CollectiveOp::kGatherv, floats * static_cast<std::int64_t>(sizeof(float)), [&] {
+    CNN_CHECK_MPI(MPI_Gatherv(mine.data(), static_cast<int>(floats), MPI_FLOAT, all.data(), counts.data(),
+                              offsets.data(), MPI_FLOAT, 0, world.comm()));
+  });
 }
 
 }  // namespace

@@ -26,8 +26,8 @@ std::optional<TestHooks::NanAt> nan_at_from_environment() {
   return TestHooks::NanAt{rank, step};
 }
 
-std::optional<TestHooks::StallAt> stall_from_environment() {
-  const char* text = std::getenv("CNN_TEST_STALL");
+std::optional<TestHooks::StallAt> stall_from_environment(const char* variable) {
+  const char* text = std::getenv(variable);
   if (text == nullptr) return std::nullopt;
   const std::string value = text;
   const std::size_t first = value.find(':');
@@ -55,7 +55,12 @@ TestHooks read_test_hooks_from_environment() {
   hooks.stop_rank = positive_env("CNN_TEST_STOP_RANK");
   hooks.stop_after_steps = positive_env("CNN_TEST_STOP_AFTER_STEPS");
   hooks.step_delay_ms = positive_env("CNN_TEST_STEP_DELAY_MS");
-  hooks.stall = stall_from_environment();
+  hooks.stall = stall_from_environment("CNN_TEST_STALL");
+  if (!hooks.stall) {
+    hooks.stall = stall_from_environment("CNN_TEST_SIGSTOP");
+    if (hooks.stall) hooks.stall->sigstop = true;
+  }
+  hooks.stop_at_checkpoint_write = positive_env("CNN_TEST_STOP_DURING_WRITE");
   hooks.predict_block = positive_env("CNN_TEST_PREDICT_BLOCK");
   return hooks;
 }
@@ -63,6 +68,7 @@ TestHooks read_test_hooks_from_environment() {
 void install_write_test_hooks(const TestHooks& hooks) {
   fsutil::set_test_write_pause_ms(hooks.write_pause_ms);
   set_test_kill_at_checkpoint_write(hooks.kill_at_checkpoint_write);
+  set_test_stop_at_checkpoint_write(hooks.stop_at_checkpoint_write);
 }
 
 }  // namespace cnn

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <climits>
 
+#include "cnn/flight_recorder.hpp"
+#include "cnn/flight_site.hpp"
 #include "cnn/mpi_check.hpp"
 
 #ifdef CNN_HAVE_CUDA
@@ -27,7 +29,9 @@ MpiWorld::MpiWorld(int* argc, char*** argv) {
   CNN_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   CNN_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   // Ranks that share memory share a node; the local rank picks the GPU.
-  CNN_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_));
+  recorded_collective(CollectiveOp::kCommSplit, 0, [&] {
+    CNN_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local_comm_));
+  });
   CNN_CHECK_MPI(MPI_Comm_rank(local_comm_, &local_rank_));
   CNN_CHECK_MPI(MPI_Comm_size(local_comm_, &local_size_));
   char name[MPI_MAX_PROCESSOR_NAME];
@@ -43,42 +47,58 @@ MpiWorld::~MpiWorld() {
   if (!finalized) MPI_Finalize();
 }
 
-void MpiWorld::barrier() const { CNN_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); }
+void MpiWorld::barrier() const {
+  recorded_collective(CollectiveOp::kBarrier, 0, [&] { CNN_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); });
+}
 
 void MpiWorld::allreduce_sum(double* values, int count) const {
-  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  recorded_collective(CollectiveOp::kAllreduce, count * std::int64_t{sizeof(double)}, [&] {
+    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  });
 }
 
 void MpiWorld::allreduce_sum(std::int64_t* values, int count) const {
-  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  recorded_collective(CollectiveOp::kAllreduce, count * std::int64_t{sizeof(std::int64_t)}, [&] {
+    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, values, count, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  });
 }
 
 double MpiWorld::allreduce_max(double value) const {
-  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  recorded_collective(CollectiveOp::kAllreduce, sizeof(double), [&] {
+    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  });
   return value;
 }
 
 double MpiWorld::allreduce_min(double value) const {
-  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+  recorded_collective(CollectiveOp::kAllreduce, sizeof(double), [&] {
+    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD));
+  });
   return value;
 }
 
 int MpiWorld::allreduce_max(int value) const {
-  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  recorded_collective(CollectiveOp::kAllreduce, sizeof(int), [&] {
+    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  });
   return value;
 }
 
 int MpiWorld::allreduce_min(int value) const {
-  CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  recorded_collective(CollectiveOp::kAllreduce, sizeof(int), [&] {
+    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  });
   return value;
 }
 
 void MpiWorld::broadcast(void* data, std::int64_t bytes, int root) const {
   auto* p = static_cast<char*>(data);
-  for (std::int64_t done = 0; done < bytes; done += kMaxMpiCount) {
-    const auto chunk = static_cast<int>(std::min(kMaxMpiCount, bytes - done));
-    CNN_CHECK_MPI(MPI_Bcast(p + done, chunk, MPI_BYTE, root, MPI_COMM_WORLD));
-  }
+  recorded_collective(CollectiveOp::kBroadcast, bytes, [&] {
+    for (std::int64_t done = 0; done < bytes; done += kMaxMpiCount) {
+      const auto chunk = static_cast<int>(std::min(kMaxMpiCount, bytes - done));
+      CNN_CHECK_MPI(MPI_Bcast(p + done, chunk, MPI_BYTE, root, MPI_COMM_WORLD));
+    }
+  });
 }
 
 std::string MpiWorld::broadcast_string(const std::string& value, int root) const {
@@ -91,7 +111,9 @@ std::string MpiWorld::broadcast_string(const std::string& value, int root) const
 
 std::vector<double> MpiWorld::gather_to_root(double value) const {
   std::vector<double> all(rank_ == 0 ? static_cast<std::size_t>(size_) : 0);
-  CNN_CHECK_MPI(MPI_Gather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  recorded_collective(CollectiveOp::kGather, sizeof(double), [&] {
+    CNN_CHECK_MPI(MPI_Gather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  });
   return all;
 }
 
@@ -107,27 +129,39 @@ void Communicator::allreduce_sum_doubles(double* data, std::int64_t count) {
 }
 
 void MpiCommunicator::allreduce_sum_doubles(double* data, std::int64_t count) {
-  for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
-    const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
-    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data + done, chunk, MPI_DOUBLE, MPI_SUM, world_.comm()));
-  }
+  recorded_collective(CollectiveOp::kAllreduce, count * std::int64_t{sizeof(double)}, [&] {
+    for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
+      const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
+      CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data + done, chunk, MPI_DOUBLE, MPI_SUM, world_.comm()));
+    }
+  });
 }
 
 void MpiCommunicator::allreduce_sum(float* data, std::int64_t count) {
-  for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
-    const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
-    CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data + done, chunk, MPI_FLOAT, MPI_SUM, world_.comm()));
-  }
+  recorded_collective(CollectiveOp::kAllreduce, count * std::int64_t{sizeof(float)}, [&] {
+    for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
+      const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
+      CNN_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, data + done, chunk, MPI_FLOAT, MPI_SUM, world_.comm()));
+    }
+  });
 }
 
+// Each started range is one flight record, in flight until wait_all() (its end then) or a failure.
 void MpiCommunicator::start_allreduce_sum(float* data, std::int64_t count) {
   if (first_start_ < 0.0) first_start_ = wall_seconds();
   completed_at_ = -1.0;
-  for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
-    const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
-    MPI_Request request = MPI_REQUEST_NULL;
-    CNN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data + done, chunk, MPI_FLOAT, MPI_SUM, world_.comm(), &request));
-    pending_.push_back(request);
+  const std::uint64_t seq = flight_begin(CollectiveOp::kIallreduce, count * std::int64_t{sizeof(float)});
+  started_.push_back(seq);
+  try {
+    for (std::int64_t done = 0; done < count; done += kMaxMpiCount) {
+      const auto chunk = static_cast<int>(std::min(kMaxMpiCount, count - done));
+      MPI_Request request = MPI_REQUEST_NULL;
+      CNN_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, data + done, chunk, MPI_FLOAT, MPI_SUM, world_.comm(), &request));
+      pending_.push_back(request);
+    }
+  } catch (const std::exception& e) {
+    flight_failed(seq, e.what());
+    throw;
   }
 }
 
@@ -141,9 +175,18 @@ void MpiCommunicator::progress() {
 void MpiCommunicator::wait_all() {
   if (first_start_ < 0.0) return;
   const double wait_start = wall_seconds();
-  if (!pending_.empty())
-    CNN_CHECK_MPI(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
+  if (!pending_.empty()) {
+    try {
+      CNN_CHECK_MPI(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE));
+    } catch (const std::exception& e) {
+      for (const std::uint64_t seq : started_) flight_end(seq, CallStatus::kFailed);
+      write_flight_record_now(std::string("MPI_Waitall of the started allreduces failed: ") + e.what());
+      throw;
+    }
+  }
   const double wait_end = wall_seconds();
+  for (const std::uint64_t seq : started_) flight_end(seq);
+  started_.clear();
   pending_.clear();
   times_.comm_seconds += (completed_at_ >= 0.0 ? completed_at_ : wait_end) - first_start_;
   times_.exposed_seconds += wait_end - wait_start;

@@ -233,6 +233,18 @@ ckpt::Bytes build_image(const std::string& tmp, const CheckpointMeta& meta, cons
   return image;
 }
 
+// TestHooks::stop_at_checkpoint_write (CNN_TEST_STOP_DURING_WRITE), installed once by main; 0: off.
+std::atomic<long> g_stop_at_write{0};
+
+// Test hook (tests/flight_recorder_test.sh): the N-th checkpoint write of this process stops the whole
+// process (SIGSTOP) with half of its .tmp written, as a hung file system or node would. The other ranks'
+// watchdogs must name this rank.
+void test_hook_stop_mid_write() {
+  static long writes = 0;
+  const long n = g_stop_at_write.load(std::memory_order_relaxed);
+  if (n > 0 && ++writes == n) std::raise(SIGSTOP);
+}
+
 [[noreturn]] void fail_errno(const std::string& path, const char* what, int err) {
   throw IoError(path + ": " + what + ": " + fsutil::errno_text(err));
 }
@@ -246,6 +258,7 @@ void write_file(const std::string& tmp, const ckpt::Bytes& image) {
     const std::size_t half = image.size() / 2;
     fsutil::write_all(fd, image.data(), half, tmp);
     fsutil::test_write_pause();  // with CNN_TEST_WRITE_PAUSE_MS: a kill finds a half-written .tmp on disk
+    test_hook_stop_mid_write();
     fsutil::write_all(fd, image.data() + half, image.size() - half, tmp);
     if (::fsync(fd) != 0) fail_errno(tmp, "fsync failed", errno);
   } catch (...) {
@@ -271,6 +284,7 @@ void test_hook_kill_before_rename() {
 }  // namespace
 
 void set_test_kill_at_checkpoint_write(long nth_write) { g_kill_at_write.store(nth_write); }
+void set_test_stop_at_checkpoint_write(long nth_write) { g_stop_at_write.store(nth_write); }
 
 void write_checkpoint(const std::string& path, const CheckpointMeta& meta, const CheckpointTensors& tensors,
                       const ParamLayout& layout) {

@@ -12,6 +12,7 @@
 
 #include "cnn/communicator.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/flight_recorder.hpp"
 #include "cnn/mpi_check.hpp"
 #include "io/fsync_util.hpp"
 
@@ -110,7 +111,9 @@ void TraceRecorder::gather_and_write(const MpiWorld& world, const std::string& p
   // Byte counts first, then the events as raw bytes (TraceEvent is plain data, same on every rank).
   const int my_bytes = static_cast<int>(events_.size() * sizeof(TraceEvent));
   std::vector<int> bytes(root ? static_cast<std::size_t>(ranks) : 0);
-  CNN_CHECK_MPI(MPI_Gather(&my_bytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, kRoot, world.comm()));
+  recorded_collective(CollectiveOp::kGather, sizeof(int), [&] {
+    CNN_CHECK_MPI(MPI_Gather(&my_bytes, 1, MPI_INT, bytes.data(), 1, MPI_INT, kRoot, world.comm()));
+  });
   std::vector<int> offsets(bytes.size());
   int total = 0;
   for (std::size_t r = 0; r < bytes.size(); ++r) {
@@ -118,17 +121,23 @@ void TraceRecorder::gather_and_write(const MpiWorld& world, const std::string& p
     total += bytes[r];
   }
   std::vector<TraceEvent> all(root ? static_cast<std::size_t>(total) / sizeof(TraceEvent) : 0);
-  CNN_CHECK_MPI(MPI_Gatherv(events_.data(), my_bytes, MPI_BYTE, all.data(), bytes.data(), offsets.data(), MPI_BYTE,
-                            kRoot, world.comm()));
+  recorded_collective(CollectiveOp::kGatherv, my_bytes, [&] {
+    CNN_CHECK_MPI(MPI_Gatherv(events_.data(), my_bytes, MPI_BYTE, all.data(), bytes.data(), offsets.data(), MPI_BYTE,
+                              kRoot, world.comm()));
+  });
 
   std::array<char, MPI_MAX_PROCESSOR_NAME> my_host{};
   std::strncpy(my_host.data(), world.host().c_str(), my_host.size() - 1);
   std::vector<char> hosts(root ? my_host.size() * static_cast<std::size_t>(ranks) : 0);
-  CNN_CHECK_MPI(MPI_Gather(my_host.data(), static_cast<int>(my_host.size()), MPI_CHAR, hosts.data(),
-                           static_cast<int>(my_host.size()), MPI_CHAR, kRoot, world.comm()));
+  recorded_collective(CollectiveOp::kGather, static_cast<std::int64_t>(my_host.size()), [&] {
+    CNN_CHECK_MPI(MPI_Gather(my_host.data(), static_cast<int>(my_host.size()), MPI_CHAR, hosts.data(),
+                             static_cast<int>(my_host.size()), MPI_CHAR, kRoot, world.comm()));
+  });
   const auto my_dropped = static_cast<std::int64_t>(dropped_);
   std::vector<std::int64_t> dropped(root ? static_cast<std::size_t>(ranks) : 0);
-  CNN_CHECK_MPI(MPI_Gather(&my_dropped, 1, MPI_INT64_T, dropped.data(), 1, MPI_INT64_T, kRoot, world.comm()));
+  recorded_collective(CollectiveOp::kGather, sizeof(std::int64_t), [&] {
+    CNN_CHECK_MPI(MPI_Gather(&my_dropped, 1, MPI_INT64_T, dropped.data(), 1, MPI_INT64_T, kRoot, world.comm()));
+  });
   events_.clear();
   events_.shrink_to_fit();
   if (!root) return;

@@ -5,11 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 
 #include "cnn/collective_errors.hpp"
 #include "cnn/errors.hpp"
+#include "cnn/flight_recorder.hpp"
+#include "cnn/flight_site.hpp"
+#include "cnn/flight_writer.hpp"
 #include "cnn/phase_times.hpp"
 #include "cnn/signals.hpp"
 
@@ -27,6 +31,7 @@ std::atomic<std::int64_t> g_step{0};
 // phase at the global step, as a hung device, file system or peer would.
 struct StallHook {
   bool armed = false;
+  bool sigstop = false;  // CNN_TEST_SIGSTOP: stop the whole process instead
   std::int64_t step = -1;
   int phase = -1;
 };
@@ -43,11 +48,17 @@ StallHook stall_hook_for(const std::optional<TestHooks::StallAt>& stall, int ran
   for (int p = 0; p < kWatchPhaseCount; ++p)
     if (stall->phase == kPhaseNames[p]) hook.phase = p;
   hook.step = stall->step;
+  hook.sigstop = stall->sigstop;
   hook.armed = hook.phase >= 0 && stall->rank == rank;  // an unknown phase name means off
   return hook;
 }
 
-[[noreturn]] void stall_forever() {
+void stall_here() {
+  if (g_hook.sigstop) {
+    g_hook_armed.store(false, std::memory_order_relaxed);  // once: after SIGCONT the rank goes on
+    std::raise(SIGSTOP);
+    return;
+  }
   for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
 }
 
@@ -83,13 +94,17 @@ void heartbeat(WatchPhase phase) {
   g_beats.fetch_add(1, std::memory_order_relaxed);
   if (g_hook_armed.load(std::memory_order_relaxed) && p == g_hook.phase &&
       g_step.load(std::memory_order_relaxed) == g_hook.step)
-    stall_forever();
+    stall_here();
 }
 
 void heartbeat_step(std::int64_t global_step) {
   g_step.store(global_step, std::memory_order_relaxed);
   g_beats.fetch_add(1, std::memory_order_relaxed);
 }
+
+WatchPhase current_watch_phase() noexcept { return static_cast<WatchPhase>(g_phase.load(std::memory_order_relaxed)); }
+std::int64_t current_global_step() noexcept { return g_step.load(std::memory_order_relaxed); }
+std::uint64_t heartbeat_count() noexcept { return g_beats.load(std::memory_order_relaxed); }
 
 StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal,
                          int rank) {
@@ -109,23 +124,27 @@ StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout
 }
 
 Watchdog::Watchdog(double timeout_seconds, int rank, const std::string& host,
-                   const std::optional<TestHooks::StallAt>& stall)
-    : timeout_(timeout_seconds), rank_(rank), host_(host) {
+                   const std::optional<TestHooks::StallAt>& stall, std::shared_ptr<const FlightSite> flight)
+    : timeout_(timeout_seconds), rank_(rank), host_(host), flight_(std::move(flight)) {
   g_hook = stall_hook_for(stall, rank);
   g_hook_armed.store(g_hook.armed, std::memory_order_relaxed);
   heartbeat(WatchPhase::kIdle);
-  if (timeout_ > 0) thread_ = std::thread([this] { run(); });
+  if (timeout_ <= 0) return;
+  if (flight_) writer_ = std::make_unique<FlightWriter>(flight_);
+  thread_ = std::thread([this] { run(); });
 }
 
 Watchdog::~Watchdog() {
-  heartbeat(WatchPhase::kIdle);
-  if (!thread_.joinable()) return;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+  if (thread_.joinable()) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+    writer_.reset();  // after the thread, which uses it
   }
-  wake_.notify_all();
-  thread_.join();
+  heartbeat(WatchPhase::kIdle);
 }
 
 void Watchdog::run() {
@@ -149,9 +168,38 @@ void Watchdog::run() {
       continue;
     }
     const auto phase = static_cast<WatchPhase>(g_phase.load(std::memory_order_relaxed));
+    keep_record(now - since, since, phase);
     const StallVerdict verdict = judge_stall(phase, now - since, timeout_, local_stop_signal(), rank_);
     if (verdict.fire) fire(phase, now - since, verdict);
   }
+}
+
+// Once per silence (and again should its newest collective change within it). Not removed when the
+// rank moves on: after an abort, the stopped rank that the launcher wakes (SIGCONT) lets the others
+// finish the collective they waited in, and their records must still say where they were.
+void Watchdog::keep_record(double silent_seconds, double silent_since, WatchPhase phase) {
+  if (!writer_ || phase == WatchPhase::kIdle || silent_seconds <= flight_->publish_after || flight_record_is_final())
+    return;
+  const std::uint64_t entered = flight_entered();
+  if (silent_since == published_since_ && entered == published_entered_) return;
+  published_since_ = silent_since;
+  published_entered_ = entered;
+  writer_->publish("no progress for " + seconds_text(silent_seconds) + " in phase " + watch_phase_name(phase) +
+                   " (written for the other ranks' watchdogs, at half the job's smallest --stall-timeout)");
+}
+
+std::string Watchdog::arrivals_text() {
+  const std::uint64_t entered = flight_entered();
+  std::string text = ", in collective #" + std::to_string(entered);
+  for (const FlightEntry& e : flight_snapshot())
+    if (e.seq == entered)
+      text += std::string(" (") + collective_op_name(e.op) + " of " + std::to_string(e.bytes) + " B, " +
+              call_status_name(e.status) + ")";
+  const std::optional<Arrivals> arrivals = writer_->arrivals(entered, kFlightReadSeconds);
+  text += ": ";
+  text += arrivals ? describe_arrivals(*arrivals, flight_->hosts)
+                   : "the other ranks' flight records could not be read within " + seconds_text(kFlightReadSeconds);
+  return text + "; flight records: " + flight_->dir;
 }
 
 void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict& verdict) {
@@ -160,21 +208,28 @@ void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict&
                             std::to_string(g_step.load(std::memory_order_relaxed));
   if (verdict.signal_exit) {
     const int signo = local_stop_signal();
-    if (verdict.quiet) _exit(128 + signo);
-    print_error_line(who + ": " + signal_name(signo) + " arrived while waiting for other ranks in " + where +
-                     ", and nothing moved for " + seconds_text(silent_seconds) +
-                     ": a peer rank is gone, so no checkpoint can be written; stopping now (the last checkpoint "
-                     "is intact)");
+    const std::string line = who + ": " + signal_name(signo) + " arrived while waiting for other ranks in " + where +
+                             ", and nothing moved for " + seconds_text(silent_seconds) +
+                             ": a peer rank is gone, so no checkpoint can be written; stopping now (the last "
+                             "checkpoint is intact)";
+    if (!verdict.quiet) print_error_line(line);
+    if (writer_) writer_->publish_and_wait(line, kFlightFinalWriteSeconds);
     _exit(128 + signo);
   }
+  std::string line;
   if (waits_for_peers(phase)) {
-    print_error_line(who + " waited " + seconds_text(silent_seconds) + " for other ranks in " + where +
-                     " (--stall-timeout " + seconds_text(timeout_) + " plus grace): a peer rank is dead or "
-                     "stalled; aborting the job");
+    line = who + " waited " + seconds_text(silent_seconds) + " for other ranks in " + where + " (--stall-timeout " +
+           seconds_text(timeout_) + " plus grace)" +
+           (writer_ ? arrivals_text() : std::string(": a peer rank is dead or stalled")) + "; aborting the job";
   } else {
-    print_error_line(who + " stalled: no progress for " + seconds_text(silent_seconds) + " in " + where +
-                     " (--stall-timeout " + seconds_text(timeout_) + "); aborting the job");
+    line = who + " stalled: no progress for " + seconds_text(silent_seconds) + " in " + where + " (--stall-timeout " +
+           seconds_text(timeout_) + ")" +
+           (writer_ ? ", after collective #" + std::to_string(flight_entered()) + "; flight records: " + flight_->dir
+                    : std::string()) +
+           "; aborting the job";
   }
+  print_error_line(line);
+  if (writer_) writer_->publish_and_wait(line, kFlightFinalWriteSeconds);
   // MPI_Abort from this thread goes beyond MPI_THREAD_FUNNELED's promise; not hanging the allocation
   // matters more here. Should the abort itself hang (a broken runtime), SIGALRM ends this process.
   alarm(10);
