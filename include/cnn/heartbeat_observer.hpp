@@ -3,9 +3,12 @@
 // allreduce, check, update), the evaluation's and the checkpoint's are marked where they run.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "cnn/communicator.hpp"
+#include "cnn/peer_probe.hpp"
 #include "cnn/test_hooks.hpp"
 #include "cnn/training_observer.hpp"
 #include "cnn/watchdog.hpp"
@@ -14,10 +17,11 @@ namespace cnn {
 
 class HeartbeatObserver final : public TrainingObserver {
  public:
-  // Starts the watchdog (--stall-timeout; 0: none). `stall`: the test hook CNN_TEST_STALL.
-  HeartbeatObserver(double stall_timeout, int rank, const std::string& host,
-                    const std::optional<TestHooks::StallAt>& stall)
-      : watchdog_(stall_timeout, rank, host, stall) {}
+  // Starts the watchdog (--stall-timeout; 0: none). `stall`: the test hook CNN_TEST_STALL. Collective
+  // with 2+ ranks: the ranks swap the addresses of their peer probes (peer_probe.hpp).
+  HeartbeatObserver(const MpiWorld& world, double stall_timeout, const std::optional<TestHooks::StallAt>& stall)
+      : peers_(world.size() > 1 ? std::make_unique<PeerProbe>(world) : nullptr),
+        watchdog_(stall_timeout, world.rank(), world.host(), stall, peers_.get()) {}
 
   void on_step_begin(const StepEvent& e) override { heartbeat_step(e.global_step + 1); }
   // From here the rank waits for the others: the stop agreement and the epoch's reductions.
@@ -30,6 +34,7 @@ class HeartbeatObserver final : public TrainingObserver {
   }
 
  private:
+  std::unique_ptr<PeerProbe> peers_;  // before the watchdog, which uses it until it stops
   Watchdog watchdog_;
 };
 

@@ -36,7 +36,7 @@ ObserverList make_observers(const TrainConfig& config, const MpiWorld& world, co
   const std::int64_t steps = batches_per_epoch(run.data->train_count(), config.batch);
   ObserverList observers;
   observers.add(std::make_unique<StartupLine>(root, process_start));
-  observers.add(std::make_unique<HeartbeatObserver>(config.stall_timeout, world.rank(), world.host(), hooks.stall));
+  observers.add(std::make_unique<HeartbeatObserver>(world, config.stall_timeout, hooks.stall));
   TraceRecording* trace = nullptr;
   if (!config.trace.empty())
     trace = &observers.add(std::make_unique<TraceRecording>(world, *run.backend, times, config.trace_steps));
