@@ -12,8 +12,14 @@
 //     port any more: the process is gone;
 //   - no answer before the deadline (or no route): the peer's host is unreachable.
 // A probe costs one connection attempt per peer and runs only when a job is already waiting too long.
+//
+// One line per job. A rank that reports the job's end itself (the watchdog's abort, any error that ends
+// in MPI_Abort) first tells every peer so through the same sockets (announce_end()). The launcher then
+// tears the job down, which looks to a probe just like a lost peer (the reporter is gone); a rank that
+// heard the announcement stays quiet instead of adding a second, wrong line.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,10 +48,18 @@ class PeerProbe {
   PeerProbe(const PeerProbe&) = delete;
   PeerProbe& operator=(const PeerProbe&) = delete;
 
-  // Accepts and closes the connections other ranks' probes left in this rank's queue (any thread).
+  // Accepts and closes the connections other ranks' probes left in this rank's queue, and notes an
+  // announced end (the watchdog thread, every tick).
   void accept_pending() const;
   // One state per rank (this rank: kAnswers). Not collective; blocks at most about `seconds` per 512 peers.
-  std::vector<PeerState> probe(double seconds) const;
+  std::vector<PeerState> probe(double seconds) const { return reach(seconds, kProbeByte); }
+  // Tells every peer that this rank reports the job's end (before it aborts the job).
+  void announce_end() const { reach(kPeerProbeSeconds, kEndByte); }
+  // Has a peer announced that it reports the job's end?
+  bool end_reported() const { return end_reported_.load(std::memory_order_relaxed); }
+
+  // The probe of this process while one exists (MpiWorld::abort announces through it), else null.
+  static const PeerProbe* active();
 
   int rank() const { return rank_; }
   const std::vector<std::string>& hosts() const { return hosts_; }
@@ -55,8 +69,12 @@ class PeerProbe {
     std::uint16_t port = 0;
     std::vector<std::uint32_t> addresses;  // IPv4, network byte order
   };
+  static constexpr char kProbeByte = 'P', kEndByte = 'E';
+  std::vector<PeerState> reach(double seconds, char message) const;
+
   int rank_ = 0;
   int listener_ = -1;
+  mutable std::atomic<bool> end_reported_{false};
   std::vector<std::string> hosts_;
   std::vector<Peer> peers_;
 };

@@ -22,7 +22,9 @@
 //    the launcher's SIGKILL follows one second later, so the watchdog looks every 0.1 s).
 // If some peer is gone or unreachable, the lowest rank that still answers prints one line naming those
 // hosts and ranks, and stops the job at once: MPI_Abort, or exit 128 + signo with a signal pending.
-// If every peer answers, nothing changes: a stalled peer reports itself.
+// If every peer answers, nothing changes: a stalled peer reports itself. A rank that reports the job's
+// end (any abort) announces it to the others first, and a rank that heard it never probes: the
+// teardown that follows is not a lost peer.
 #pragma once
 
 #include <atomic>

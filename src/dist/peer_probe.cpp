@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <atomic>
 #include <map>
 
 #include "cnn/mpi_check.hpp"
@@ -35,6 +36,11 @@ struct Record {
 
 // Sockets polled at once: well below the usual limit of 1024 open files.
 constexpr std::size_t kBatch = 512;
+// The longest the watchdog thread waits for the byte of a connection it accepted (sent right after the
+// connection completes, so it is there already but for scheduling).
+constexpr int kByteWaitMilliseconds = 20;
+
+std::atomic<const PeerProbe*> g_active{nullptr};
 
 // This node's IPv4 addresses that other nodes may reach: every interface that is up, except loopback;
 // only loopback on a machine without a network (all ranks on one host then).
@@ -126,6 +132,7 @@ PeerProbe::PeerProbe(const MpiWorld& world) : rank_(world.rank()) {
   std::snprintf(mine.host, sizeof(mine.host), "%s", world.host().c_str());
   listener_ = open_listener(mine.port);  // port 0: this rank cannot be probed (peers count it as answering)
   const std::vector<std::uint32_t> addresses = node_addresses();
+  if (listener_ < 0) mine.port = 0;
   mine.count = static_cast<std::uint16_t>(addresses.size());
   std::copy(addresses.begin(), addresses.end(), mine.addresses);
 
@@ -138,22 +145,31 @@ PeerProbe::PeerProbe(const MpiWorld& world) : rank_(world.rank()) {
     peer.addresses.assign(r.addresses, r.addresses + std::min<int>(r.count, kMaxAddresses));
     peers_.push_back(std::move(peer));
   }
+  g_active.store(this);
 }
 
 PeerProbe::~PeerProbe() {
+  const PeerProbe* self = this;
+  g_active.compare_exchange_strong(self, nullptr);
   if (listener_ >= 0) close(listener_);
 }
+
+const PeerProbe* PeerProbe::active() { return g_active.load(); }
 
 void PeerProbe::accept_pending() const {
   if (listener_ < 0) return;
   for (;;) {
-    const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;  // EAGAIN: the queue is empty
+    pollfd readable{fd, POLLIN, 0};
+    char byte = 0;
+    if (poll(&readable, 1, kByteWaitMilliseconds) > 0 && recv(fd, &byte, 1, MSG_DONTWAIT) == 1 && byte == kEndByte)
+      end_reported_.store(true, std::memory_order_relaxed);
     close(fd);
   }
 }
 
-std::vector<PeerState> PeerProbe::probe(double seconds) const {
+std::vector<PeerState> PeerProbe::reach(double seconds, char message) const {
   const std::size_t n = peers_.size();
   std::vector<PeerState> states(n, PeerState::kAnswers);
   std::vector<bool> refused(n, false), connected(n, false);
@@ -193,7 +209,10 @@ std::vector<PeerState> PeerProbe::probe(double seconds) const {
         int error = 0;
         socklen_t length = sizeof(error);
         getsockopt(a.fd, SOL_SOCKET, SO_ERROR, &error, &length);
-        if (error == 0) connected[static_cast<std::size_t>(a.rank)] = true;
+        if (error == 0) {
+          connected[static_cast<std::size_t>(a.rank)] = true;
+          (void)!send(a.fd, &message, 1, MSG_NOSIGNAL | MSG_DONTWAIT);  // what the peer's accept reads
+        }
         if (error == ECONNREFUSED) refused[static_cast<std::size_t>(a.rank)] = true;
         done[index[k]] = true;
       }

@@ -153,10 +153,12 @@ void Watchdog::run() {
       continue;
     }
     const auto phase = static_cast<WatchPhase>(g_phase.load(std::memory_order_relaxed));
-    if (peers_ != nullptr && waits_for_peers(phase) && timeout_ > 0) {
+    if (peers_ != nullptr && waits_for_peers(phase) && timeout_ > 0 && !peers_->end_reported()) {
+      // A pending signal with no announced end: the launcher may be tearing the job down over a lost
+      // node. Without a signal, a wait as long as the timeout: is a peer out of reach?
       const int signo = local_stop_signal();
       const bool signalled = signo != 0 && !probed_for_signal && now - since > kSignalProbeSilenceSeconds;
-      const bool overdue = !probed_this_silence && now - since > timeout_;
+      const bool overdue = signo == 0 && !probed_this_silence && now - since > timeout_;
       if (signalled || overdue) {
         probed_for_signal = probed_for_signal || signalled;
         probed_this_silence = true;
@@ -172,6 +174,9 @@ void Watchdog::stop_if_peers_missing(WatchPhase phase, double silent_seconds, in
   const std::vector<PeerState> states = peers_->probe(kPeerProbeSeconds);
   const std::string missing = describe_unanswered(peers_->hosts(), states, kPeerProbeSeconds);
   if (missing.empty()) return;  // every peer answers: a stalled one reports itself
+  // A peer that reported the job's end announced it before it went: its absence is no news.
+  peers_->accept_pending();
+  if (peers_->end_reported()) return;
   // One line for the job: the lowest rank that answers speaks and stops the job; the others wait for
   // that (an abort of theirs could end the speaker before its line), as they would without the probe.
   for (int r = 0; r < rank_; ++r)
@@ -182,10 +187,12 @@ void Watchdog::stop_if_peers_missing(WatchPhase phase, double silent_seconds, in
   if (signo != 0) {
     print_error_line(who + ": " + signal_name(signo) + " arrived while waiting for other ranks in " + where + ": " +
                      missing + "; no checkpoint can be written, stopping now (the last checkpoint is intact)");
+    peers_->announce_end();
     _exit(128 + signo);
   }
   print_error_line(who + " waited " + seconds_text(silent_seconds) + " for other ranks in " + where +
                    " (--stall-timeout " + seconds_text(timeout_) + "): " + missing + "; aborting the job");
+  peers_->announce_end();
   alarm(10);  // as in fire()
   MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kStalled));
   _exit(static_cast<int>(ExitCode::kStalled));
@@ -202,6 +209,7 @@ void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict&
                      ", and nothing moved for " + seconds_text(silent_seconds) +
                      ": a peer rank is gone, so no checkpoint can be written; stopping now (the last checkpoint "
                      "is intact)");
+    if (peers_ != nullptr) peers_->announce_end();
     _exit(128 + signo);
   }
   if (waits_for_peers(phase)) {
@@ -212,6 +220,7 @@ void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict&
     print_error_line(who + " stalled: no progress for " + seconds_text(silent_seconds) + " in " + where +
                      " (--stall-timeout " + seconds_text(timeout_) + "); aborting the job");
   }
+  if (peers_ != nullptr) peers_->announce_end();  // the others stay quiet while the job is torn down
   // MPI_Abort from this thread goes beyond MPI_THREAD_FUNNELED's promise; not hanging the allocation
   // matters more here. Should the abort itself hang (a broken runtime), SIGALRM ends this process.
   alarm(10);
