@@ -130,7 +130,7 @@ expect_rank_line() {  # LABEL OUTPUT RANK/N HOST LOCAL-RANK LOCAL-SIZE CPUS
 command_a="sbatch -N 2 --ntasks-per-node=1 --cpus-per-task=1 $JOBS/train-cpu.sbatch"
 say "(a) $command_a"
 # shellcheck disable=SC2086  # the command as a user types it
-CNN_OUT=$WORK/run-two-nodes run_job a $command_a
+CNN_OUT=$WORK/run-two-nodes run_job a ${command_a#sbatch }
 out_a=$JOB_OUT
 grep -qF "$PREFIX/bin/cnn_mpi train" "$out_a" || { show_output "$out_a"; fail "(a) the job did not run the installed $PREFIX/bin/cnn_mpi"; }
 grep -q "on $NODE1,$NODE2\|on cnn-node\[1-2\]" "$out_a" || { show_output "$out_a"; fail "(a) the job did not get both nodes"; }

@@ -52,9 +52,10 @@ class PeerProbe {
   // announced end (the watchdog thread, every tick).
   void accept_pending() const;
   // One state per rank (this rank: kAnswers). Not collective; blocks at most about `seconds` per 512 peers.
-  std::vector<PeerState> probe(double seconds) const { return reach(seconds, kProbeByte); }
-  // Tells every peer that this rank reports the job's end (before it aborts the job).
-  void announce_end() const { reach(kPeerProbeSeconds, kEndByte); }
+  std::vector<PeerState> probe(double seconds) const { return reach(seconds, kProbeByte, {}); }
+  // Tells every peer that this rank reports the job's end (before it aborts the job); `known`: a probe's
+  // states, whose gone and unreachable ranks are not waited for again.
+  void announce_end(const std::vector<PeerState>& known = {}) const { reach(kPeerProbeSeconds, kEndByte, known); }
   // Has a peer announced that it reports the job's end?
   bool end_reported() const { return end_reported_.load(std::memory_order_relaxed); }
 
@@ -70,7 +71,7 @@ class PeerProbe {
     std::vector<std::uint32_t> addresses;  // IPv4, network byte order
   };
   static constexpr char kProbeByte = 'P', kEndByte = 'E';
-  std::vector<PeerState> reach(double seconds, char message) const;
+  std::vector<PeerState> reach(double seconds, char message, const std::vector<PeerState>& known) const;
 
   int rank_ = 0;
   int listener_ = -1;

@@ -169,13 +169,14 @@ void PeerProbe::accept_pending() const {
   }
 }
 
-std::vector<PeerState> PeerProbe::reach(double seconds, char message) const {
+std::vector<PeerState> PeerProbe::reach(double seconds, char message, const std::vector<PeerState>& known) const {
   const std::size_t n = peers_.size();
   std::vector<PeerState> states(n, PeerState::kAnswers);
   std::vector<bool> refused(n, false), connected(n, false);
   std::vector<int> targets;
   for (std::size_t r = 0; r < n; ++r)
-    if (static_cast<int>(r) != rank_ && peers_[r].port != 0) targets.push_back(static_cast<int>(r));
+    if (static_cast<int>(r) != rank_ && peers_[r].port != 0 && (r >= known.size() || known[r] == PeerState::kAnswers))
+      targets.push_back(static_cast<int>(r));
 
   for (std::size_t first = 0; first < targets.size();) {
     // A batch of peers, every address of each at once.

@@ -187,12 +187,12 @@ void Watchdog::stop_if_peers_missing(WatchPhase phase, double silent_seconds, in
   if (signo != 0) {
     print_error_line(who + ": " + signal_name(signo) + " arrived while waiting for other ranks in " + where + ": " +
                      missing + "; no checkpoint can be written, stopping now (the last checkpoint is intact)");
-    peers_->announce_end();
+    peers_->announce_end(states);
     _exit(128 + signo);
   }
   print_error_line(who + " waited " + seconds_text(silent_seconds) + " for other ranks in " + where +
                    " (--stall-timeout " + seconds_text(timeout_) + "): " + missing + "; aborting the job");
-  peers_->announce_end();
+  peers_->announce_end(states);
   alarm(10);  // as in fire()
   MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kStalled));
   _exit(static_cast<int>(ExitCode::kStalled));
