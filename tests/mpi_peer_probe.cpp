@@ -47,8 +47,9 @@ BOOST_AUTO_TEST_CASE(live_peers_answer_and_a_closed_one_is_gone) {
     for (int r = 0; r < world.size(); ++r)
       BOOST_TEST((states[static_cast<std::size_t>(r)] == (r == last ? PeerState::kGone : PeerState::kAnswers)));
     const std::string words = cnn::describe_unanswered(hosts, states, cnn::kPeerProbeSeconds);
-    BOOST_TEST(words == "lost host " + hosts[static_cast<std::size_t>(last)] + " (rank " + std::to_string(last) +
-                            ": process gone, connection refused)");
+    // All ranks share this host here, and the others answer: one rank lost, not the host.
+    BOOST_TEST(words == "lost rank " + std::to_string(last) + " on " + hosts[static_cast<std::size_t>(last)] +
+                            " (process gone, connection refused)");
   }
   world.barrier();
 }
@@ -61,6 +62,10 @@ BOOST_AUTO_TEST_CASE(words_group_ranks_by_host) {
   BOOST_TEST(cnn::describe_unanswered(hosts, states, 0.5) ==
              "lost host n2 (ranks 2-4: processes gone, connection refused); host n3 unreachable (rank 5: no "
              "answer within 0.5 s)");
+  // Some of a host's ranks gone: those ranks are lost, not the host.
+  const std::vector<PeerState> some = {PeerState::kAnswers, PeerState::kGone, PeerState::kAnswers, PeerState::kAnswers,
+                                       PeerState::kAnswers, PeerState::kAnswers, PeerState::kAnswers};
+  BOOST_TEST(cnn::describe_unanswered(hosts, some, 0.5) == "lost rank 1 on n1 (process gone, connection refused)");
   BOOST_TEST(cnn::ranges_text({0, 2, 3, 4, 7, 9, 10}) == "0,2-4,7,9-10");
   BOOST_TEST(cnn::ranges_text({}).empty());
   BOOST_TEST(cnn::affinity_text().rfind("cpu", 0) == 0);

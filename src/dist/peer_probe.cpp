@@ -102,6 +102,8 @@ std::string describe_unanswered(const std::vector<std::string>& hosts, const std
   // Hosts in the order of their lowest rank, each with its gone and its unreachable ranks.
   std::vector<std::string> order;
   std::map<std::string, std::pair<std::vector<int>, std::vector<int>>> by_host;
+  std::map<std::string, std::size_t> ranks_on;
+  for (const std::string& host : hosts) ++ranks_on[host];
   for (std::size_t r = 0; r < states.size() && r < hosts.size(); ++r) {
     if (states[r] == PeerState::kAnswers) continue;
     if (by_host.find(hosts[r]) == by_host.end()) order.push_back(hosts[r]);
@@ -117,9 +119,12 @@ std::string describe_unanswered(const std::vector<std::string>& hosts, const std
   for (const std::string& host : order) {
     const auto& [gone, unreachable] = by_host[host];
     if (!text.empty()) text += "; ";
-    if (!gone.empty())
-      text += "lost host " + host + " (" + ranks(gone) + ": process" + (gone.size() == 1 ? "" : "es") +
-              " gone, connection refused)";
+    const std::string processes = std::string("process") + (gone.size() == 1 ? "" : "es") + " gone, connection refused";
+    // A host whose ranks are all gone is lost (a crashed or killed node); else some of its ranks are.
+    if (!gone.empty() && gone.size() == ranks_on[host])
+      text += "lost host " + host + " (" + ranks(gone) + ": " + processes + ")";
+    else if (!gone.empty())
+      text += "lost " + ranks(gone) + " on " + host + " (" + processes + ")";
     if (!gone.empty() && !unreachable.empty()) text += "; ";
     if (!unreachable.empty())
       text += "host " + host + " unreachable (" + ranks(unreachable) + ": no answer within " + seconds + ")";
