@@ -33,7 +33,7 @@ LAUNCHERS=${SLURM_TEST_LAUNCHERS:-srun mpirun}
 PY=/usr/bin/python3
 
 TEST_NAME=slurm_test
-# shellcheck source=slurm_test_lib.sh
+# shellcheck source-path=SCRIPTDIR source=slurm_test_lib.sh
 source "$SOURCE_DIR/tests/slurm_test_lib.sh"
 
 [[ $(id -u) -eq 0 ]] || skip "needs root to run munged and slurmd (CI runs as root)"

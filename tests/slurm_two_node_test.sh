@@ -35,7 +35,7 @@ SOURCE_DIR=$(cd "$2" && pwd)
 DATA=/usr/share/datasets/fashion-mnist
 PY=/usr/bin/python3
 TEST_NAME=slurm_two_node_test
-# shellcheck source=slurm_test_lib.sh
+# shellcheck source-path=SCRIPTDIR source=slurm_test_lib.sh
 source "$SOURCE_DIR/tests/slurm_test_lib.sh"
 
 # Outside CI a machine without root or namespaces skips; CI runs as root and must run this.

@@ -33,7 +33,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SOURCE_DIR=$(cd "$HERE/../.." && pwd)
 START_TIMEOUT=${START_TIMEOUT:-60}
 SLURM_LIB_TAG=start-cluster
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -45,7 +45,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SOURCE_DIR=$(cd "$HERE/../.." && pwd)
 START_TIMEOUT=${START_TIMEOUT:-60}
 SLURM_LIB_TAG=start-two-node-cluster
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$HERE/lib.sh"
 NODES=(cnn-node1 cnn-node2)
 
