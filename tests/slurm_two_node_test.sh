@@ -16,8 +16,9 @@
 #  (b) jobs/train-preemptible.sbatch on 2 nodes with LAUNCHER=mpirun (mpirun's daemon on the second
 #      node started through SLURM, each rank bound to a core): signalled (scancel -b -s USR1) while it
 #      trains, it checkpoints, requeues itself, resumes, and ends with the weights of (a);
-#  (c) every process of the second node's job killed (its rank and its Open MPI daemon, orted): the
-#      job ends within 10 s with one line naming the lost host and rank; the newest checkpoint loads;
+#  (c) every process of the second node's job killed, under mpirun (its rank and its Open MPI daemon,
+#      orted) and under srun with --stall-timeout 4 (its rank): the job ends within 10 s with one line
+#      naming the lost host and rank; the newest checkpoint loads;
 #  (d) the second node's link cut (its veth down) under srun with --stall-timeout 4: the job ends
 #      within 4 + 10 s with one line naming the unreachable host.
 # Always stops the cluster and removes its namespaces, veths and bridge, also on failure.
@@ -204,31 +205,42 @@ at_most() { awk -v t="$1" -v limit="$2" 'BEGIN { exit !(t <= limit) }'; }
 # The job script's last line, written when the launcher has returned.
 launcher_returned() { grep -q 'trainer exit code' "$1" 2>/dev/null; }
 
-# ----------------------------------------------- (c) the second node's processes killed (mpirun)
-start_long_run c mpirun
+# ------------------------------------------------------- (c) the second node's processes killed
+# mpirun: the node's rank and its Open MPI daemon (orted); mpirun loses the daemon and tears the job
+# down, and rank 0 names the lost host in the second between its SIGTERM and its SIGKILL.
+# srun: the node's rank (the step daemon there is SLURM's slurmstepd, like slurmd it stays); srun keeps
+# the step, and rank 0's wait reaches --stall-timeout 4, where its probe finds the rank gone.
 ns2=$(awk -v n="$NODE2" '$1 == n { print $3 }' "$CLUSTER/nodes")
-victims=()
-for pid in $(ip netns pids "$ns2"); do
-  case $(cat "/proc/$pid/comm" 2>/dev/null) in orted | cnn_mpi) victims+=("$pid") ;; esac
-done
-((${#victims[@]} == 2)) || fail "(c) expected orted and one cnn_mpi on $NODE2, found PIDs: ${victims[*]}"
-say "(c) job $JOB_ID trains: SIGKILL to every process of its on $NODE2 (orted and rank 1: ${victims[*]})"
-killed_at=$(date +%s.%N)
-kill -KILL "${victims[@]}"
-until [[ $(job_state "$JOB_ID") =~ ^(COMPLETED|FAILED|CANCELLED)$ ]]; do
-  at_most "$(since "$killed_at")" 30 || { show_output "$JOB_OUT"; fail "(c) job $JOB_ID still $(job_state "$JOB_ID") 30 s after the kill"; }
-  sleep 0.2
-done
-took=$(since "$killed_at")
-lines=$(grep -c "^cnn_mpi: error: .*lost host $NODE2 (rank 1: process gone" "$JOB_OUT" || true)
-say "(c) job $JOB_ID $(job_state "$JOB_ID") ${took} s after the kill; the line:"
-grep "^cnn_mpi: error: " "$JOB_OUT" || true
-at_most "$took" 10 || { show_output "$JOB_OUT"; fail "(c) the job took $took s to end, expected at most 10"; }
-((lines == 1)) || { show_output "$JOB_OUT"; fail "(c) $lines lines name the lost host $NODE2 and rank 1, expected 1"; }
-newest=$(latest_checkpoint "$RUN")
-"$PREFIX/bin/cnn_mpi" eval --checkpoint "$newest" --data "$DATA" --dataset fashion --test-samples 500 \
-  >"$WORK/c-eval.out" 2>&1 || { show_output "$WORK/c-eval.out"; fail "(c) the newest checkpoint $newest does not load"; }
-say "(c) passed: the newest checkpoint loads: $(tail -n 1 "$WORK/c-eval.out")"
+kill_node_two() {  # LAUNCHER PROCESS-NAMES
+  local launcher=$1 names=$2 label=c-$1 pid victims=() killed_at took lines newest
+  start_long_run "$label" "$launcher" "$([[ $launcher == srun ]] && echo "--stall-timeout 4")"
+  for pid in $(ip netns pids "$ns2"); do
+    [[ " $names " == *" $(cat "/proc/$pid/comm" 2>/dev/null) "* ]] && victims+=("$pid")
+  done
+  ((${#victims[@]} == $(wc -w <<<"$names"))) || fail "($label) expected one each of '$names' on $NODE2, found PIDs: ${victims[*]}"
+  say "($label) job $JOB_ID trains: SIGKILL to every process of its on $NODE2 ($names: ${victims[*]})"
+  killed_at=$(date +%s.%N)
+  kill -KILL "${victims[@]}"
+  until [[ $(job_state "$JOB_ID") =~ ^(COMPLETED|FAILED|CANCELLED)$ ]]; do
+    at_most "$(since "$killed_at")" 30 || { show_output "$JOB_OUT"; fail "($label) job $JOB_ID still $(job_state "$JOB_ID") 30 s after the kill"; }
+    sleep 0.2
+  done
+  took=$(since "$killed_at")
+  lines=$(grep -c "^cnn_mpi: error: rank 0 on $NODE1.*lost host $NODE2 (rank 1: process gone" "$JOB_OUT" || true)
+  say "($label) job $JOB_ID $(job_state "$JOB_ID") $took s after the kill; the line:"
+  grep "^cnn_mpi: " "$JOB_OUT" || true
+  at_most "$took" 10 || { show_output "$JOB_OUT"; fail "($label) the job took $took s to end, expected at most 10"; }
+  if ((lines != 1 || $(grep -c '^cnn_mpi: ' "$JOB_OUT") != 1)); then
+    show_output "$JOB_OUT"
+    fail "($label) expected exactly one cnn_mpi line, naming the lost host $NODE2 and rank 1"
+  fi
+  newest=$(latest_checkpoint "$RUN")
+  "$PREFIX/bin/cnn_mpi" eval --checkpoint "$newest" --data "$DATA" --dataset fashion --test-samples 500 \
+    >"$WORK/$label-eval.out" 2>&1 || { show_output "$WORK/$label-eval.out"; fail "($label) the newest checkpoint $newest does not load"; }
+  say "($label) passed: the newest checkpoint loads: $(tail -n 1 "$WORK/$label-eval.out")"
+}
+kill_node_two mpirun "orted cnn_mpi"
+kill_node_two srun "cnn_mpi"
 
 # -------------------------------------------------------- (d) the second node's link cut (srun)
 start_long_run d srun "--stall-timeout 4"
