@@ -1,7 +1,8 @@
 #!/bin/bash
 # Faults of a rank (docs/RELIABILITY.md, "A dead or stalled rank"), on 4 CPU ranks:
 #   1. SIGKILL of one rank in the middle of an epoch: the whole job exits non-zero within 10 s (the
-#      time is printed), and `--resume auto` then ends bitwise equal to an uninterrupted run.
+#      time is printed) with one cnn_mpi line naming the lost rank, and `--resume auto` then ends
+#      bitwise equal to an uninterrupted run.
 #   2. A rank that stops making progress (test hook CNN_TEST_STALL=RANK:STEP:PHASE) is named by the
 #      stall watchdog in ONE line, with its phase, and the job exits 6; the ranks waiting for it in the
 #      allreduce stay silent. A stall of rank 0 while writing a checkpoint is named the same way. After
@@ -46,6 +47,10 @@ if [ -z "$VICTIM" ]; then fail "dead: rank 2's process not found"; kill -9 "$MPI
   [ "$RC" -ne 0 ] && pass "dead: the job exits non-zero ($RC)" || fail "dead: the job exits 0"
   awk -v s="$SECONDS_TO_EXIT" 'BEGIN { exit !(s < 10) }' && pass "dead: exit within 10 s ($SECONDS_TO_EXIT s)" ||
     fail "dead: exit took $SECONDS_TO_EXIT s"
+  # The lowest survivor probes its peers when mpirun's SIGTERM comes, and names the dead rank (peer_probe.hpp).
+  LINES=$(grep -c '^cnn_mpi: ' "$WORK/dead.err")
+  [ "$LINES" -eq 1 ] && grep -q "^cnn_mpi: error: rank 0 on .*: lost rank 2 on .* (process gone" "$WORK/dead.err" &&
+    pass "dead: one line names the lost rank 2" || { fail "dead: $LINES cnn_mpi lines, expected one naming rank 2"; grep '^cnn_mpi: ' "$WORK/dead.err"; }
 fi
 grep -q "^epoch 3/3" "$WORK/dead.out" && fail "dead: the run finished before the kill"
 run_as dead_resume mpi 4 "$CNN" "${SMALL[@]}" "${RUN[@]}" --out "$WORK/dead" --resume auto

@@ -32,16 +32,9 @@ LAUNCHERS=${SLURM_TEST_LAUNCHERS:-srun mpirun}
 # Debian's python3 has h5py (python3-h5py); a python3 earlier on PATH (pyenv) may not.
 PY=/usr/bin/python3
 
-T0=$SECONDS
-say() { printf '[slurm_test %3ds] %s\n' $((SECONDS - T0)) "$*"; }
-fail() {
-  say "FAIL: $*"
-  exit 1
-}
-skip() {
-  say "SKIP: $*"
-  exit 77
-}
+TEST_NAME=slurm_test
+# shellcheck source-path=SCRIPTDIR source=slurm_test_lib.sh
+source "$SOURCE_DIR/tests/slurm_test_lib.sh"
 
 [[ $(id -u) -eq 0 ]] || skip "needs root to run munged and slurmd (CI runs as root)"
 [[ -x $BIN ]] || fail "no cnn_mpi at $BIN (build first, or set CNN_BINARY)"
@@ -90,31 +83,6 @@ on_exit() {
   exit "$rc"
 }
 trap on_exit EXIT
-
-wait_job() { "$SOURCE_DIR/tools/slurm/wait-job.sh" "$@"; }
-job_state() { scontrol -o show job "$1" | sed -n 's/.* JobState=\([A-Z_]*\).*/\1/p'; }
-show_output() {
-  say "---- $1"
-  cat "$1" 2>&1 || true
-}
-
-# Checks a metrics.csv: EPOCHS rows, epochs 1..EPOCHS in order, finite losses, final accuracy
-# well above chance (0.1) for Fashion-MNIST.
-check_metrics() {
-  "$PY" - "$1" "$2" "$3" <<'EOF'
-import csv, math, sys
-path, epochs, min_acc = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-rows = list(csv.DictReader(open(path)))
-got = [int(r["epoch"]) for r in rows]
-assert got == list(range(1, epochs + 1)), f"{path}: epochs {got}, expected 1..{epochs}"
-for r in rows:
-    for k in ("train_loss", "test_loss"):
-        assert math.isfinite(float(r[k])), f"{path}: epoch {r['epoch']} {k} = {r[k]}"
-acc = float(rows[-1]["test_accuracy"])
-assert min_acc <= acc <= 1.0, f"{path}: final test accuracy {acc} not in [{min_acc}, 1]"
-print(f"{path}: {epochs} epochs, final test accuracy {acc:.3f}")
-EOF
-}
 
 # --------------------------------------------------- (0) DRY_RUN launch lines, outside SLURM
 # What DRY_RUN=1 prints for a GPU machine without SLURM (the line a lead runs by hand there), and
@@ -193,34 +161,6 @@ start_reference() {
   mpirun -np 2 --oversubscribe --bind-to none "$BIN" train --data "$DATA" --dataset fashion \
     "${small_run[@]}" --threads 1 --out "$WORK/run-reference" >"$WORK/reference.out" 2>&1 &
   REF_PID=$!
-}
-
-# Compares the /model datasets of two checkpoints bit for bit.
-compare_models() {
-  "$PY" - "$1" "$2" <<'EOF'
-import sys
-import h5py
-import numpy as np
-a_path, b_path = sys.argv[1], sys.argv[2]
-def datasets(f):
-    found = {}
-    f["model"].visititems(lambda name, obj: found.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
-    return found
-with h5py.File(a_path, "r") as fa, h5py.File(b_path, "r") as fb:
-    a, b = datasets(fa), datasets(fb)
-    assert a, f"{a_path}: no datasets under /model"
-    assert sorted(a) == sorted(b), f"different /model datasets: {sorted(a)} vs {sorted(b)}"
-    for name in sorted(a):
-        x, y = np.asarray(a[name]), np.asarray(b[name])
-        assert x.dtype == y.dtype and x.shape == y.shape, f"/model/{name}: {x.dtype}{x.shape} vs {y.dtype}{y.shape}"
-        if x.tobytes() != y.tobytes():
-            diff = np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))
-            sys.exit(f"/model/{name} differs (max |diff| {diff:g})")
-    for key in ("epoch", "global_step"):
-        assert fa["progress"].attrs[key] == fb["progress"].attrs[key], f"/progress {key} differs"
-    print(f"{len(a)} /model datasets bitwise equal ({sum(v.size for v in a.values())} values), "
-          f"epoch {fa['progress'].attrs['epoch']}, global step {fa['progress'].attrs['global_step']}")
-EOF
 }
 
 preemption_cycle() {

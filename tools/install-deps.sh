@@ -18,7 +18,8 @@ packages=(
   clang-14 libclang-rt-14-dev libomp-14-dev   # the ASan+UBSan test tree and the libFuzzer targets
 )
 if [[ "${1:-}" == "--with-slurm" ]]; then
-  packages+=(slurmctld slurmd slurm-client munge libpmix-dev)
+  # iproute2 (ip netns, veth, bridge): the two-node cluster in network namespaces (tools/slurm/start-two-node-cluster.sh)
+  packages+=(slurmctld slurmd slurm-client munge libpmix-dev iproute2)
 fi
 
 missing=()

@@ -12,8 +12,9 @@
 #   cifar_preset_learning_test   3 full Fashion-MNIST epochs of the cifar preset (100 s in Release);
 #                  its layer ops run under ASan in test_layers (finite differences, seq vs threads,
 #                  layer vs fused) and in resume_test (a general network with Adam, resumed).
-#   slurm_test     starts munge/slurmctld/slurmd and waits on a scheduler; cnn_mpi's side of it
-#                  (signals, requeue, resume) runs under ASan in signal_test and resume_test.
+#   slurm_test, slurm_two_node_test   start munge/slurmctld/slurmd (the second in two network
+#                  namespaces) and wait on a scheduler; cnn_mpi's side of them (signals, requeue, resume,
+#                  the peer probe) runs under ASan in signal_test, resume_test, fault_test and mpi_peer_probe.
 #   compare_test   a timing sweep of tools/compare; its cnn_mpi runs are ordinary training runs.
 #   signal_test    5 min under ASan (30-epoch 2-rank reference runs); the stop-signal path (handler,
 #                  agreement, checkpoint, exit 5) runs under ASan in resume_test (SIGUSR1 raised by
@@ -54,4 +55,4 @@ export LD_PRELOAD=$PWD/$build/keep_plugins.so
 cd "$build"
 # -j2: the fuzz targets (one core each) run two at a time; script tests are RUN_SERIAL anyway.
 ctest --output-on-failure --timeout 1200 -j2 -LE gpu \
-  -E '^(learning_test|cifar_preset_learning_test|safe_write_test|slurm_test|compare_test|signal_test|timing_log_test|progress_test|ownership_test|config_file_test|flight_recorder_test)$' "$@"
+  -E '^(learning_test|cifar_preset_learning_test|safe_write_test|slurm_test|slurm_two_node_test|compare_test|signal_test|timing_log_test|progress_test|ownership_test|config_file_test|flight_recorder_test)$' "$@"

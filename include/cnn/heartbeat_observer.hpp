@@ -11,6 +11,7 @@
 
 #include "cnn/communicator.hpp"
 #include "cnn/flight_site.hpp"
+#include "cnn/peer_probe.hpp"
 #include "cnn/test_hooks.hpp"
 #include "cnn/training_observer.hpp"
 #include "cnn/watchdog.hpp"
@@ -19,13 +20,15 @@ namespace cnn {
 
 class HeartbeatObserver final : public TrainingObserver {
  public:
-  // Collective (the flight site). Starts the watchdog (--stall-timeout; 0: none). `run_dir`: --out.
-  // `stall`: the test hooks CNN_TEST_STALL and CNN_TEST_SIGSTOP.
+  // Collective (the flight site, then the peer probes' addresses with 2+ ranks, peer_probe.hpp). Starts
+  // the watchdog (--stall-timeout; 0: none). `run_dir`: --out. `stall`: the test hooks CNN_TEST_STALL
+  // and CNN_TEST_SIGSTOP.
   HeartbeatObserver(const MpiWorld& world, const std::string& run_dir, double stall_timeout,
                     const std::optional<TestHooks::StallAt>& stall)
       : flight_(std::make_shared<const FlightSite>(set_up_flight_site(world, run_dir, stall_timeout))),
         install_(flight_),
-        watchdog_(stall_timeout, world.rank(), world.host(), stall, flight_) {}
+        peers_(world.size() > 1 ? std::make_unique<PeerProbe>(world) : nullptr),
+        watchdog_(stall_timeout, world.rank(), world.host(), stall, flight_, peers_.get()) {}
 
   void on_step_begin(const StepEvent& e) override { heartbeat_step(e.global_step + 1); }
   // From here the rank waits for the others: the stop agreement and the epoch's reductions.
@@ -39,7 +42,8 @@ class HeartbeatObserver final : public TrainingObserver {
 
  private:
   std::shared_ptr<const FlightSite> flight_;
-  FlightSiteInstall install_;  // a failed collective writes its ring there
+  FlightSiteInstall install_;         // a failed collective writes its ring there
+  std::unique_ptr<PeerProbe> peers_;  // before the watchdog, which uses it until it stops
   Watchdog watchdog_;
 };
 

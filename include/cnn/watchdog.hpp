@@ -20,6 +20,17 @@
 // waiting phase to kStopSignalGraceSeconds: a peer that is gone will never join the collective, so the
 // checkpoint the signal asks for cannot be written; the rank exits with 128 + signo at once instead of
 // until the launcher's SIGKILL (odls_base_sigkill_timeout may be raised to minutes).
+//
+// Lost and unreachable peers (peer_probe.hpp). A peer whose process is gone, or whose node is cut off,
+// never reports its own stall, so a waiting rank asks the peers directly (a TCP probe, no MPI):
+//  - when a waiting phase has been silent for the timeout itself, before the grace; and
+//  - when a stop signal is pending in a waiting phase (mpirun's SIGTERM after it lost a node's daemon:
+//    the launcher's SIGKILL follows one second later, so the watchdog looks every 0.1 s).
+// If some peer is gone or unreachable, the lowest rank that still answers prints one line naming those
+// hosts and ranks, and stops the job at once: MPI_Abort, or exit 128 + signo with a signal pending.
+// If every peer answers, nothing changes: a stalled peer reports itself. A rank that reports the job's
+// end (any abort) announces it to the others first, and a rank that heard it never probes: the
+// teardown that follows is not a lost peer.
 #pragma once
 
 #include <atomic>
@@ -31,6 +42,7 @@
 #include <string>
 #include <thread>
 
+#include "cnn/peer_probe.hpp"
 #include "cnn/test_hooks.hpp"
 
 namespace cnn {
@@ -67,6 +79,9 @@ inline constexpr double kDefaultStallTimeoutSeconds = 300.0;
 inline constexpr double kMinWaitGraceSeconds = 5.0;
 // The wait in a waiting phase once a stop signal is pending (see above).
 inline constexpr double kStopSignalGraceSeconds = 5.0;
+// With a stop signal pending, the silence in a waiting phase before the peers are probed: a healthy
+// stop passes its collectives faster than this.
+inline constexpr double kSignalProbeSilenceSeconds = 0.25;
 
 // Marks the start of `phase` on this rank (any thread; cheap enough for every phase of every step).
 void heartbeat(WatchPhase phase);
@@ -109,12 +124,13 @@ StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout
 // The watchdog thread of one rank, from construction to destruction (RAII: the trainer owns one for
 // its loop). timeout_seconds <= 0: off (no thread). `stall`: the test hooks CNN_TEST_STALL and
 // CNN_TEST_SIGSTOP (test_hooks.hpp). `flight`: where the ranks' flight records go; null: none (the
-// abort's line then cannot name the ranks that stopped).
+// abort's line then cannot name the ranks that stopped). `peers`: the probe of the other ranks (null:
+// one rank, or none), which must outlive the watchdog.
 class Watchdog {
  public:
   Watchdog(double timeout_seconds, int rank, const std::string& host,
            const std::optional<TestHooks::StallAt>& stall = std::nullopt,
-           std::shared_ptr<const FlightSite> flight = nullptr);
+           std::shared_ptr<const FlightSite> flight = nullptr, const PeerProbe* peers = nullptr);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -126,6 +142,8 @@ class Watchdog {
   [[noreturn]] void fire(WatchPhase phase, double silent_seconds, const StallVerdict& verdict);
   // ", in collective #N (...): rank R on H has not reached it; flight records: DIR" for the line.
   std::string arrivals_text();
+  // Probes the peers; stops the job when some are gone or unreachable (see above), else returns.
+  void stop_if_peers_missing(WatchPhase phase, double silent_seconds, int signo);
 
   double timeout_;
   int rank_;
@@ -134,6 +152,7 @@ class Watchdog {
   std::unique_ptr<FlightWriter> writer_;  // null without a flight site or a thread
   double published_since_ = -1.0;         // the start of the silence this rank's record was written in
   std::uint64_t published_entered_ = 0;   // the newest collective that record shows
+  const PeerProbe* peers_;
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;

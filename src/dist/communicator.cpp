@@ -8,6 +8,7 @@
 #include "cnn/flight_recorder.hpp"
 #include "cnn/flight_site.hpp"
 #include "cnn/mpi_check.hpp"
+#include "cnn/peer_probe.hpp"
 
 #ifdef CNN_HAVE_CUDA
 #include "cnn/cuda_backend.hpp"
@@ -118,6 +119,9 @@ std::vector<double> MpiWorld::gather_to_root(double value) const {
 }
 
 void MpiWorld::abort(int exit_code) const {
+  // This rank has printed the line that explains the job's end: the others must not add a lost-peer
+  // line of their own when the launcher tears them down (peer_probe.hpp).
+  if (const PeerProbe* peers = PeerProbe::active()) peers->announce_end();
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   _exit(exit_code);  // MPI_Abort should not return; never continue if it does
 }

@@ -9,6 +9,7 @@
 #include "cnn/collective_errors.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/launch_agreement.hpp"
+#include "cnn/placement.hpp"
 #include "cnn/run_options.hpp"
 #include "cnn/run_settings_file.hpp"
 #include "cnn/sampler.hpp"
@@ -127,7 +128,10 @@ void print_settings(const TrainConfig& config, const MpiWorld& world, const Trai
     std::cout.flush();
   }
   world.barrier();
-  std::printf("rank %d/%d on %s: %s backend, %s\n", world.rank(), world.size(), world.host().c_str(),
+  // Where each rank landed: its node, its place among that node's ranks (which picks its GPU) and the
+  // CPUs its launcher bound it to (placement.hpp).
+  std::printf("rank %d/%d on %s (local rank %d of %d, %s): %s backend, %s\n", world.rank(), world.size(),
+              world.host().c_str(), world.local_rank(), world.local_size(), affinity_text().c_str(),
               run.backend->name().c_str(), run.backend->device_description().c_str());
   std::fflush(stdout);
   world.barrier();

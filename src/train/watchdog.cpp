@@ -124,8 +124,9 @@ StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout
 }
 
 Watchdog::Watchdog(double timeout_seconds, int rank, const std::string& host,
-                   const std::optional<TestHooks::StallAt>& stall, std::shared_ptr<const FlightSite> flight)
-    : timeout_(timeout_seconds), rank_(rank), host_(host), flight_(std::move(flight)) {
+                   const std::optional<TestHooks::StallAt>& stall, std::shared_ptr<const FlightSite> flight,
+                   const PeerProbe* peers)
+    : timeout_(timeout_seconds), rank_(rank), host_(host), flight_(std::move(flight)), peers_(peers) {
   g_hook = stall_hook_for(stall, rank);
   g_hook_armed.store(g_hook.armed, std::memory_order_relaxed);
   heartbeat(WatchPhase::kIdle);
@@ -148,13 +149,16 @@ Watchdog::~Watchdog() {
 }
 
 void Watchdog::run() {
-  // Ten looks per timeout, at most one a second: a verdict is late by at most a tenth.
-  const auto tick = std::chrono::duration<double>(std::clamp(timeout_ / 10, 0.02, 1.0));
+  // Ten looks per timeout, at least ten a second: a verdict is late by at most a tenth, and a stop
+  // signal in a wait is seen well before mpirun's SIGKILL follows its SIGTERM (a second later).
+  const auto tick = std::chrono::duration<double>(std::clamp(timeout_ / 10, 0.02, 0.1));
   std::uint64_t seen = g_beats.load(std::memory_order_relaxed);
   double since = wall_seconds();
   double last_look = since;
+  bool probed_this_silence = false, probed_for_signal = false;
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, tick, [this] { return stopping_; })) {
+    if (peers_ != nullptr) peers_->accept_pending();  // other ranks' probes must find room
     const std::uint64_t beats = g_beats.load(std::memory_order_relaxed);
     const double now = wall_seconds();
     const bool resumed = was_suspended(now - last_look, tick.count());
@@ -165,10 +169,23 @@ void Watchdog::run() {
     if (beats != seen || resumed) {
       seen = beats;
       since = now;
+      probed_this_silence = false;
       continue;
     }
     const auto phase = static_cast<WatchPhase>(g_phase.load(std::memory_order_relaxed));
     keep_record(now - since, since, phase);
+    if (peers_ != nullptr && waits_for_peers(phase) && timeout_ > 0 && !peers_->end_reported()) {
+      // A pending signal with no announced end: the launcher may be tearing the job down over a lost
+      // node. Without a signal, a wait as long as the timeout: is a peer out of reach?
+      const int signo = local_stop_signal();
+      const bool signalled = signo != 0 && !probed_for_signal && now - since > kSignalProbeSilenceSeconds;
+      const bool overdue = signo == 0 && !probed_this_silence && now - since > timeout_;
+      if (signalled || overdue) {
+        probed_for_signal = probed_for_signal || signalled;
+        probed_this_silence = true;
+        stop_if_peers_missing(phase, now - since, signo);
+      }
+    }
     const StallVerdict verdict = judge_stall(phase, now - since, timeout_, local_stop_signal(), rank_);
     if (verdict.fire) fire(phase, now - since, verdict);
   }
@@ -202,6 +219,39 @@ std::string Watchdog::arrivals_text() {
   return text + "; flight records: " + flight_->dir;
 }
 
+void Watchdog::stop_if_peers_missing(WatchPhase phase, double silent_seconds, int signo) {
+  const std::vector<PeerState> states = peers_->probe(kPeerProbeSeconds);
+  const std::string missing = describe_unanswered(peers_->hosts(), states, kPeerProbeSeconds);
+  if (missing.empty()) return;  // every peer answers: a stalled one reports itself
+  // A peer that reported the job's end announced it before it went: its absence is no news.
+  peers_->accept_pending();
+  if (peers_->end_reported()) return;
+  // One line for the job: the lowest rank that answers speaks and stops the job; the others wait for
+  // that (an abort of theirs could end the speaker before its line), as they would without the probe.
+  for (int r = 0; r < rank_; ++r)
+    if (states[static_cast<std::size_t>(r)] == PeerState::kAnswers) return;
+  const std::string who = "rank " + std::to_string(rank_) + " on " + host_;
+  const std::string where = std::string("phase ") + watch_phase_name(phase) + " at global step " +
+                            std::to_string(g_step.load(std::memory_order_relaxed));
+  if (signo != 0) {
+    const std::string line = who + ": " + signal_name(signo) + " arrived while waiting for other ranks in " + where +
+                             ": " + missing + "; no checkpoint can be written, stopping now (the last checkpoint is "
+                             "intact)";
+    print_error_line(line);
+    peers_->announce_end(states);
+    if (writer_) writer_->publish_and_wait(line, kFlightFinalWriteSeconds);
+    _exit(128 + signo);
+  }
+  const std::string line = who + " waited " + seconds_text(silent_seconds) + " for other ranks in " + where +
+                           " (--stall-timeout " + seconds_text(timeout_) + "): " + missing + "; aborting the job";
+  print_error_line(line);
+  peers_->announce_end(states);
+  if (writer_) writer_->publish_and_wait(line, kFlightFinalWriteSeconds);
+  alarm(10);  // as in fire()
+  MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ExitCode::kStalled));
+  _exit(static_cast<int>(ExitCode::kStalled));
+}
+
 void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict& verdict) {
   const std::string who = "rank " + std::to_string(rank_) + " on " + host_;
   const std::string where = std::string("phase ") + watch_phase_name(phase) + " at global step " +
@@ -212,7 +262,10 @@ void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict&
                              ", and nothing moved for " + seconds_text(silent_seconds) +
                              ": a peer rank is gone, so no checkpoint can be written; stopping now (the last "
                              "checkpoint is intact)";
-    if (!verdict.quiet) print_error_line(line);
+    if (!verdict.quiet) {
+      print_error_line(line);
+      if (peers_ != nullptr) peers_->announce_end();
+    }
     if (writer_) writer_->publish_and_wait(line, kFlightFinalWriteSeconds);
     _exit(128 + signo);
   }
@@ -229,6 +282,7 @@ void Watchdog::fire(WatchPhase phase, double silent_seconds, const StallVerdict&
            "; aborting the job";
   }
   print_error_line(line);
+  if (peers_ != nullptr) peers_->announce_end();  // the others stay quiet while the job is torn down
   if (writer_) writer_->publish_and_wait(line, kFlightFinalWriteSeconds);
   // MPI_Abort from this thread goes beyond MPI_THREAD_FUNNELED's promise; not hanging the allocation
   // matters more here. Should the abort itself hang (a broken runtime), SIGALRM ends this process.

@@ -29,7 +29,8 @@ alive() {
 pid_of() { awk -v n="$1" '$1 == n { print $2 }' "$DIR/pids"; }
 
 # Jobs first, while slurmctld and slurmd can still end them cleanly.
-if [[ -f $DIR/slurm.conf ]] && [[ -n $(pid_of slurmctld) ]] && alive slurmctld "$(pid_of slurmctld)"; then
+ctld=$(pid_of slurmctld | head -n 1)
+if [[ -f $DIR/slurm.conf && -n $ctld ]] && alive slurmctld "$ctld"; then
   export SLURM_CONF=$DIR/slurm.conf
   if [[ -n $(squeue -h -o %i 2>/dev/null) ]]; then
     log "cancelling the remaining jobs: $(squeue -h -o %i | tr '\n' ' ')"
@@ -42,22 +43,23 @@ if [[ -f $DIR/slurm.conf ]] && [[ -n $(pid_of slurmctld) ]] && alive slurmctld "
 fi
 
 status=0
+# One slurmd per node (a two-node cluster records two), then the controller, then munged.
 for name in slurmd slurmctld munged; do
-  pid=$(pid_of "$name")
-  [[ -n $pid ]] || continue
-  alive "$name" "$pid" || continue
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq $((STOP_TIMEOUT * 10))); do
-    alive "$name" "$pid" || break
-    sleep 0.1
+  for pid in $(pid_of "$name"); do
+    alive "$name" "$pid" || continue
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq $((STOP_TIMEOUT * 10))); do
+      alive "$name" "$pid" || break
+      sleep 0.1
+    done
+    if alive "$name" "$pid"; then
+      log "$name ($pid) ignored SIGTERM for ${STOP_TIMEOUT} s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.5
+      alive "$name" "$pid" && { log "$name ($pid) is still running"; status=1; }
+    fi
+    log "stopped $name ($pid)"
   done
-  if alive "$name" "$pid"; then
-    log "$name ($pid) ignored SIGTERM for ${STOP_TIMEOUT} s: SIGKILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    sleep 0.5
-    alive "$name" "$pid" && { log "$name ($pid) is still running"; status=1; }
-  fi
-  log "stopped $name ($pid)"
 done
 mv "$DIR/pids" "$DIR/pids.stopped"
 exit "$status"
