@@ -6,7 +6,7 @@
 #      so it normalises with the checkpoint's running statistics;
 #   3. global statistics on 2 ranks sharing the first GPU (--allreduce mpi: the per-channel sums go
 #      through host memory, so the steps run eagerly, which the settings block says): within 1e-5 of
-#      1 rank with the same global batch after 20 steps; --bn-local is another computation and is not;
+#      1 rank with the same global batch after 10 steps; --bn-local is another computation and is not;
 #   4. with 2+ GPUs, NCCL (the sums allreduced on the compute stream, inside the step's CUDA graph,
 #      which the settings block says): within 1e-5 of 1 rank, a rerun gives the same bits, and the
 #      overlapped step (gradient buckets and bn's sums on one communicator) agrees;
@@ -15,10 +15,12 @@
 # Usage: gpu_bn_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
 source "$2/tests/gpu_script_lib.sh" "$1" "$2"
 skip_unless_gpu_runs h5py
-# same NAME MODE A B: ckpt_compare MODE (exact, rel=TOL, relfloor=TOL) on the newest checkpoints of runs A
-# and B. Rank counts are compared with relfloor: every conv and fc here but the last feeds a bn, whose
-# normalisation removes any shift per channel, so those biases' gradients (and velocities, and values)
-# are zero but for rounding, and relative to themselves they differ by O(1).
+# same NAME MODE A B: ckpt_compare MODE (exact, rel=TOL, relnorm=TOL) on the newest checkpoints of runs A
+# and B. Rank counts are compared with relnorm, over each group as one vector (as the rank-equivalence
+# tests do): every conv and fc here but the last feeds a bn, whose normalisation removes any shift per
+# channel, so those biases' gradients (and velocities, and values) are zero but for rounding, and
+# relative to themselves differ by O(1) (per dataset floored at 1e-2 of the group's largest value,
+# conv1's bias velocity still differed by 6e-5 on nvidia-h100-x1).
 same() {
   local out
   if out=$("$python" "$compare" "$2" "$(latest "$work/$3")" "$(latest "$work/$4")" 2>&1); then
@@ -66,23 +68,27 @@ else
   fail "eval exited $?: $(tail -3 "$work/eval.out")"
 fi
 
-# 3. Two ranks on the first GPU, the sums through host memory, against one rank (20 steps).
-"$binary" "${small[@]}" --epochs 1 --out "$work/one" >/dev/null 2>&1 || fail "one-rank run failed"
+# 3. Two ranks on the first GPU, the sums through host memory, against one rank, 10 steps: the same
+# network on seq and threads (CPU, this VM) agrees to 6e-6 after 10 steps and drifts to 6e-2 by 20:
+# near-ties (a pool's winner) flip under rounding and compound, as tests/mpi_rank_equivalence.cpp
+# notes for the seed model; the contract is about the former.
+ten_steps=(--train-samples 1000)
+"$binary" "${small[@]}" "${ten_steps[@]}" --epochs 1 --out "$work/one" >/dev/null 2>&1 || fail "one-rank run failed"
 first_gpu=$(nvidia-smi --query-gpu=index --format=csv,noheader | head -1)
 two_ranks_one_gpu() {  # NAME [options...]
   local name=$1; shift
   CUDA_VISIBLE_DEVICES=$first_gpu mpirun -np 2 -x CUDA_VISIBLE_DEVICES -x NCCL_NVLS_ENABLE "$binary" "${small[@]}" \
-    --epochs 1 --allreduce mpi "$@" --out "$work/$name" >"$work/$name.log" 2>&1 ||
+    "${ten_steps[@]}" --epochs 1 --allreduce mpi "$@" --out "$work/$name" >"$work/$name.log" 2>&1 ||
     { fail "$name: exit $?: $(tail -3 "$work/$name.log" | xargs)"; return 1; }
 }
 if two_ranks_one_gpu two-mpi; then
   grep -q "bn_exchange: the per-channel sums through pinned host memory and MPI_Allreduce in double, so every training step runs eagerly" \
     "$work/two-mpi.log" && pass "2 ranks, MPI: the settings block says the steps run eagerly" ||
     fail "2 ranks, MPI: no bn_exchange line: $(grep -m2 bn_ "$work/two-mpi.log" | xargs)"
-  same "2 ranks on one GPU (MPI, global statistics) vs 1 rank after 20 steps" relfloor=1e-5 two-mpi one
+  same "2 ranks on one GPU (MPI, global statistics) vs 1 rank after 10 steps" relnorm=1e-5 two-mpi one
 fi
 if two_ranks_one_gpu two-local --bn-local; then
-  if out=$("$python" "$compare" relfloor=1e-4 "$(latest "$work/two-local")" "$(latest "$work/one")" 2>&1); then
+  if out=$("$python" "$compare" relnorm=1e-4 "$(latest "$work/two-local")" "$(latest "$work/one")" 2>&1); then
     fail "--bn-local on 2 ranks should not match 1 rank: $out"
   else
     pass "--bn-local on 2 ranks is another computation: $out"
@@ -93,18 +99,18 @@ fi
 if [[ $gpus -ge 2 ]]; then
   nccl() {  # NAME [options...]
     local name=$1; shift
-    mpirun -np 2 -x NCCL_NVLS_ENABLE "$binary" "${small[@]}" --epochs 1 --allreduce nccl "$@" --out "$work/$name" \
+    mpirun -np 2 -x NCCL_NVLS_ENABLE "$binary" "${small[@]}" "${ten_steps[@]}" --epochs 1 --allreduce nccl "$@" --out "$work/$name" \
       >"$work/$name.log" 2>&1 || { fail "$name: exit $?: $(tail -3 "$work/$name.log" | xargs)"; return 1; }
   }
   if nccl nccl --overlap off && nccl nccl-again --overlap off; then
     grep -q "bn_exchange: .*NCCL.*inside the step's CUDA graph" "$work/nccl.log" &&
       pass "2 ranks, NCCL: the settings block says the sums are in the step's graph" ||
       fail "2 ranks, NCCL: $(grep -m2 bn_ "$work/nccl.log" | xargs)"
-    same "2 GPU ranks (NCCL, global statistics) vs 1 rank after 20 steps" relfloor=1e-5 nccl one
+    same "2 GPU ranks (NCCL, global statistics) vs 1 rank after 10 steps" relnorm=1e-5 nccl one
     same "2 GPU ranks (NCCL) twice" exact nccl nccl-again
   fi
   if nccl nccl-overlap --overlap on; then
-    same "2 GPU ranks (NCCL, --overlap on) vs --overlap off" relfloor=1e-5 nccl-overlap nccl
+    same "2 GPU ranks (NCCL, --overlap on) vs --overlap off" relnorm=1e-5 nccl-overlap nccl
   fi
 else
   echo "skip - NCCL part: only $gpus GPU"
