@@ -40,55 +40,22 @@
 #include "kernels/ops/cuda_ops.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/ops/nonfinite.cuh"
+#include "gpu_test_util.hpp"
 
 namespace {
 
-using cnn::cuda::DeviceBuffer;
+using namespace cnn::gpu_test;  // tests/gpu_test_util.hpp
+
+struct RequireGpu {
+  RequireGpu() { require_gpu(); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
 
 // The numerical contract of DESIGN.md is 1e-5 for whole steps; single kernels are held to 1e-4
 // relative L2 error (fp32 sums in a different order than the CPU).
 constexpr double kTolerance = 1e-4;
-constexpr int kSkipExitCode = 77;
-
-// Runs before any test case: a GPU test that cannot run must say so, never pass.
-struct RequireGpu {
-  RequireGpu() {
-    std::string reason;
-    const int count = cnn::cuda_device_count();
-    if (count == 0) {
-      int driver = 0;
-      const cudaError_t status = cudaDriverGetVersion(&driver);
-      reason = driver == 0 || status != cudaSuccess
-                   ? "no NVIDIA driver is loaded (check nvidia-smi)"
-                           : "cudaGetDeviceCount reports no device (check CUDA_VISIBLE_DEVICES and nvidia-smi)";
-    } else if (const cudaError_t status = cudaFree(nullptr); status != cudaSuccess) {
-      reason = std::string("the device cannot be initialised: ") + cudaGetErrorString(status);
-    }
-    if (!reason.empty()) {
-      std::printf("SKIP: no CUDA device: %s\n", reason.c_str());
-      std::fflush(stdout);
-      std::exit(kSkipExitCode);
-    }
-  }
-};
-BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
 
 // ---- helpers -------------------------------------------------------------------------------------
-
-template <class T>
-DeviceBuffer<T> to_device(const std::vector<T>& host) {
-  DeviceBuffer<T> buffer(static_cast<std::int64_t>(host.size()));
-  if (!host.empty()) CNN_CHECK_CUDA(cudaMemcpy(buffer.get(), host.data(), buffer.bytes(), cudaMemcpyHostToDevice));
-  return buffer;
-}
-
-template <class T>
-std::vector<T> to_host(const DeviceBuffer<T>& buffer) {
-  CNN_CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<T> host(static_cast<std::size_t>(buffer.size()));
-  if (!host.empty()) CNN_CHECK_CUDA(cudaMemcpy(host.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost));
-  return host;
-}
 
 // A backend's gradient buffer, once its stream is done.
 std::vector<float> download_grads(cnn::Backend& gpu, std::int64_t total) {
@@ -96,44 +63,6 @@ std::vector<float> download_grads(cnn::Backend& gpu, std::int64_t total) {
   gpu.synchronize();
   CNN_CHECK_CUDA(cudaMemcpy(got.data(), gpu.grads(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
   return got;
-}
-
-// Poison, so that an element the kernel forgot to write cannot pass by being zero in both.
-template <class T>
-DeviceBuffer<T> poisoned(std::int64_t count) {
-  DeviceBuffer<T> buffer(count);
-  CNN_CHECK_CUDA(cudaMemset(buffer.get(), 0xff, buffer.bytes()));  // NaN for floats
-  return buffer;
-}
-
-double relative_error(const float* got, const float* want, std::size_t n) {
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
-    diff += d * d;
-    norm += static_cast<double>(want[i]) * want[i];
-  }
-  if (!std::isfinite(diff)) return INFINITY;
-  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  BOOST_REQUIRE_EQUAL(got.size(), want.size());
-  return relative_error(got.data(), want.data(), got.size());
-}
-
-std::vector<float> uniform(std::mt19937& rng, std::size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-std::vector<std::uint8_t> random_bytes(std::mt19937& rng, std::size_t n, int bound) {
-  std::uniform_int_distribution<int> dist(0, bound - 1);
-  std::vector<std::uint8_t> v(n);
-  for (auto& x : v) x = static_cast<std::uint8_t>(dist(rng));
-  return v;
 }
 
 cnn::SeedModel seed_model(int filters, int channels = 1, int side = 28) {
@@ -814,10 +743,6 @@ RunResult train_20_steps(const cnn::SeedModel& m, const RandomData& data, cnn::O
   result.params = gpu->download_params();
   result.optimizer_state = gpu->download_optimizer_state();
   return result;
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 BOOST_AUTO_TEST_CASE(identical_runs_give_identical_bits) {

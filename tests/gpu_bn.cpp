@@ -41,125 +41,21 @@
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/ops/cuda_ops.hpp"
 #include "kernels/ops/layer_ops.hpp"
+#include "gpu_test_util.hpp"
 
 namespace {
 
-using cnn::cuda::DeviceBuffer;
+using namespace cnn::gpu_test;  // tests/gpu_test_util.hpp
+
+struct RequireGpu {
+  RequireGpu() { require_gpu(); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
 
 // DESIGN.md: one step of `cuda` within 1e-5 (relative) of `seq`.
 constexpr double kTolerance = 1e-5;
 // Several steps: the same, compounded through the updates.
 constexpr double kStepsTolerance = 1e-4;
-constexpr int kSkipExitCode = 77;
-
-struct RequireGpu {
-  RequireGpu() {
-    std::string reason;
-    if (cnn::cuda_device_count() == 0)
-      reason = "cudaGetDeviceCount reports no device (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
-    else if (const cudaError_t status = cudaFree(nullptr); status != cudaSuccess)
-      reason = std::string("the device cannot be initialised: ") + cudaGetErrorString(status);
-    if (!reason.empty()) {
-      std::printf("SKIP: no CUDA device: %s\n", reason.c_str());
-      std::fflush(stdout);
-      std::exit(kSkipExitCode);
-    }
-  }
-};
-BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
-
-// ---- helpers -------------------------------------------------------------------------------------
-
-template <class T>
-DeviceBuffer<T> to_device(const std::vector<T>& host) {
-  DeviceBuffer<T> buffer(static_cast<std::int64_t>(host.size()));
-  if (!host.empty()) CNN_CHECK_CUDA(cudaMemcpy(buffer.get(), host.data(), buffer.bytes(), cudaMemcpyHostToDevice));
-  return buffer;
-}
-
-template <class T>
-std::vector<T> to_host(const DeviceBuffer<T>& buffer) {
-  CNN_CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<T> host(static_cast<std::size_t>(buffer.size()));
-  if (!host.empty()) CNN_CHECK_CUDA(cudaMemcpy(host.data(), buffer.get(), buffer.bytes(), cudaMemcpyDeviceToHost));
-  return host;
-}
-
-// NaN everywhere, so that an element a kernel forgot to write cannot pass.
-template <class T>
-DeviceBuffer<T> poisoned(std::int64_t count) {
-  DeviceBuffer<T> buffer(count);
-  CNN_CHECK_CUDA(cudaMemset(buffer.get(), 0xff, buffer.bytes()));
-  return buffer;
-}
-
-template <class T>
-double relative_error(const T* got, const T* want, std::size_t n) {
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
-    diff += d * d;
-    norm += static_cast<double>(want[i]) * static_cast<double>(want[i]);
-  }
-  if (!std::isfinite(diff)) return INFINITY;
-  return norm > 0.0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-}
-
-// relative_error with want's norm floored at `floor`.
-template <class T>
-double floored_relative_error(const T* got, const T* want, std::size_t n, double floor) {
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(got[i]) - static_cast<double>(want[i]);
-    diff += d * d;
-    norm += static_cast<double>(want[i]) * static_cast<double>(want[i]);
-  }
-  if (!std::isfinite(diff)) return INFINITY;
-  return std::sqrt(diff) / std::max(std::sqrt(norm), floor);
-}
-
-template <class T>
-double floored_relative_error(const std::vector<T>& got, const std::vector<T>& want, double floor) {
-  BOOST_REQUIRE_EQUAL(got.size(), want.size());
-  return floored_relative_error(got.data(), want.data(), got.size(), floor);
-}
-
-template <class T>
-double norm_of(const std::vector<T>& v) {
-  double sum = 0.0;
-  for (const T x : v) sum += static_cast<double>(x) * static_cast<double>(x);
-  return std::sqrt(sum);
-}
-
-template <class T>
-double relative_error(const std::vector<T>& got, const std::vector<T>& want) {
-  BOOST_REQUIRE_EQUAL(got.size(), want.size());
-  return relative_error(got.data(), want.data(), got.size());
-}
-
-#define CHECK_REL(got, want, tolerance, what)                                                   \
-  do {                                                                                          \
-    const double err_ = relative_error(got, want);                                              \
-    BOOST_TEST(err_ <= (tolerance), what << ": relative error " << err_);                       \
-  } while (0)
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::vector<float> uniform(std::mt19937& rng, std::size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-std::vector<std::uint8_t> random_bytes(std::mt19937& rng, std::size_t n, int bound) {
-  std::uniform_int_distribution<int> dist(0, bound - 1);
-  std::vector<std::uint8_t> v(n);
-  for (auto& x : v) x = static_cast<std::uint8_t>(dist(rng));
-  return v;
-}
 
 // ---- 1. the twins against the CPU's --------------------------------------------------------------
 

@@ -54,29 +54,13 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/ops/layer_ops.hpp"
 #include "test_util.hpp"
+#include "gpu_test_util.hpp"
 
 namespace {
 
-constexpr int kSkipExitCode = 77;
-
+// tf32 and bf16 need compute capability 8.0.
 struct RequireGpu {
-  RequireGpu() {
-    std::string reason;
-    if (cnn::cuda_device_count() == 0)
-      reason = "cudaGetDeviceCount reports no device (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
-    else if (const cudaError_t status = cudaFree(nullptr); status != cudaSuccess)
-      reason = std::string("the device cannot be initialised: ") + cudaGetErrorString(status);
-    if (reason.empty()) {
-      int major = 0;
-      CNN_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-      if (major < 8) reason = "tf32 and bf16 need compute capability 8.0; device 0 has " + std::to_string(major);
-    }
-    if (!reason.empty()) {
-      std::printf("SKIP: no usable CUDA device: %s\n", reason.c_str());
-      std::fflush(stdout);
-      std::exit(kSkipExitCode);
-    }
-  }
+  RequireGpu() { cnn::gpu_test::require_gpu(8); }
 };
 BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
 
