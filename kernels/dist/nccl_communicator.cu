@@ -43,9 +43,13 @@ class NcclCommunicator final : public SideStreamCommunicator {
   // may hold it. NCCL runs one communicator's collectives in the order they are issued, whatever
   // their streams, so the overlapped step's gradient buckets (second stream) and these sums (the
   // backend's) meet in the same order on every rank.
+  // One flight record each, as the gradient's allreduces (recorded at each replay when captured).
   void allreduce_sum_doubles(double* data, std::int64_t count) override {
     if (world_.size() == 1 || count == 0) return;
-    CNN_CHECK_NCCL(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclDouble, ncclSum, comm_, stream_));
+    const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(double));
+    recorded_queued_collective(CollectiveOp::kDeviceAllreduce, bytes, [&] {
+      CNN_CHECK_NCCL(ncclAllReduce(data, data, static_cast<std::size_t>(count), ncclDouble, ncclSum, comm_, stream_));
+    });
   }
   bool stream_ordered_doubles() const override { return true; }
 
