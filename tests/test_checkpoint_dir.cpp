@@ -14,6 +14,7 @@
 #include "cnn/checkpoint.hpp"
 #include "cnn/errors.hpp"
 #include "cnn/model.hpp"
+#include "checkpoint_fixtures.hpp"
 
 namespace fs = std::filesystem;
 using namespace cnn;
@@ -44,20 +45,8 @@ struct Fixture {
 
 CheckpointState state_at(const ParamLayout& layout, std::int64_t epoch, std::int64_t step) {
   CheckpointState state;
-  CheckpointConfig& c = state.config;
-  c.model = "seed";
-  c.spec = preset_spec("seed", kFilters, 10);
-  c.filters = kFilters;
-  c.input = {1, 28, 28};
-  c.classes = 10;
-  c.global_batch = 100;
-  c.lr = 0.1;
-  c.optimizer = "momentum";
-  c.momentum = 0.9;
-  c.seed = 7;
-  c.dataset = "fashion";
-  c.dataset_digest = 1;
-  c.train_samples = 6000;  // 60 steps of 100 per epoch: state_at(e, 60 * e) is a real epoch boundary
+  // 6000 samples: 60 steps of 100 per epoch, so state_at(e, 60 * e) is a real epoch boundary.
+  state.config = test::seed_momentum_config(kFilters, 7, 1, 6000);
   state.progress = {epoch, 0, step, step * 100, 2};
   state.params.assign(static_cast<std::size_t>(layout.total()), 0.25f);
   state.optimizer_state.assign(static_cast<std::size_t>(layout.total()), -0.5f);

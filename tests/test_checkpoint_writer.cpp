@@ -23,6 +23,7 @@
 #include "cnn/model.hpp"
 #include "cnn/phase_times.hpp"
 #include "cnn/test_hooks.hpp"
+#include "checkpoint_fixtures.hpp"
 
 namespace fs = std::filesystem;
 using namespace cnn;
@@ -61,20 +62,7 @@ struct Fixture {
 // A valid momentum checkpoint at (epoch, step), its parameters all `value`.
 CheckpointState state_at(const ParamLayout& layout, std::int64_t epoch, std::int64_t step, float value) {
   CheckpointState state;
-  CheckpointConfig& c = state.config;
-  c.model = "seed";
-  c.spec = preset_spec("seed", kFilters, 10);
-  c.filters = kFilters;
-  c.input = {1, 28, 28};
-  c.classes = 10;
-  c.global_batch = 100;
-  c.lr = 0.1;
-  c.optimizer = "momentum";
-  c.momentum = 0.9;
-  c.seed = 7;
-  c.dataset = "fashion";
-  c.dataset_digest = 1;
-  c.train_samples = 6000;
+  state.config = test::seed_momentum_config(kFilters, 7, 1, 6000);
   state.progress = {epoch, 0, step, step * 100, 1};
   state.params.assign(static_cast<std::size_t>(layout.total()), value);
   state.optimizer_state.assign(static_cast<std::size_t>(layout.total()), -value);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cnn/errors.hpp"
+#include "checkpoint_fixtures.hpp"
 #include "cnn/resume.hpp"
 #include "cnn/run_log.hpp"
 
@@ -19,20 +20,7 @@ using namespace cnn;
 namespace {
 
 CheckpointConfig saved_config() {
-  CheckpointConfig c;
-  c.model = "seed";
-  c.spec = preset_spec("seed", 8, 10);
-  c.filters = 8;
-  c.input = {1, 28, 28};
-  c.classes = 10;
-  c.global_batch = 100;
-  c.lr = 0.1;
-  c.optimizer = "momentum";
-  c.momentum = 0.9;
-  c.seed = 1;
-  c.dataset = "fashion";
-  c.dataset_digest = 1234;
-  c.train_samples = 2000;
+  CheckpointConfig c = cnn::test::seed_momentum_config(8, 1, 1234, 2000);
   c.epochs = 3;
   return c;
 }
