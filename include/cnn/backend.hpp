@@ -16,6 +16,7 @@
 #include "cnn/network.hpp"
 #include "cnn/optimizer.hpp"
 #include "cnn/phase_times.hpp"
+#include "cnn/step_chunk.hpp"
 
 // The CUDA runtime's stream type is a pointer to this (cudaStream_t); declared here so that host code
 // can pass a device backend's stream on without including a CUDA header.
@@ -180,6 +181,22 @@ class Backend {
   // params -= optimizer step using grads() * grad_scale.
   virtual void apply_update(const OptimizerSettings& settings, float grad_scale) = 0;
 
+  // Several whole steps of this rank in one call, each one's gradient, divergence check and update
+  // included (step_chunk.hpp), for a single rank. The default runs them one by one through
+  // compute_gradients, first_nonfinite_grad and apply_update: the same bits as the trainer's one-step
+  // loop. The cuda backend runs the seed model's steps inside one persistent kernel instead, where
+  // persistent_steps_unsupported says "". The train stats of the steps run are added as
+  // compute_gradients adds them; grads() holds the last step run's gradient.
+  virtual StepChunkResult train_chunk(const StepChunk& chunk);
+  // Why train_chunk does not run `batch`-sample steps inside one kernel launch here, or "" when it does.
+  virtual std::string persistent_steps_unsupported(std::int64_t /*batch*/) const {
+    return "the " + name() + " backend runs one step per kernel launch";
+  }
+  // A host word train_chunk reads once per step: non-zero stops the chunk at the next step boundary.
+  // The trainer points the stop signals' handler at it (signals.hpp). The backend never clears it (a
+  // stop ends the run). The default is a word of this object; the cuda backend's is mapped into the GPU.
+  virtual volatile int* chunk_stop_word() { return &stop_word_; }
+
   // Train stats accumulated since the last call (a device sync for cuda).
   virtual BatchStats take_train_stats() = 0;
 
@@ -208,6 +225,7 @@ class Backend {
  private:
   StepRandomness randomness_;
   std::uint64_t step_key_ = dropout_step_key(0, 0);
+  volatile int stop_word_ = 0;  // chunk_stop_word()'s default
 };
 
 enum class BackendKind { kSeq, kThreads, kCuda };
