@@ -40,11 +40,12 @@
 #include "kernels/ops/cuda_ops.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/ops/nonfinite.cuh"
+#include "gpu_seed_fixtures.hpp"
 #include "gpu_test_util.hpp"
 
 namespace {
 
-using namespace cnn::gpu_test;  // tests/gpu_test_util.hpp
+using namespace cnn::gpu_test;  // tests/gpu_test_util.hpp, gpu_seed_fixtures.hpp
 
 struct RequireGpu {
   RequireGpu() { require_gpu(); }
@@ -56,23 +57,6 @@ BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
 constexpr double kTolerance = 1e-4;
 
 // ---- helpers -------------------------------------------------------------------------------------
-
-// A backend's gradient buffer, once its stream is done.
-std::vector<float> download_grads(cnn::Backend& gpu, std::int64_t total) {
-  std::vector<float> got(static_cast<std::size_t>(total));
-  gpu.synchronize();
-  CNN_CHECK_CUDA(cudaMemcpy(got.data(), gpu.grads(), got.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  return got;
-}
-
-cnn::SeedModel seed_model(int filters, int channels = 1, int side = 28) {
-  cnn::SeedModel m;
-  m.input = {channels, side, side};
-  m.kernel = 3;
-  m.filters = filters;
-  m.classes = 10;
-  return m;
-}
 
 #define CHECK_CLOSE_REL(got, want, what)                                                       \
   do {                                                                                         \
@@ -358,41 +342,6 @@ BOOST_AUTO_TEST_CASE(nonfinite_check_finds_the_first_and_gates_the_update) {
 
 // ---- 2. whole backend against seq ---------------------------------------------------------------
 
-struct RandomData {
-  cnn::Dataset train, test;
-};
-
-RandomData random_data(const cnn::SeedModel& m, std::int64_t train_count, std::int64_t test_count, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  RandomData data;
-  for (auto [set, count, name] : {std::tuple{&data.train, train_count, "random/train"},
-                                  std::tuple{&data.test, test_count, "random/test"}}) {
-    set->name = name;
-    set->shape = m.input;
-    set->classes = m.classes;
-    set->images = random_bytes(rng, static_cast<std::size_t>(count * m.input.size()), 256);
-    set->labels = random_bytes(rng, static_cast<std::size_t>(count), m.classes);
-  }
-  return data;
-}
-
-std::vector<float> initial_params(const cnn::SeedModel& m, std::uint64_t seed) {
-  const cnn::ParamLayout layout = m.layout();
-  std::vector<float> params(static_cast<std::size_t>(layout.total()));
-  cnn::initialize_params(params.data(), layout, seed);
-  return params;
-}
-
-std::unique_ptr<cnn::Backend> make(const std::string& kind, const cnn::SeedModel& m,
-                                   cnn::OptimizerKind optimizer = cnn::OptimizerKind::kSgd, bool graphs = true) {
-  cnn::BackendOptions options;
-  options.kind = cnn::parse_backend_kind(kind);
-  options.optimizer = optimizer;
-  options.cuda_graphs = graphs;
-  const cnn::Network net = cnn::seed_network(m);
-  return kind == "cuda" ? cnn::make_cuda_backend(options, net) : cnn::make_backend(options, net);
-}
-
 // One step in float64 on the host, the same mathematics as seq: the yardstick when the float32
 // results of seq and cuda differ by more than the tolerance, to tell which of the two is off. (At a
 // near-tie, float64 may take another argmax or ReLU branch than both float32 versions; its error
@@ -509,7 +458,7 @@ BOOST_AUTO_TEST_CASE(dropout_masks_match_seq_at_every_step) {
   const cnn::SeedModel m = seed_model(8);
   const cnn::Network net =
       cnn::build_network("conv3x3:8 relu avgpool2 dropout:0.25 fc:64 relu dropout:0.5 fc:10", 0, m.input, 10);
-  const RandomData data = random_data(m, 400, 100, 77);
+  const RandomData data = random_dataset(m, 400, 100, 77);
   std::vector<float> params(static_cast<std::size_t>(net.layout.total()));
   cnn::initialize_params(params.data(), net.layout, 9);
   const auto permutation = cnn::Sampler(3, data.train.count()).permutation(0);
@@ -554,7 +503,7 @@ BOOST_AUTO_TEST_CASE(dropout_masks_match_seq_at_every_step) {
 // differs), and evaluation is not augmented.
 BOOST_AUTO_TEST_CASE(augmented_steps_match_seq_over_two_epochs) {
   const cnn::SeedModel m = seed_model(8);
-  const RandomData data = random_data(m, 300, 100, 81);
+  const RandomData data = random_dataset(m, 300, 100, 81);
   for (const char* spec : {"", "conv3x3:8/p1 relu maxpool2 fc:32 relu fc:10"}) {
     BOOST_TEST_CONTEXT("model " << (*spec ? spec : "seed")) {
       const cnn::Network net = *spec ? cnn::build_network(spec, 0, m.input, 10) : cnn::seed_network(m);
@@ -617,7 +566,7 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
     BOOST_TEST_CONTEXT("d=" << filters) {
       const cnn::SeedModel m = seed_model(filters);
       const cnn::ParamLayout layout = m.layout();
-      const RandomData data = random_data(m, 3000, 700, 100 + filters);
+      const RandomData data = random_dataset(m, 3000, 700, 100 + filters);
       const auto params = initial_params(m, 42);
       const auto permutation = cnn::Sampler(5, data.train.count()).permutation(0);
       const std::int64_t first = 123;
@@ -747,7 +696,7 @@ RunResult train_20_steps(const cnn::SeedModel& m, const RandomData& data, cnn::O
 
 BOOST_AUTO_TEST_CASE(identical_runs_give_identical_bits) {
   const cnn::SeedModel m = seed_model(64);
-  const RandomData data = random_data(m, 20 * 128, 100, 77);
+  const RandomData data = random_dataset(m, 20 * 128, 100, 77);
   for (auto kind : {cnn::OptimizerKind::kSgd, cnn::OptimizerKind::kMomentum}) {
     BOOST_TEST_CONTEXT("optimizer " << cnn::optimizer_name(kind)) {
       const RunResult a = train_20_steps(m, data, kind, true);
@@ -794,7 +743,7 @@ BOOST_AUTO_TEST_CASE(fc_first_backward_gives_the_fused_bits) {
   for (int filters : {64, 256}) {
     const cnn::SeedModel m = seed_model(filters);
     const cnn::ParamLayout layout = m.layout();
-    const RandomData data = random_data(m, 2500, 100, 31 + filters);
+    const RandomData data = random_dataset(m, 2500, 100, 31 + filters);
     const auto permutation = cnn::Sampler(4, data.train.count()).permutation(0);
     const std::int64_t fc_offset = layout.find("fc.weight").offset;
     for (bool graphs : {true, false}) {
@@ -847,7 +796,7 @@ constexpr Setting kBenchmarkSettings[] = {{1000, 64}, {1000, 256}, {100, 64}, {1
 //   ./gpu_backend --run_test=measure_epoch_time
 BOOST_AUTO_TEST_CASE(measure_epoch_time, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
   constexpr std::int64_t kImages = 60000;
-  const RandomData data = random_data(seed_model(64), kImages, 1000, 2024);
+  const RandomData data = random_dataset(seed_model(64), kImages, 1000, 2024);
   // The forward column stays (always "fused": the unfused forward was retired), so that rows line up
   // with those of older trees in before/after runs (kernels/bench).
   std::printf("%-6s %-4s %-8s %-7s %10s %9s %10s  %s\n", "batch", "d", "forward", "graphs", "ms/epoch", "us/step",
@@ -896,7 +845,7 @@ BOOST_AUTO_TEST_CASE(measure_epoch_time, *boost::unit_test::disabled() * boost::
 //   ./gpu_backend --run_test=measure_fc_first
 BOOST_AUTO_TEST_CASE(measure_fc_first, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
   constexpr std::int64_t kImages = 60000;
-  const RandomData data = random_data(seed_model(64), kImages, 100, 2024);
+  const RandomData data = random_dataset(seed_model(64), kImages, 100, 2024);
   std::printf("%-6s %-4s %12s %12s %12s\n", "batch", "d", "fused us", "fc-first us", "difference");
   for (const Setting setting : {Setting{1000, 64}, Setting{250, 64}, Setting{1000, 256}, Setting{500, 256},
                                 Setting{250, 256}}) {
@@ -931,7 +880,7 @@ BOOST_AUTO_TEST_CASE(measure_fc_first, *boost::unit_test::disabled() * boost::un
 //   ncu --print-summary per-kernel ./gpu_backend --run_test=profile_steps
 BOOST_AUTO_TEST_CASE(profile_steps, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
   constexpr std::int64_t kImages = 6000;
-  const RandomData data = random_data(seed_model(64), kImages, 100, 99);
+  const RandomData data = random_dataset(seed_model(64), kImages, 100, 99);
   for (const Setting setting : kBenchmarkSettings) {
     const cnn::SeedModel m = seed_model(setting.filters);
     auto gpu = make_cuda(m, false);

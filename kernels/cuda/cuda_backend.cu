@@ -80,6 +80,12 @@ CudaBackend::CudaBackend(const BackendOptions& options, const Network& network, 
   }
   if (std::any_of(ops_.begin(), ops_.end(), [](const auto& op) { return op->uses_side_stream(); }))
     shared_.make_side_stream();
+  if (ops.size() == 1 && ops.front().kind == OpKind::kConvReluPoolFcSoftmax) {
+    const std::vector<const Layer*> layers = param_layers(network_, ops.front());
+    seed_offsets_ = SeedParamOffsets{layers.at(0)->weight_offset, layers.at(0)->bias_offset,
+                                     layers.at(1)->weight_offset, layers.at(1)->bias_offset, network_.layout.total()};
+    persistent_ = std::make_unique<PersistentSeedSteps>(network_.as_seed().value());
+  }
   activations_.resize(ops_.size() + 1);
   gradients_.resize(ops_.size() + 1);
   for (std::size_t k = ops_.size(); k-- > 0;)
@@ -183,6 +189,39 @@ std::vector<std::string> CudaBackend::implementation_lines(std::int64_t n) const
     if (!text.empty()) lines.push_back("op " + std::to_string(k) + " " + op_names_[k] + ": " + text);
   }
   return lines;
+}
+
+std::string CudaBackend::persistent_steps_unsupported(std::int64_t batch) const {
+  if (persistent_ == nullptr) return "the persistent kernel runs the seed model only (this is " + op_names_.front() + ", ...)";
+  // The kernel reads the data set itself: --augment's gather has no place in it.
+  if (augment().active()) return "--augment (the persistent kernel reads the data set itself)";
+  // The kernel writes the fc bias last (the test hook CNN_TEST_NAN_AT poisons the layout's last element there).
+  if (seed_offsets_.fc_bias + kSeedClasses != seed_offsets_.total) return "an unexpected parameter layout";
+  return persistent_->unsupported(batch);
+}
+
+StepChunkResult CudaBackend::train_chunk(const StepChunk& chunk) {
+  if (!persistent_steps_unsupported(chunk.batch).empty()) return Backend::train_chunk(chunk);
+  PersistentTargets targets;
+  targets.params = mutable_params();
+  targets.grads = mutable_grads();
+  targets.optimizer_state = mutable_optimizer_state();
+  targets.at = seed_offsets_;
+  targets.images = data().train_images.get();
+  targets.labels = data().train_labels.get();
+  targets.order = data().order.get();
+  targets.order_size = data().order_size;
+  targets.loss_sum = train_loss_sum();
+  targets.correct = train_correct();
+  targets.label_smoothing = label_smoothing();
+  targets.optimizer = optimizer_kind();
+  const StepChunkResult result = persistent_->run(chunk, targets, stream());
+  count_train_samples(static_cast<std::int64_t>(result.times.size()) * chunk.batch);
+  return result;
+}
+
+volatile int* CudaBackend::chunk_stop_word() {
+  return persistent_ != nullptr ? persistent_->stop_word() : Backend::chunk_stop_word();
 }
 
 }  // namespace cnn::cuda

@@ -39,6 +39,7 @@
 #include "cuda/device_backend.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_op.hpp"
+#include "cuda/persistent_steps.hpp"
 #include "cuda/timing_event_pair.hpp"
 
 namespace cnn::cuda {
@@ -54,6 +55,12 @@ class CudaBackend final : public DeviceBackend {
   // after each as measured by the last timed step that reported it (0 when not measured).
   std::vector<GradientReadyPoint> gradient_ready_points() override;
   std::vector<std::string> implementation_lines(std::int64_t n) const override;
+
+  // The seed model's steps inside one persistent kernel (persistent_steps.hpp) where it can run
+  // them; otherwise the default, one step per launch.
+  std::string persistent_steps_unsupported(std::int64_t batch) const override;
+  StepChunkResult train_chunk(const StepChunk& chunk) override;
+  volatile int* chunk_stop_word() override;
 
  protected:
   bool prepare_batch(std::int64_t n) override;
@@ -74,6 +81,8 @@ class CudaBackend final : public DeviceBackend {
   // the data set itself), gradients_[k] dL/d(activations_[k]) (for a ReLU's output, taken before it).
   std::vector<DeviceBuffer<float>> activations_, gradients_;
   std::vector<GradientReadyPoint> ready_points_;                  // in finishing order
+  std::unique_ptr<PersistentSeedSteps> persistent_;  // the seed model's persistent path; null for other networks
+  SeedParamOffsets seed_offsets_;                    // where its parameters sit (with persistent_)
   std::vector<std::unique_ptr<TimingEventPair>> after_ready_;  // per ready point: the compute after it
 };
 

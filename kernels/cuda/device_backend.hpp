@@ -126,7 +126,16 @@ class DeviceBackend : public Backend {
   float* mutable_params() const { return params_.get(); }
   float* mutable_grads() const { return grads_.get(); }
   float* mutable_state() const { return state_.get(); }
+  float* mutable_optimizer_state() const { return optimizer_state_.get(); }
+  OptimizerKind optimizer_kind() const { return optimizer_; }
+  float label_smoothing() const { return label_smoothing_; }
+  const Augment& augment() const { return augment_; }
   StatisticsExchange* statistics() const { return statistics_.get(); }
+  // The training stats' device slot (what take_train_stats reads), for steps a derived backend runs
+  // outside compute_gradients; count_train_samples adds the samples those steps took.
+  double* train_loss_sum() const { return loss_sums_.get() + kTrainSlot; }
+  std::int64_t* train_correct() const { return correct_counts_.get() + kTrainSlot; }
+  void count_train_samples(std::int64_t samples) { train_samples_ += samples; }
 
  private:
   void check_train_range(std::int64_t first, std::int64_t count) const;

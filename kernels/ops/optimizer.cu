@@ -7,6 +7,7 @@
 #include "cuda/dependent_launch.cuh"
 #include "cuda/launch.hpp"
 #include "ops/nonfinite.cuh"
+#include "ops/optimizer_rules.cuh"
 
 namespace cnn::cuda {
 namespace {
@@ -15,25 +16,17 @@ __device__ bool update_skipped(const unsigned long long* skip_flag) {
   return skip_flag != nullptr && *skip_flag != kAllFinite;
 }
 
-// p -= lr * (scale * g + W * p); W = 0 keeps the arithmetic of the builds before weight decay.
+// The arithmetic per element is optimizer_rules.cuh's, shared with the persistent seed kernel.
 __global__ void sgd_update_kernel(float* __restrict__ params /*[n]*/, const float* __restrict__ grads /*[n]*/,
                                   std::int64_t n, float lr, float weight_decay, float grad_scale,
                                   const unsigned long long* skip_flag) {
   start_after_previous_kernel();
   if (update_skipped(skip_flag)) return;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    if (weight_decay == 0.0f) {
-      params[i] -= lr * grad_scale * grads[i];
-    } else {
-      const float g = grad_scale * grads[i] + weight_decay * params[i];
-      params[i] -= lr * g;
-    }
-  }
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    params[i] = sgd_rule(params[i], grads[i], lr, weight_decay, grad_scale);
 }
 
-// g = scale * g + W * p ;  v = momentum * v + g ;  p -= lr * (nesterov ? g + momentum * v : v)
-// (PyTorch's SGD with momentum, dampening 0)
 __global__ void momentum_update_kernel(float* __restrict__ params /*[n]*/, float* __restrict__ velocity /*[n]*/,
                                        const float* __restrict__ grads /*[n]*/, std::int64_t n, float lr,
                                        float momentum, float weight_decay, bool nesterov, float grad_scale,
@@ -42,17 +35,12 @@ __global__ void momentum_update_kernel(float* __restrict__ params /*[n]*/, float
   if (update_skipped(skip_flag)) return;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float g = grad_scale * grads[i];
-    if (weight_decay != 0.0f) g += weight_decay * params[i];
-    const float v = momentum * velocity[i] + g;
+    float v = velocity[i];
+    params[i] = momentum_rule(params[i], v, grads[i], lr, momentum, weight_decay, nesterov, grad_scale);
     velocity[i] = v;
-    params[i] -= lr * (nesterov ? g + momentum * v : v);
   }
 }
 
-// PyTorch's Adam and AdamW with the step's constants from the host (cnn::adam_step, as the CPU twin):
-//   p *= decay_factor ; g = scale g + l2 p ; m = b1 m + (1-b1) g ;  v = b2 v + (1-b2) g^2 ;
-//   p -= step_size * m / (sqrt(v) / bc2_sqrt + eps)
 __global__ void adam_update_kernel(float* __restrict__ params, float* __restrict__ m, float* __restrict__ v,
                                    const float* __restrict__ grads, std::int64_t n, AdamStep c, float grad_scale,
                                    const unsigned long long* skip_flag) {
@@ -60,15 +48,10 @@ __global__ void adam_update_kernel(float* __restrict__ params, float* __restrict
   if (update_skipped(skip_flag)) return;
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float p = params[i];
-    if (c.decay_factor != 1.0f) p *= c.decay_factor;
-    float g = grad_scale * grads[i];
-    if (c.l2 != 0.0f) g += c.l2 * p;
-    const float mi = c.beta1 * m[i] + c.one_minus_beta1 * g;
-    const float vi = c.beta2 * v[i] + c.one_minus_beta2 * (g * g);
+    float mi = m[i], vi = v[i];
+    params[i] = adam_rule(params[i], mi, vi, grads[i], c, grad_scale);
     m[i] = mi;
     v[i] = vi;
-    params[i] = p - c.step_size * mi / (sqrtf(vi) / c.bias_correction2_sqrt + c.eps);
   }
 }
 

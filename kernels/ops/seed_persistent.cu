@@ -1,0 +1,593 @@
+// The persistent seed kernel: see seed_persistent.hpp for the ownership of the work and the phases of
+// a step. Data that another block wrote earlier in the same launch is read with __ldcg (from L2,
+// which every multiprocessor shares), never through L1 or the read-only path, which could still hold
+// an earlier step's line; only the data set and the epoch's order, which no step writes, are read
+// through __ldg.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/launch.hpp"
+#include "dist/reduce.cuh"
+#include "ops/conv_pool_cell.cuh"
+#include "ops/input_batch.cuh"
+#include "ops/nonfinite.cuh"
+#include "ops/seed_persistent.hpp"
+#include "ops/softmax_kernels.cuh"
+
+namespace cnn::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kO = kSeedClasses;
+constexpr int kThreads = 512;
+// One filter row in shared memory: 9 taps, the bias, padding to whole float4s (stage_filters' layout);
+// one column's 10 fc weights padded the same way; one sample's 10 dL/dlogits likewise.
+constexpr int kRow = 12;
+constexpr int kConvValues = kTaps1 + 1;             // a filter's gradient: 9 taps and the bias
+constexpr int kColumnSums = kConvValues + kO;       // what the backward sums per column
+constexpr int kPatchFloats = kPatch * kPatch;       // one pool cell's 4x4 input patch
+constexpr int kMaxChunk = 256;                      // samples staged per round of the backward
+constexpr std::size_t kPatchStageBytes = 48 * 1024;  // the backward's staged patches, at most
+constexpr std::int64_t kMaxBatch = 8192;
+
+// The block's share of the columns, in cell-major order (q = cell * F + filter), and what it touches.
+struct Ownership {
+  std::int64_t first;  // q of its first column
+  int count;           // columns owned
+  int first_cell;
+  int cells;
+};
+
+__host__ __device__ inline Ownership ownership(int block, int blocks, std::int64_t columns, int filters) {
+  Ownership o;
+  o.first = block * columns / blocks;
+  const std::int64_t end = (block + 1) * columns / blocks;
+  o.count = static_cast<int>(end - o.first);
+  o.first_cell = static_cast<int>(o.first / filters);
+  o.cells = o.count > 0 ? static_cast<int>((end - 1) / filters) - o.first_cell + 1 : 0;
+  return o;
+}
+
+// Launch-wide constants of the kernel (plan and model), passed by value.
+struct Shape {
+  std::int64_t n;
+  std::int64_t columns;  // J = F * P
+  int filters;
+  int cells;             // P
+  int pooled_width;
+  int width;             // input W
+  std::int64_t image;    // H * W
+  int most_columns;
+  int forward_lanes;
+  int sweep_splits;
+  int chunk;             // samples per staged round of the backward
+  int cells_per_block;
+};
+
+// The shared memory of a block, carved from one dynamic allocation (offsets in floats, each a
+// multiple of 4 so that float4 loads stay aligned).
+struct SharedLayout {
+  int conv;          // [F][kRow]: taps, bias
+  int conv_state;    // [2][F * kConvValues]
+  int fc_bias;       // [kRow]: 10 biases
+  int fc_bias_state; // [2][kRow]
+  int fc;            // [most_columns][kRow]: the owned columns' fc weights
+  int sums;          // [splits][most_columns][kColumnSums]
+  int logits;        // [chunk][kRow]: staged dL/dlogits
+  int patches;       // [cells_per_block][chunk][16]: staged input patches
+  int total;
+};
+
+__host__ __device__ inline int round4(int x) { return (x + 3) / 4 * 4; }
+
+__host__ __device__ inline SharedLayout shared_layout(const Shape& s) {
+  SharedLayout l;
+  int at = 0;
+  l.conv = at;
+  at += round4(s.filters * kRow);
+  l.conv_state = at;
+  at += round4(2 * s.filters * kConvValues);
+  l.fc_bias = at;
+  at += kRow;
+  l.fc_bias_state = at;
+  at += 2 * kRow;
+  l.fc = at;
+  at += s.most_columns * kRow;
+  l.sums = at;
+  at += round4(s.sweep_splits * s.most_columns * kColumnSums);
+  l.logits = at;
+  at += s.chunk * kRow;
+  l.patches = at;
+  at += s.cells_per_block * s.chunk * kPatchFloats;
+  l.total = at;
+  return l;
+}
+
+// The flat index of column q's fc weight for output o.
+__device__ __forceinline__ std::int64_t fc_index(const SeedParamOffsets& at, const Shape& s, std::int64_t q, int o) {
+  const std::int64_t cell = q / s.filters;
+  const std::int64_t f = q - cell * s.filters;
+  return at.fc_weight + o * s.columns + f * s.cells + cell;
+}
+
+// The flat index of filter f's gradient value r (taps 0..8, then the bias).
+__device__ __forceinline__ std::int64_t conv_index(const SeedParamOffsets& at, int f, int r) {
+  return r < kTaps1 ? at.conv_weight + static_cast<std::int64_t>(f) * kTaps1 + r : at.conv_bias + f;
+}
+
+__device__ __forceinline__ void flag_nonfinite(unsigned long long* verdict, float value, std::int64_t index) {
+  if (!isfinite(value)) atomicMin(verdict, static_cast<unsigned long long>(index));
+}
+
+// Optimizer state of one parameter: (velocity) or (m, v) or nothing, from `state` (the flat
+// optimizer buffer, `total` floats per copy).
+struct StateRef {
+  float* first;
+  float* second;
+};
+__device__ __forceinline__ StateRef flat_state(float* state, OptimizerKind kind, std::int64_t total, std::int64_t i) {
+  if (kind == OptimizerKind::kSgd) return {nullptr, nullptr};
+  if (kind == OptimizerKind::kMomentum) return {state + i, nullptr};
+  return {state + i, state + total + i};
+}
+
+// A pool cell's 4x4 patch of sample s (a position in `order`) as floats, from the uint8 data set.
+__device__ __forceinline__ void load_patch(float (&patch)[1][kPatch][kPatch], const SeedPersistentArgs& a,
+                                           const Shape& s, std::int64_t sample, int cell) {
+  const std::int64_t py = cell / s.pooled_width;
+  const std::int64_t px = cell - py * s.pooled_width;
+  const std::uint8_t* pixels =
+      a.images + static_cast<std::int64_t>(__ldg(a.order + sample)) * s.image + kPoolWindow * py * s.width + kPoolWindow * px;
+  uint4 packed[1];
+  read_byte_patch<1>(patch, packed, pixels, s.image, s.width, true);
+}
+
+// ---- the phases ------------------------------------------------------------------------------------
+
+// A. This block's columns for every sample: conv + ReLU + pool, and their part of each sample's
+// logits. forward_lanes threads share a sample, each a contiguous run of the columns in order; their
+// sums meet in a butterfly (every lane ends with the same bits).
+__device__ void forward_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, const float* smem,
+                              const SharedLayout& l, int step) {
+  const int lanes = s.forward_lanes;
+  const int slot = static_cast<int>(threadIdx.x) / lanes;
+  const int part = static_cast<int>(threadIdx.x) - slot * lanes;
+  const int slots = kThreads / lanes;
+  const int u_begin = part * own.count / lanes;
+  const int u_end = (part + 1) * own.count / lanes;
+  const std::int64_t step_first = static_cast<std::int64_t>(step) * s.n;
+  for (std::int64_t base = 0; base < s.n; base += slots) {
+    const std::int64_t sample = base + slot;
+    const bool valid = sample < s.n;
+    float acc[kO];
+#pragma unroll
+    for (int o = 0; o < kO; ++o) acc[o] = 0.0f;
+    if (valid) {
+      float patch[1][kPatch][kPatch];
+      int patch_cell = -1;
+      for (int u = u_begin; u < u_end; ++u) {
+        const std::int64_t q = own.first + u;
+        const int cell = static_cast<int>(q / s.filters);
+        const int f = static_cast<int>(q - static_cast<std::int64_t>(cell) * s.filters);
+        if (cell != patch_cell) {
+          load_patch(patch, a, s, step_first + sample, cell);
+          patch_cell = cell;
+        }
+        float w[kRow];
+        load_float4s(w, smem + l.conv + f * kRow);
+        const float value = fmaxf(conv_pool_max<1, kRow>(w, patch).value, 0.0f);
+        float w_fc[kRow];
+        load_float4s(w_fc, smem + l.fc + u * kRow);
+#pragma unroll
+        for (int o = 0; o < kO; ++o) acc[o] = fmaf(w_fc[o], value, acc[o]);
+      }
+    }
+    for (int offset = 1; offset < lanes; offset *= 2)
+#pragma unroll
+      for (int o = 0; o < kO; ++o) acc[o] += __shfl_xor_sync(kFullWarp, acc[o], offset);
+    if (valid && part == 0) {
+      float* out = a.block_logits + (static_cast<std::int64_t>(blockIdx.x) * s.n + sample) * kO;
+#pragma unroll
+      for (int o = 0; o < kO; ++o) out[o] = acc[o];
+    }
+  }
+}
+
+// B. A warp per sample: logits = bias + the blocks' partial sums (lane l adds blocks l, l+32, ... in
+// order, then a butterfly), then the softmax cross-entropy and dL/dlogits.
+__device__ void loss_phase(const SeedPersistentArgs& a, const Shape& s, const float* smem, const SharedLayout& l,
+                           int step) {
+  const unsigned lane = threadIdx.x & 31u;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kThreads / 32);
+  const std::int64_t step_first = static_cast<std::int64_t>(step) * s.n;
+  for (std::int64_t sample = blockIdx.x * static_cast<std::int64_t>(kThreads / 32) + threadIdx.x / 32; sample < s.n;
+       sample += warps) {
+    float z[kO];
+#pragma unroll
+    for (int o = 0; o < kO; ++o) z[o] = 0.0f;
+    for (unsigned c = lane; c < gridDim.x; c += 32) {
+      const float* row = a.block_logits + (static_cast<std::int64_t>(c) * s.n + sample) * kO;
+#pragma unroll
+      for (int o = 0; o < kO; ++o) z[o] += __ldcg(row + o);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2)
+#pragma unroll
+      for (int o = 0; o < kO; ++o) z[o] += __shfl_xor_sync(kFullWarp, z[o], offset);
+#pragma unroll
+    for (int o = 0; o < kO; ++o) z[o] = smem[l.fc_bias + o] + z[o];
+    if (lane == 0) {
+      const int label = __ldg(a.labels + __ldg(a.order + step_first + sample));
+      softmax_cross_entropy_sample(z, label, a.label_smoothing, a.grad_logits + sample * kO, a.sample_loss[sample],
+                                   a.sample_correct[sample]);
+    }
+  }
+}
+
+// C. This block's columns: with splits threads per column, each summing the samples s = split,
+// split + splits, ... in order, the fc weight gradient (dL/dlogit x pooled) and, through the
+// recomputed pool winner, the conv gradient's terms; then the splits in order, then per filter its
+// columns in order. Writes the fc weight gradient to the flat buffer (and keeps it in `sums` for the
+// update) and the block's share of each filter's gradient to conv_partial.
+__device__ void backward_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, float* smem,
+                               const SharedLayout& l, int step) {
+  const int splits = s.sweep_splits;
+  const int u = static_cast<int>(threadIdx.x) % s.most_columns;
+  const int split = static_cast<int>(threadIdx.x) / s.most_columns;
+  const bool active = split < splits && u < own.count;
+  const std::int64_t q = own.first + (active ? u : 0);
+  const int cell = static_cast<int>(q / s.filters);
+  const int f = static_cast<int>(q - static_cast<std::int64_t>(cell) * s.filters);
+  float w[kRow], w_fc[kRow];
+  load_float4s(w, smem + l.conv + f * kRow);
+  load_float4s(w_fc, smem + l.fc + (active ? u : 0) * kRow);
+  float acc[kColumnSums];
+#pragma unroll
+  for (int r = 0; r < kColumnSums; ++r) acc[r] = 0.0f;
+  const std::int64_t step_first = static_cast<std::int64_t>(step) * s.n;
+  float* logits_s = smem + l.logits;
+  float* patches_s = smem + l.patches;
+
+  for (std::int64_t chunk = 0; chunk < s.n; chunk += s.chunk) {
+    const int count = static_cast<int>(min(static_cast<std::int64_t>(s.chunk), s.n - chunk));
+    __syncthreads();  // the previous round's readers are done
+    for (int e = threadIdx.x; e < count * kO; e += kThreads) {
+      const int k = e / kO;
+      logits_s[k * kRow + (e - k * kO)] = __ldcg(a.grad_logits + chunk * kO + e);
+    }
+    for (int e = threadIdx.x; e < own.cells * count * kPatchFloats; e += kThreads) {
+      const int pixel = e % kPatchFloats;
+      const int k = (e / kPatchFloats) % count;
+      const int c = e / (kPatchFloats * count);
+      const int at_cell = own.first_cell + c;
+      const int py = at_cell / s.pooled_width;
+      const int px = at_cell - py * s.pooled_width;
+      const std::uint8_t* image = a.images + static_cast<std::int64_t>(__ldg(a.order + step_first + chunk + k)) * s.image;
+      const std::int64_t offset = static_cast<std::int64_t>(kPoolWindow * py + pixel / kPatch) * s.width +
+                                  kPoolWindow * px + pixel % kPatch;
+      patches_s[(c * s.chunk + k) * kPatchFloats + pixel] = static_cast<float>(__ldg(image + offset)) * kPixelScale;
+    }
+    __syncthreads();
+    if (!active) continue;
+    const float* my_patches = patches_s + (cell - own.first_cell) * s.chunk * kPatchFloats;
+    for (int k = static_cast<int>((split - chunk % splits + splits) % splits); k < count; k += splits) {
+      float flat[kPatchFloats];
+      load_float4s(flat, my_patches + k * kPatchFloats);
+      float patch[1][kPatch][kPatch];
+#pragma unroll
+      for (int i = 0; i < kPatch; ++i)
+#pragma unroll
+        for (int j = 0; j < kPatch; ++j) patch[0][i][j] = flat[i * kPatch + j];
+      const PoolWinner best = conv_pool_max<1, kRow>(w, patch);
+      const float value = fmaxf(best.value, 0.0f);
+      float gl[kRow];
+      load_float4s(gl, logits_s + k * kRow);
+#pragma unroll
+      for (int o = 0; o < kO; ++o) acc[kConvValues + o] = fmaf(gl[o], value, acc[kConvValues + o]);
+      float g = 0.0f;
+#pragma unroll
+      for (int o = 0; o < kO; ++o) g = fmaf(gl[o], w_fc[o], g);
+      g = value > 0.0f ? g : 0.0f;  // the ReLU cut it: no gradient reaches the conv
+      const int down = best.which >> 1;
+      const int right = best.which & 1;
+#pragma unroll
+      for (int i = 0; i < kSeedKernel; ++i)
+#pragma unroll
+        for (int j = 0; j < kSeedKernel; ++j)
+          acc[i * kSeedKernel + j] = fmaf(g, patch[0][down + i][right + j], acc[i * kSeedKernel + j]);
+      acc[kTaps1] += g;
+    }
+  }
+
+  // The splits of each column, in order, in place into split 0's slots.
+  float* sums = smem + l.sums;
+  if (active)
+#pragma unroll
+    for (int r = 0; r < kColumnSums; ++r) sums[(split * s.most_columns + u) * kColumnSums + r] = acc[r];
+  __syncthreads();
+  for (int e = threadIdx.x; e < own.count * kColumnSums; e += kThreads) {
+    const int cu = e / kColumnSums;
+    const int r = e - cu * kColumnSums;
+    float total = 0.0f;
+    for (int k = 0; k < splits; ++k) total += sums[(k * s.most_columns + cu) * kColumnSums + r];
+    sums[cu * kColumnSums + r] = total;
+    if (r >= kConvValues) {
+      const std::int64_t index = fc_index(a.at, s, own.first + cu, r - kConvValues);
+      a.grads[index] = total;
+      flag_nonfinite(a.verdict, total, index);
+    }
+  }
+  __syncthreads();
+  // Each filter's share: its columns in order (they are filters apart in cell-major order).
+  for (int e = threadIdx.x; e < s.filters * kConvValues; e += kThreads) {
+    const int filter = e / kConvValues;
+    const int r = e - filter * kConvValues;
+    const int first = static_cast<int>(((filter - own.first % s.filters) + s.filters) % s.filters);
+    float total = 0.0f;
+    for (int cu = first; cu < own.count; cu += s.filters) total += sums[cu * kColumnSums + r];
+    a.conv_partial[(static_cast<std::int64_t>(blockIdx.x) * s.filters + filter) * kConvValues + r] = total;
+  }
+}
+
+// D. A warp per value: each conv gradient value sums the blocks' shares (lanes over blocks, then a
+// butterfly), each fc bias gradient sums dL/dlogits over the samples, and one warp adds the batch's
+// loss and hits. Block 0 also reads the host's stop word.
+__device__ void reduce_phase(const SeedPersistentArgs& a, const Shape& s, int step) {
+  const unsigned lane = threadIdx.x & 31u;
+  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kThreads / 32);
+  const std::int64_t conv_items = static_cast<std::int64_t>(s.filters) * kConvValues;
+  const std::int64_t items = conv_items + kO + 1;
+  for (std::int64_t item = blockIdx.x * static_cast<std::int64_t>(kThreads / 32) + threadIdx.x / 32; item < items;
+       item += warps) {
+    if (item < conv_items) {
+      float total = 0.0f;
+      for (unsigned c = lane; c < gridDim.x; c += 32) total += __ldcg(a.conv_partial + c * conv_items + item);
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(kFullWarp, total, offset);
+      if (lane == 0) {
+        const int filter = static_cast<int>(item / kConvValues);
+        const std::int64_t index = conv_index(a.at, filter, static_cast<int>(item - filter * kConvValues));
+        a.grads[index] = total;
+        flag_nonfinite(a.verdict, total, index);
+      }
+    } else if (item < conv_items + kO) {
+      const int o = static_cast<int>(item - conv_items);
+      float total = 0.0f;
+      for (std::int64_t sample = lane; sample < s.n; sample += 32) total += __ldcg(a.grad_logits + sample * kO + o);
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(kFullWarp, total, offset);
+      if (lane == 0) {
+        const std::int64_t index = a.at.fc_bias + o;
+        if (step == a.nan_at && index == a.at.total - 1) total = NAN;  // the test hook's poisoned element
+        a.grads[index] = total;
+        flag_nonfinite(a.verdict, total, index);
+      }
+    } else {
+      double loss = 0.0;
+      long long hits = 0;
+      for (std::int64_t sample = lane; sample < s.n; sample += 32) {
+        loss += static_cast<double>(__ldcg(a.sample_loss + sample));
+        hits += __ldcg(a.sample_correct + sample);
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) {
+        loss += __shfl_xor_sync(kFullWarp, loss, offset);
+        hits += __shfl_xor_sync(kFullWarp, hits, offset);
+      }
+      if (lane == 0) {
+        *a.loss_sum += loss;
+        *a.correct += hits;
+      }
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0 && a.host_stop != nullptr && *a.host_stop != 0) *a.stop_request = 1;
+}
+
+// E. The update: this block's fc columns (shared memory, the flat buffer and their optimizer state,
+// which only this block touches), and every block its copies of the conv weights and the fc bias
+// (block 0 also writes them and their state to the flat buffers).
+__device__ void update_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, float* smem,
+                             const SharedLayout& l, const StepRule& rule) {
+  const float* sums = smem + l.sums;
+  for (int e = threadIdx.x; e < own.count * kO; e += kThreads) {
+    const int u = e / kO;
+    const int o = e - u * kO;
+    const std::int64_t index = fc_index(a.at, s, own.first + u, o);
+    const StateRef st = flat_state(a.state, rule.kind, a.at.total, index);
+    float first = st.first ? *st.first : 0.0f, second = st.second ? *st.second : 0.0f;
+    const float p = apply_rule(rule, smem[l.fc + u * kRow + o], sums[u * kColumnSums + kConvValues + o], first, second);
+    smem[l.fc + u * kRow + o] = p;
+    a.params[index] = p;
+    if (st.first) *st.first = first;
+    if (st.second) *st.second = second;
+  }
+  const bool writer = blockIdx.x == 0;
+  const int conv_values = s.filters * kConvValues;
+  for (int e = threadIdx.x; e < conv_values + kO; e += kThreads) {
+    const bool conv = e < conv_values;
+    const int filter = conv ? e / kConvValues : 0;
+    const int r = conv ? e - filter * kConvValues : e - conv_values;
+    const std::int64_t index = conv ? conv_index(a.at, filter, r) : a.at.fc_bias + r;
+    float& p = conv ? smem[l.conv + filter * kRow + r] : smem[l.fc_bias + r];
+    float& first = conv ? smem[l.conv_state + e] : smem[l.fc_bias_state + r];
+    float& second = conv ? smem[l.conv_state + conv_values + e] : smem[l.fc_bias_state + kRow + r];
+    p = apply_rule(rule, p, __ldcg(a.grads + index), first, second);
+    if (writer) {
+      a.params[index] = p;
+      const StateRef st = flat_state(a.state, rule.kind, a.at.total, index);
+      if (st.first) *st.first = first;
+      if (st.second) *st.second = second;
+    }
+  }
+}
+
+// Every block: its copies of the conv weights and fc bias (and their optimizer state), and its own
+// columns' fc weights, from the flat buffers.
+__device__ void load_parameters(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, float* smem,
+                                const SharedLayout& l, OptimizerKind kind) {
+  const int conv_values = s.filters * kConvValues;
+  for (int e = threadIdx.x; e < conv_values + kO; e += kThreads) {
+    const bool conv = e < conv_values;
+    const int filter = conv ? e / kConvValues : 0;
+    const int r = conv ? e - filter * kConvValues : e - conv_values;
+    const std::int64_t index = conv ? conv_index(a.at, filter, r) : a.at.fc_bias + r;
+    const StateRef st = flat_state(a.state, kind, a.at.total, index);
+    (conv ? smem[l.conv + filter * kRow + r] : smem[l.fc_bias + r]) = a.params[index];
+    (conv ? smem[l.conv_state + e] : smem[l.fc_bias_state + r]) = st.first ? *st.first : 0.0f;
+    (conv ? smem[l.conv_state + conv_values + e] : smem[l.fc_bias_state + kRow + r]) = st.second ? *st.second : 0.0f;
+  }
+  for (int e = threadIdx.x; e < s.filters; e += kThreads)
+    for (int r = kConvValues; r < kRow; ++r) smem[l.conv + e * kRow + r] = 0.0f;
+  for (int e = threadIdx.x; e < s.most_columns * kRow; e += kThreads) {
+    const int u = e / kRow;
+    const int o = e - u * kRow;
+    smem[l.fc + e] = u < own.count && o < kO ? a.params[fc_index(a.at, s, own.first + u, o)] : 0.0f;
+  }
+}
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersistentArgs a, Shape s) {
+  extern __shared__ float4 shared_words[];
+  float* smem = reinterpret_cast<float*>(shared_words);
+  const SharedLayout l = shared_layout(s);
+  const Ownership own = ownership(static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), s.columns, s.filters);
+  const cg::grid_group grid = cg::this_grid();
+  const bool clock_keeper = blockIdx.x == 0 && threadIdx.x == 0;
+  load_parameters(a, s, own, smem, l, a.rules[0].kind);
+  __syncthreads();
+
+  int step = 0;
+  for (; step < a.steps; ++step) {
+    if (clock_keeper) a.clocks[step * 4] = global_ns();
+    forward_phase(a, s, own, smem, l, step);
+    grid.sync();
+    // Every block read the last step's verdict before this barrier: reset it for this step.
+    if (clock_keeper) *a.verdict = kAllFinite;
+    loss_phase(a, s, smem, l, step);
+    grid.sync();
+    if (clock_keeper) a.clocks[step * 4 + 1] = global_ns();
+    backward_phase(a, s, own, smem, l, step);
+    grid.sync();
+    reduce_phase(a, s, step);
+    grid.sync();
+    if (clock_keeper) a.clocks[step * 4 + 2] = global_ns();
+    const unsigned long long verdict = __ldcg(a.verdict);
+    if (verdict != kAllFinite) {
+      if (clock_keeper) {
+        a.clocks[step * 4 + 3] = global_ns();
+        a.outcome->nonfinite = verdict;
+      }
+      break;
+    }
+    update_phase(a, s, own, smem, l, a.rules[step]);
+    __syncthreads();  // the updated copies, before the next forward reads them
+    if (clock_keeper) a.clocks[step * 4 + 3] = global_ns();
+    if (__ldcg(a.stop_request) != 0) {
+      ++step;
+      if (clock_keeper) a.outcome->stop_seen = 1;
+      break;
+    }
+  }
+  if (clock_keeper) a.outcome->steps_done = step;
+  grid.sync();  // every block has read the words: leave them ready for the next launch
+  if (clock_keeper) {
+    *a.verdict = kAllFinite;
+    *a.stop_request = 0;
+  }
+}
+
+int resident_persistent_blocks(std::size_t shared_bytes) {
+  CNN_CHECK_CUDA(cudaFuncSetAttribute(seed_persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(shared_bytes)));
+  int blocks = 0;
+  CNN_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, seed_persistent_kernel, kThreads, shared_bytes));
+  return blocks;
+}
+
+Shape shape_of(const SeedModel& m, const SeedPersistentPlan& plan) {
+  const TensorShape p = m.pooled();
+  Shape s;
+  s.n = plan.n;
+  s.columns = plan.columns;
+  s.filters = m.filters;
+  s.cells = p.height * p.width;
+  s.pooled_width = p.width;
+  s.width = m.input.width;
+  s.image = static_cast<std::int64_t>(m.input.height) * m.input.width;
+  s.most_columns = plan.most_columns;
+  s.forward_lanes = plan.forward_lanes;
+  s.sweep_splits = plan.sweep_splits;
+  s.cells_per_block = plan.cells_per_block;
+  s.chunk = 0;
+  return s;
+}
+
+int device_attribute(cudaDeviceAttr attribute) {
+  int device = 0, value = 0;
+  CNN_CHECK_CUDA(cudaGetDevice(&device));
+  CNN_CHECK_CUDA(cudaDeviceGetAttribute(&value, attribute, device));
+  return value;
+}
+
+}  // namespace
+
+const char* seed_persistent_unsupported(const SeedModel& m, std::int64_t n) {
+  if (m.input.channels != 1) return "the persistent kernel takes one input channel";
+  if (n < 1 || n > kMaxBatch) return "the persistent kernel takes batches of 1 to 8192 samples per rank";
+  if (device_attribute(cudaDevAttrCooperativeLaunch) == 0) return "this GPU cannot launch cooperative kernels";
+  const SeedPersistentPlan plan = plan_seed_persistent(m, n);
+  if (plan.chunk_too_small()) return "too many pool cells per block for the persistent kernel's staging (too few filters)";
+  if (plan.shared_bytes > static_cast<std::size_t>(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)))
+    return "the persistent kernel's shared memory does not fit this GPU";
+  if (resident_persistent_blocks(plan.shared_bytes) < 1) return "the persistent kernel does not fit a multiprocessor";
+  return "";
+}
+
+SeedPersistentPlan plan_seed_persistent(const SeedModel& m, std::int64_t n) {
+  SeedPersistentPlan plan;
+  plan.n = n;
+  plan.blocks = multiprocessor_count();
+  plan.threads = kThreads;
+  plan.columns = m.fc_inputs();
+  plan.most_columns = static_cast<int>(ceil_div(plan.columns, plan.blocks));
+  for (int b = 0; b < plan.blocks; ++b)
+    plan.cells_per_block = std::max(plan.cells_per_block, ownership(b, plan.blocks, plan.columns, m.filters).cells);
+  // Threads per sample in the forward: as many as keep every thread busy on small batches.
+  plan.forward_lanes = 1;
+  while (plan.forward_lanes < 32 && n * plan.forward_lanes * 2 <= kThreads &&
+         plan.forward_lanes * 2 <= plan.most_columns)
+    plan.forward_lanes *= 2;
+  plan.sweep_splits = static_cast<int>(std::clamp<std::int64_t>(kThreads / plan.most_columns, 1, std::min<std::int64_t>(n, 32)));
+  // Samples per staged round of the backward: as many as the patch stage holds, in whole warps' worth.
+  const std::size_t per_sample = static_cast<std::size_t>(plan.cells_per_block) * kPatchFloats * sizeof(float);
+  plan.chunk = static_cast<int>(std::min<std::size_t>(kMaxChunk, kPatchStageBytes / per_sample) / 32 * 32);
+  Shape s = shape_of(m, plan);
+  s.chunk = std::max(plan.chunk, 32);
+  plan.shared_bytes = static_cast<std::size_t>(shared_layout(s).total) * sizeof(float);
+  plan.block_logit_floats = static_cast<std::int64_t>(plan.blocks) * n * kO;
+  plan.conv_partial_floats = static_cast<std::int64_t>(plan.blocks) * m.filters * kConvValues;
+  return plan;
+}
+
+void launch_seed_persistent(const SeedPersistentArgs& args, const SeedModel& m, const SeedPersistentPlan& plan,
+                            cudaStream_t stream) {
+  Shape s = shape_of(m, plan);
+  s.chunk = plan.chunk;
+  (void)resident_persistent_blocks(plan.shared_bytes);  // sets the kernel's shared memory limit
+  SeedPersistentArgs a = args;
+  void* params[] = {&a, &s};
+  CNN_CHECK_CUDA(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(seed_persistent_kernel),
+                                             dim3(static_cast<unsigned>(plan.blocks)), dim3(kThreads), params,
+                                             plan.shared_bytes, stream));
+}
+
+}  // namespace cnn::cuda
