@@ -97,15 +97,6 @@ void ordinary_steps(cnn::Backend& gpu, const cnn::StepChunk& chunk) {
   gpu.synchronize();
 }
 
-void check_per_tensor(const std::vector<float>& got, const std::vector<float>& want, const cnn::ParamLayout& layout,
-                      double tolerance, const char* what) {
-  for (const cnn::ParamView& view : layout.views()) {
-    const auto at = static_cast<std::size_t>(view.offset);
-    const double error = relative_error(got.data() + at, want.data() + at, static_cast<std::size_t>(view.size));
-    BOOST_TEST(error <= tolerance, what << " " << view.name() << ": relative error " << error);
-  }
-}
-
 BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
   for (int filters : {8, 64, 256})
     for (std::int64_t batch : {37, 100, 1000}) {
@@ -136,7 +127,25 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
         const Snapshot got = snapshot(*gpu, layout.total());
         const double grad_error = relative_error(got.grads, want_grads);
         BOOST_TEST(grad_error <= kStepTolerance, "gradient: relative error " << grad_error << " vs seq");
-        check_per_tensor(got.grads, want_grads, layout, kTensorTolerance, "gradient");
+        // Per tensor, gpu_backend's rule: within kTensorTolerance of seq, or at least as close to the
+        // float64 gradient as seq is (a conv tap's sum over n x 169 terms of both signs cancels, so
+        // float32's rounding shows larger there than in the whole vector).
+        double exact_loss = 0.0;
+        const std::vector<double> exact = float64_gradients(m, params, data.train,
+                                                            cnn::Sampler(5, data.train.count()).permutation(0),
+                                                            chunk.first, batch, exact_loss);
+        for (const cnn::ParamView& view : layout.views()) {
+          const auto at = static_cast<std::size_t>(view.offset);
+          const auto size = static_cast<std::size_t>(view.size);
+          const double vs_seq = relative_error(got.grads.data() + at, want_grads.data() + at, size);
+          const double mine_exact = relative_error64(got.grads.data() + at, exact.data() + at, size);
+          const double seq_exact = relative_error64(want_grads.data() + at, exact.data() + at, size);
+          BOOST_TEST_MESSAGE("d=" << filters << " batch=" << batch << " " << view.name() << ": vs seq " << vs_seq
+                                  << "; vs float64: persistent " << mine_exact << ", seq " << seq_exact);
+          BOOST_TEST((vs_seq <= kTensorTolerance || mine_exact <= seq_exact),
+                     view.name() << ": relative error " << vs_seq << " vs seq; vs float64 persistent " << mine_exact
+                                 << ", seq " << seq_exact);
+        }
         CHECK_REL(got.params, want_params, kStepTolerance, "params after the update");
         BOOST_TEST(got.stats.count == batch);
         BOOST_TEST(got.stats.correct == want_stats.correct);
@@ -347,6 +356,23 @@ BOOST_AUTO_TEST_CASE(measure_persistent_epoch, *boost::unit_test::disabled() * b
                 floor_ms, 100.0 * floor_ms / persistent, 1e6 * phases.forward, 1e6 * phases.backward,
                 1e6 * phases.update);
     std::fflush(stdout);
+  }
+}
+
+// A few chunks per setting, for a kernel profiler:
+//   ncu --set full ./gpu_persistent --run_test=profile_persistent
+BOOST_AUTO_TEST_CASE(profile_persistent, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
+  struct Setting {
+    std::int64_t batch;
+    int filters;
+    std::int64_t steps;
+  };
+  for (const Setting setting : {Setting{100, 64, 30}, Setting{1000, 64, 6}, Setting{1000, 256, 3}}) {
+    const cnn::SeedModel m = seed_model(setting.filters);
+    const RandomData data = random_dataset(m, 6000, 100, 99);
+    auto gpu = ready_backend(m, data, initial_params(m, 1), cnn::OptimizerKind::kSgd);
+    BOOST_TEST(gpu->train_chunk(chunk_of(0, setting.batch, setting.steps, cnn::OptimizerSettings{})).steps_done ==
+               setting.steps);
   }
 }
 

@@ -192,9 +192,9 @@ std::vector<std::string> CudaBackend::implementation_lines(std::int64_t n) const
 }
 
 std::string CudaBackend::persistent_steps_unsupported(std::int64_t batch) const {
-  if (persistent_ == nullptr) return "the persistent kernel runs the seed model only (this is " + op_names_.front() + ", ...)";
   // The kernel reads the data set itself: --augment's gather has no place in it.
   if (augment().active()) return "--augment (the persistent kernel reads the data set itself)";
+  if (persistent_ == nullptr) return "the persistent kernel runs the seed model only";
   // The kernel writes the fc bias last (the test hook CNN_TEST_NAN_AT poisons the layout's last element there).
   if (seed_offsets_.fc_bias + kSeedClasses != seed_offsets_.total) return "an unexpected parameter layout";
   return persistent_->unsupported(batch);

@@ -79,6 +79,7 @@ struct SharedLayout {
   int sums;          // [splits][most_columns][kColumnSums]
   int logits;        // [chunk][kRow]: staged dL/dlogits
   int patches;       // [cells_per_block][chunk][16]: staged input patches
+  int bases;         // [chunk] ints: the staged samples' indices into the data set
   int total;
 };
 
@@ -103,6 +104,8 @@ __host__ __device__ inline SharedLayout shared_layout(const Shape& s) {
   at += s.chunk * kRow;
   l.patches = at;
   at += s.cells_per_block * s.chunk * kPatchFloats;
+  l.bases = at;
+  at += s.chunk;
   l.total = at;
   return l;
 }
@@ -255,21 +258,29 @@ __device__ void backward_phase(const SeedPersistentArgs& a, const Shape& s, cons
   for (std::int64_t chunk = 0; chunk < s.n; chunk += s.chunk) {
     const int count = static_cast<int>(min(static_cast<std::int64_t>(s.chunk), s.n - chunk));
     __syncthreads();  // the previous round's readers are done
+    int* samples_s = reinterpret_cast<int*>(smem + l.bases);
+    for (int k = threadIdx.x; k < count; k += kThreads) samples_s[k] = __ldg(a.order + step_first + chunk + k);
     for (int e = threadIdx.x; e < count * kO; e += kThreads) {
       const int k = e / kO;
       logits_s[k * kRow + (e - k * kO)] = __ldcg(a.grad_logits + chunk * kO + e);
     }
-    for (int e = threadIdx.x; e < own.cells * count * kPatchFloats; e += kThreads) {
-      const int pixel = e % kPatchFloats;
-      const int k = (e / kPatchFloats) % count;
-      const int c = e / (kPatchFloats * count);
+    __syncthreads();
+    // A thread per patch row: four bytes of one sample's image, as floats.
+    for (int e = threadIdx.x; e < own.cells * count * kPatch; e += kThreads) {
+      const int row = e % kPatch;
+      const int k = (e / kPatch) % count;
+      const int c = e / (kPatch * count);
       const int at_cell = own.first_cell + c;
       const int py = at_cell / s.pooled_width;
       const int px = at_cell - py * s.pooled_width;
-      const std::uint8_t* image = a.images + static_cast<std::int64_t>(__ldg(a.order + step_first + chunk + k)) * s.image;
-      const std::int64_t offset = static_cast<std::int64_t>(kPoolWindow * py + pixel / kPatch) * s.width +
-                                  kPoolWindow * px + pixel % kPatch;
-      patches_s[(c * s.chunk + k) * kPatchFloats + pixel] = static_cast<float>(__ldg(image + offset)) * kPixelScale;
+      const std::uint8_t* pixels = a.images + static_cast<std::int64_t>(samples_s[k]) * s.image +
+                                   static_cast<std::int64_t>(kPoolWindow * py + row) * s.width + kPoolWindow * px;
+      float4 v;
+      v.x = static_cast<float>(__ldg(pixels)) * kPixelScale;
+      v.y = static_cast<float>(__ldg(pixels + 1)) * kPixelScale;
+      v.z = static_cast<float>(__ldg(pixels + 2)) * kPixelScale;
+      v.w = static_cast<float>(__ldg(pixels + 3)) * kPixelScale;
+      reinterpret_cast<float4*>(patches_s)[(c * s.chunk + k) * kPatch + row] = v;
     }
     __syncthreads();
     if (!active) continue;
@@ -292,13 +303,18 @@ __device__ void backward_phase(const SeedPersistentArgs& a, const Shape& s, cons
 #pragma unroll
       for (int o = 0; o < kO; ++o) g = fmaf(gl[o], w_fc[o], g);
       g = value > 0.0f ? g : 0.0f;  // the ReLU cut it: no gradient reaches the conv
-      const int down = best.which >> 1;
-      const int right = best.which & 1;
+      // The winner's 3x3 window, picked with selects: an index that depends on the data would put
+      // the patch in local memory.
+      const bool down = (best.which >> 1) != 0;
+      const bool right = (best.which & 1) != 0;
 #pragma unroll
       for (int i = 0; i < kSeedKernel; ++i)
 #pragma unroll
-        for (int j = 0; j < kSeedKernel; ++j)
-          acc[i * kSeedKernel + j] = fmaf(g, patch[0][down + i][right + j], acc[i * kSeedKernel + j]);
+        for (int j = 0; j < kSeedKernel; ++j) {
+          const float top = right ? patch[0][i][j + 1] : patch[0][i][j];
+          const float bottom = right ? patch[0][i + 1][j + 1] : patch[0][i + 1][j];
+          acc[i * kSeedKernel + j] = fmaf(g, down ? bottom : top, acc[i * kSeedKernel + j]);
+        }
       acc[kTaps1] += g;
     }
   }
