@@ -169,24 +169,25 @@ __device__ void forward_phase(const SeedPersistentArgs& a, const Shape& s, const
     float acc[kO];
 #pragma unroll
     for (int o = 0; o < kO; ++o) acc[o] = 0.0f;
-    if (valid) {
+    if (valid && u_begin < u_end) {
+      // Columns in cell-major order: the filter steps by one, the cell (and its patch) when it wraps.
+      const std::int64_t q = own.first + u_begin;
+      int cell = static_cast<int>(q / s.filters);
+      int f = static_cast<int>(q - static_cast<std::int64_t>(cell) * s.filters);
       float patch[1][kPatch][kPatch];
-      int patch_cell = -1;
+      load_patch(patch, a, s, step_first + sample, cell);
       for (int u = u_begin; u < u_end; ++u) {
-        const std::int64_t q = own.first + u;
-        const int cell = static_cast<int>(q / s.filters);
-        const int f = static_cast<int>(q - static_cast<std::int64_t>(cell) * s.filters);
-        if (cell != patch_cell) {
-          load_patch(patch, a, s, step_first + sample, cell);
-          patch_cell = cell;
-        }
         float w[kRow];
         load_float4s(w, smem + l.conv + f * kRow);
-        const float value = fmaxf(conv_pool_max<1, kRow>(w, patch).value, 0.0f);
+        const float value = fmaxf(conv_pool_value<1, kRow>(w, patch), 0.0f);
         float w_fc[kRow];
         load_float4s(w_fc, smem + l.fc + u * kRow);
 #pragma unroll
         for (int o = 0; o < kO; ++o) acc[o] = fmaf(w_fc[o], value, acc[o]);
+        if (++f == s.filters && u + 1 < u_end) {
+          f = 0;
+          load_patch(patch, a, s, step_first + sample, ++cell);
+        }
       }
     }
     for (int offset = 1; offset < lanes; offset *= 2)
@@ -212,6 +213,7 @@ __device__ void loss_phase(const SeedPersistentArgs& a, const Shape& s, const fl
     float z[kO];
 #pragma unroll
     for (int o = 0; o < kO; ++o) z[o] = 0.0f;
+#pragma unroll 5
     for (unsigned c = lane; c < gridDim.x; c += 32) {
       const float* row = a.block_logits + (static_cast<std::int64_t>(c) * s.n + sample) * kO;
 #pragma unroll
@@ -303,18 +305,14 @@ __device__ void backward_phase(const SeedPersistentArgs& a, const Shape& s, cons
 #pragma unroll
       for (int o = 0; o < kO; ++o) g = fmaf(gl[o], w_fc[o], g);
       g = value > 0.0f ? g : 0.0f;  // the ReLU cut it: no gradient reaches the conv
-      // The winner's 3x3 window, picked with selects: an index that depends on the data would put
-      // the patch in local memory.
-      const bool down = (best.which >> 1) != 0;
-      const bool right = (best.which & 1) != 0;
+      // The winner's 3x3 window, read again from the staged patch at the winner's offset (indexing the
+      // registers' copy by the winner would put it in local memory; selects cost three per tap).
+      const float* window = my_patches + k * kPatchFloats + (best.which >> 1) * kPatch + (best.which & 1);
 #pragma unroll
       for (int i = 0; i < kSeedKernel; ++i)
 #pragma unroll
-        for (int j = 0; j < kSeedKernel; ++j) {
-          const float top = right ? patch[0][i][j + 1] : patch[0][i][j];
-          const float bottom = right ? patch[0][i + 1][j + 1] : patch[0][i + 1][j];
-          acc[i * kSeedKernel + j] = fmaf(g, down ? bottom : top, acc[i * kSeedKernel + j]);
-        }
+        for (int j = 0; j < kSeedKernel; ++j)
+          acc[i * kSeedKernel + j] = fmaf(g, window[i * kPatch + j], acc[i * kSeedKernel + j]);
       acc[kTaps1] += g;
     }
   }
@@ -361,6 +359,7 @@ __device__ void reduce_phase(const SeedPersistentArgs& a, const Shape& s, int st
        item += warps) {
     if (item < conv_items) {
       float total = 0.0f;
+#pragma unroll 5
       for (unsigned c = lane; c < gridDim.x; c += 32) total += __ldcg(a.conv_partial + c * conv_items + item);
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(kFullWarp, total, offset);
