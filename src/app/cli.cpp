@@ -317,6 +317,7 @@ CliResult parse_command_line(int argc, char** argv) {
                  "auto | N: the most training steps one kernel launch runs (the persistent kernel of the seed "
                  "model on one GPU; auto: up to an epoch where it runs, else 1). One rank, --on-nonfinite stop, "
                  "memory mode and no --trace only; otherwise one step per launch, as the settings say")
+      ->type_name("AUTO|INT")
       ->group("Execution");
 
   app.add_option("--out", c.out_dir,
