@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(config_toml_read_back_gives_the_same_settings, *boost::unit
       "--test-samples", "200", "--model", "conv3x3:8/p1 relu maxpool2 fc:10", "--filters", "7", "--batch", "64",
       "--epochs", "5", "--lr", "0.0123456789", "--optimizer", "adam", "--momentum", "0.5", "--beta1", "0.8",
       "--beta2", "0.99", "--eps", "1e-7", "--seed", "18446744073709551615", "--device", "cpu", "--backend", "seq",
-      "--threads", "1", "--overlap", "off", "--allreduce", "mpi", "--out", "runs/caf\xc3\xa9\nnext", "--quiet",
+      "--threads", "1", "--overlap", "off", "--allreduce", "mpi", "--steps-per-launch", "7", "--out", "runs/caf\xc3\xa9\nnext", "--quiet",
       "--trace=-t.json", "--trace-steps", "3:7", "--checkpoint-every", "2", "--checkpoint-every-steps", "100",
       "--keep", "5", "--resume", "auto", "--stall-timeout", "12.5", "--on-nonfinite", "skip"});
   TempDir dir;
@@ -98,6 +98,8 @@ BOOST_AUTO_TEST_CASE(config_toml_read_back_gives_the_same_settings, *boost::unit
   BOOST_CHECK_EQUAL(second.seed, 18446744073709551615ULL);
   BOOST_CHECK_EQUAL(second.lr, 0.0123456789);
   BOOST_CHECK(second.quiet);
+  BOOST_CHECK_EQUAL(second.steps_per_launch, 7);
+  BOOST_CHECK(text.find("\nsteps-per-launch = 7\n") != std::string::npos);
   BOOST_CHECK_EQUAL(second.config_file, path);
 }
 
@@ -108,6 +110,8 @@ BOOST_AUTO_TEST_CASE(defaults_read_back_too, *boost::unit_test::precondition(Con
   const TrainConfig second = resolved({"--config", write(dir, "config.toml", text)});
   BOOST_CHECK_EQUAL(settings_toml(second, ""), text);
   BOOST_CHECK(!second.quiet);
+  BOOST_CHECK(text.find("\nsteps-per-launch = \"auto\"\n") != std::string::npos);
+  BOOST_CHECK_EQUAL(second.steps_per_launch, 0);  // auto
 }
 
 BOOST_AUTO_TEST_CASE(the_command_line_overrides_the_file, *boost::unit_test::precondition(ConfigFilesRead{})) {
@@ -156,6 +160,10 @@ BOOST_AUTO_TEST_CASE(bad_files_stop_with_the_file_line_and_key, *boost::unit_tes
   BOOST_CHECK_EQUAL(refusal("lr = \"fast\"\n"), "FILE:1: key 'lr' must be a number, got a string");
   BOOST_CHECK_EQUAL(refusal("quiet = 1\n"), "FILE:1: key 'quiet' must be true or false, got an integer");
   BOOST_CHECK_EQUAL(refusal("model = 5\n"), "FILE:1: key 'model' must be a string, got an integer");
+  BOOST_CHECK_EQUAL(refusal("steps-per-launch = 1.5\n"),
+                    "FILE:1: key 'steps-per-launch' must be \"auto\" or an integer, got a float");
+  BOOST_CHECK_EQUAL(refusal("steps-per-launch = 0\n"),
+                    "--steps-per-launch must be auto or a whole number of at least 1 (got '0')");
   BOOST_CHECK_EQUAL(refusal("seed = \"12x\"\n"),
                     "FILE:1: key 'seed' must be a non-negative integer (above 2^63-1: a string of digits), got a string");
   BOOST_CHECK_EQUAL(refusal("data = 2026-01-01\n"), "FILE:1: key 'data' must be a string, got a date");

@@ -87,6 +87,7 @@ BOOST_AUTO_TEST_CASE(option_kinds_follow_the_command_line) {
   BOOST_CHECK(kind("seed") == OptionValueKind::kUnsigned);
   BOOST_CHECK(kind("lr") == OptionValueKind::kNumber);
   BOOST_CHECK(kind("model") == OptionValueKind::kText);
+  BOOST_CHECK(kind("steps-per-launch") == OptionValueKind::kAutoOrInteger);
 }
 
 BOOST_AUTO_TEST_CASE(strings_are_escaped_as_toml_requires) {

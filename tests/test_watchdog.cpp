@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <string>
 #include <thread>
 
 #include "cnn/watchdog.hpp"
@@ -19,6 +20,18 @@ BOOST_AUTO_TEST_CASE(own_work_fires_after_the_timeout) {
   BOOST_TEST(judge_stall(WatchPhase::kForwardBackward, 10.1, 10, 0).fire);
   BOOST_TEST(judge_stall(WatchPhase::kCheckpoint, 10.1, 10, 0).fire);
   BOOST_TEST(judge_stall(WatchPhase::kData, 10.1, 10, 0).fire);
+}
+
+// A chunk of N whole steps in one backend call (--steps-per-launch) beats no heartbeat until it
+// returns: it may be silent for N timeouts, one per step, as the one-step loop's heartbeats allow.
+BOOST_AUTO_TEST_CASE(a_chunk_of_steps_gets_one_timeout_per_step) {
+  BOOST_TEST(!cnn::waits_for_peers(WatchPhase::kStepChunk));
+  BOOST_TEST(!judge_stall(WatchPhase::kStepChunk, 599, 10, 0, 0, 60).fire);
+  BOOST_TEST(judge_stall(WatchPhase::kStepChunk, 601, 10, 0, 0, 60).fire);
+  BOOST_TEST(judge_stall(WatchPhase::kStepChunk, 10.1, 10, 0, 0, 1).fire);
+  BOOST_TEST(judge_stall(WatchPhase::kStepChunk, 10.1, 10, 0, 0, 0).fire);  // never below one step's
+  BOOST_TEST(judge_stall(WatchPhase::kForwardBackward, 10.1, 10, 0, 0, 60).fire);  // other phases: one
+  BOOST_TEST(std::string(cnn::watch_phase_name(WatchPhase::kStepChunk)) == "steps in one launch");
 }
 
 BOOST_AUTO_TEST_CASE(waiting_phases_defer_to_the_stalled_rank) {

@@ -73,6 +73,9 @@ struct TrainConfig {
   OverlapChoice overlap = OverlapChoice::kAuto;  // allreduce under the backward (scaling_advisor.hpp)
   AllreducePath allreduce = AllreducePath::kAuto;  // the gradient path (GPU ranks; CPU ranks: mpi)
   Precision precision = Precision::kFp32;  // the general layers' products; CPU backends: fp32 only
+  // --steps-per-launch: the most steps one Backend::train_chunk call runs (chunk_plan.hpp); 0: auto
+  // (chunks only where the backend runs them inside one kernel), 1: the one-step loop.
+  std::int64_t steps_per_launch = 0;
 
   // Output
   std::string out_dir;                  // empty: runs/<UTC timestamp> (or the run of --resume PATH); predict: the CSV file

@@ -27,6 +27,7 @@ enum class OptionValueKind {
   kUnsigned,  // UINT: an integer, or a string of digits above 2^63-1 (TOML integers stop there)
   kNumber,    // FLOAT: a float or an integer
   kText,      // anything else: a string
+  kAutoOrInteger,  // AUTO|INT (--steps-per-launch): "auto" or an integer
 };
 
 struct LongOption {

@@ -60,6 +60,15 @@ class DivergenceGuard {
   // (every rank calls it at the same points).
   void settle(Backend& backend);
 
+  // Chunks of steps (chunk_plan.hpp), which check each step inside Backend::train_chunk:
+  // The index into a chunk of `steps` steps after `steps_done` steps of the run of the NaN hook's
+  // step (every rank's, as after_exchange), or -1.
+  std::int64_t nan_hook_index(std::int64_t steps_done, std::int64_t steps) const;
+  // The chunk refused the step after `steps_done` steps of the run: its gradient held a non-finite
+  // value at `index`. One rank: reports it as update_allowed would (stop: the one line, then
+  // AlreadyReported(kDiverged)).
+  void on_chunk_nonfinite(Backend& backend, std::int64_t steps_done, std::int64_t index);
+
   // The backend's train stats since the last call plus the banked ones (use instead of
   // Backend::take_train_stats in the trainer).
   BatchStats take_train_stats(Backend& backend);

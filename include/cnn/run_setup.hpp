@@ -11,6 +11,7 @@
 
 #include "cnn/backend.hpp"
 #include "cnn/checkpointer.hpp"
+#include "cnn/chunk_plan.hpp"
 #include "cnn/communicator.hpp"
 #include "cnn/config.hpp"
 #include "cnn/gradient_overlap.hpp"
@@ -37,6 +38,7 @@ struct TrainingRun {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Backend> backend;
   std::unique_ptr<OverlapReducer> overlap;  // null: the plain step
+  ChunkPlan chunks;                         // --steps-per-launch as this run takes it (one step per call by default)
   // Last, so destroyed first: a checkpoint write still in flight when the run ends with an error
   // finishes while the backend (whose host memory its snapshot may be) and the run directory's lock live.
   std::unique_ptr<Checkpointer> checkpointer;

@@ -23,6 +23,12 @@ void install_stop_handlers();
 // The first stop signal received by this process, or 0.
 int local_stop_signal();
 
+// Points the handler at `word` as well (null: no longer): it stores the signal number there, a plain
+// store. The trainer gives it the backend's chunk stop word (Backend::chunk_stop_word) while it runs
+// chunks of steps, so a signal stops a chunk at the next step boundary (chunk_plan.hpp). A signal
+// received before the call is stored at once.
+void mirror_stop_signal(volatile int* word);
+
 // "SIGTERM", "SIGINT", "SIGUSR1", or "signal N".
 const char* signal_name(int signo);
 

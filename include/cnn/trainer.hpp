@@ -22,7 +22,8 @@ struct TrainSummary {
 };
 
 // Runs `config` (already resolved) on this rank: set_up_run (run_setup.hpp), then for each epoch and
-// step data -> step (gradients, exchange, check, update), with checkpoints and the logs at their points;
+// step data -> step (gradients, exchange, check, update), or a chunk of whole steps in one backend call
+// (--steps-per-launch, chunk_plan.hpp), with checkpoints and the logs at their points;
 // timing, trace, progress, heartbeats and the run log observe the loop (training_observer.hpp).
 // `process_start` is wall_seconds() at the top of main(), for the "startup: X s to first step" line.
 // `hooks`: the tests' hooks, read once by main. `data` is load_training_data() started early, or an

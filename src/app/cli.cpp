@@ -80,6 +80,16 @@ bool unit_interval_float(double value) {  // [0, 1) as a float
   return std::isfinite(value) && value >= 0 && f < 1.0f;
 }
 
+// --steps-per-launch: auto (0) or a whole number N >= 1.
+std::int64_t parse_steps_per_launch(const std::string& text) {
+  if (text == "auto") return 0;
+  const std::string expected = "--steps-per-launch must be auto or a whole number of at least 1 (got '" + text + "')";
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  require(error == std::errc() && end == text.data() + text.size() && !text.empty() && value >= 1, expected);
+  return value;
+}
+
 // The text of the options that take a value from a fixed list, as given; validate() turns each into
 // its enum in the order the checks below have always run, so the first error reported stays the same.
 struct ChoiceTexts {
@@ -94,6 +104,7 @@ struct ChoiceTexts {
   std::string on_nonfinite = nonfinite_policy_name(NonFinitePolicy::kStop);
   std::string precision = precision_name(Precision::kFp32);
   std::string augment = "none";
+  std::string steps_per_launch = "auto";
 };
 
 // `text` as one of `choices` (named by `name`); otherwise "OPTION: unknown NOUN 'TEXT' (available: ...)".
@@ -153,6 +164,7 @@ void validate(TrainConfig& c, const ChoiceTexts& t) {
   c.overlap = parse_choice(t.overlap, kOverlaps, overlap_name, "--overlap", "value");
   c.allreduce = parse_choice(t.allreduce, kAllreducePaths, allreduce_name, "--allreduce", "path");
   c.precision = parse_choice(t.precision, kPrecisions, precision_name, "--precision", "precision");
+  c.steps_per_launch = parse_steps_per_launch(t.steps_per_launch);
   require(c.threads >= 0, "--threads must be at least 1, or 0 for automatic (got " + str(c.threads) + ")");
   require(c.train_samples >= 0, "--train-samples must be 0 (all) or positive (got " + str(c.train_samples) + ")");
   require(c.test_samples >= 0, "--test-samples must be 0 (all) or positive (got " + str(c.test_samples) + ")");
@@ -300,6 +312,12 @@ CliResult parse_command_line(int argc, char** argv) {
       ->group("Execution");
   app.add_option("--allreduce", choices.allreduce,
                  "nccl | peer | mpi | auto: the gradient allreduce of GPU ranks (auto: the fastest, timed at start-up)")
+      ->group("Execution");
+  app.add_option("--steps-per-launch", choices.steps_per_launch,
+                 "auto | N: the most training steps one kernel launch runs (the persistent kernel of the seed "
+                 "model on one GPU; auto: up to an epoch where it runs, else 1). One rank, --on-nonfinite stop, "
+                 "memory mode and no --trace only; otherwise one step per launch, as the settings say")
+      ->type_name("AUTO|INT")
       ->group("Execution");
 
   app.add_option("--out", c.out_dir,

@@ -99,6 +99,7 @@ const char* expected_phrase(OptionValueKind kind) {
     case OptionValueKind::kUnsigned: return "a non-negative integer (above 2^63-1: a string of digits)";
     case OptionValueKind::kNumber: return "a number";
     case OptionValueKind::kText: return "a string";
+    case OptionValueKind::kAutoOrInteger: return "\"auto\" or an integer";
   }
   return "?";
 }
@@ -134,6 +135,10 @@ bool value_text(const toml::node& node, OptionValueKind kind, std::string& text)
     case OptionValueKind::kText:
       if (const auto* string = node.as_string()) text = string->get();
       return node.is_string();
+    case OptionValueKind::kAutoOrInteger:  // the option's own check refuses other strings, as on the command line
+      if (const auto* integer = node.as_integer()) text = std::to_string(integer->get());
+      if (const auto* string = node.as_string()) text = string->get();
+      return node.is_integer() || node.is_string();
   }
   return false;
 }

@@ -17,6 +17,7 @@ bool starts_with(const std::string& text, const char* prefix) { return text.rfin
 OptionValueKind kind_of(const CLI::Option& option) {
   if (option.get_expected_max() == 0) return OptionValueKind::kFlag;  // takes no value
   const std::string type = option.get_type_name();
+  if (starts_with(type, "AUTO|INT")) return OptionValueKind::kAutoOrInteger;
   if (starts_with(type, "UINT")) return OptionValueKind::kUnsigned;
   if (starts_with(type, "INT")) return OptionValueKind::kInteger;
   if (starts_with(type, "FLOAT") || starts_with(type, "NUMBER")) return OptionValueKind::kNumber;

@@ -105,6 +105,7 @@ std::vector<std::pair<const char*, std::optional<std::string>>> option_values(co
       {"precision", word(precision_name(c.precision))},
       {"overlap", word(overlap_name(c.overlap))},
       {"allreduce", word(allreduce_name(c.allreduce))},
+      {"steps-per-launch", c.steps_per_launch > 0 ? integer(c.steps_per_launch) : word("auto")},
       {"out", text(c.out_dir)},
       {"quiet", flag(c.quiet)},
       {"trace", text(c.trace)},

@@ -76,6 +76,16 @@ void DivergenceGuard::settle(Backend& backend) {
   on_nonfinite(backend, reduced_index, check.step, check.mine, check.reduced_over_ranks);
 }
 
+std::int64_t DivergenceGuard::nan_hook_index(std::int64_t steps_done, std::int64_t steps) const {
+  const std::int64_t index = nan_hook_step_ - 1 - steps_done;  // the hook's step is 1-based
+  return nan_hook_step_ != 0 && index >= 0 && index < steps ? index : -1;
+}
+
+void DivergenceGuard::on_chunk_nonfinite(Backend& backend, std::int64_t steps_done, std::int64_t index) {
+  heartbeat(WatchPhase::kNonFiniteCheck);
+  on_nonfinite(backend, index, steps_done + 1, Range{}, false);  // one rank: its own gradient is the sum
+}
+
 // The failure path, reached by every rank for the same step (each saw the same reduced buffer).
 // Returns false (skip) or throws (stop).
 bool DivergenceGuard::on_nonfinite(Backend& backend, std::int64_t reduced_index, std::int64_t step, Range mine,

@@ -96,6 +96,22 @@ Range bind_first_step(const TrainConfig& config, TrainingRun& run) {
   return first.batch;
 }
 
+// --steps-per-launch for this run, its data and its backend (chunk_plan.hpp).
+ChunkPlan plan_step_chunks(const TrainConfig& config, const MpiWorld& world, const TrainingRun& run) {
+  ChunkConditions conditions;
+  conditions.steps_per_launch = config.steps_per_launch;
+  conditions.steps_per_epoch = batches_per_epoch(run.data->train_count(), config.batch);
+  conditions.ranks = world.size();
+  conditions.on_nonfinite = config.on_nonfinite;
+  conditions.stream = run.data->mode() != "memory";
+  conditions.trace = !config.trace.empty();
+  conditions.kernel_unsupported = run.backend->persistent_steps_unsupported(config.batch);
+  const std::int64_t last_batch = run.data->train_count() % config.batch;
+  if (conditions.kernel_unsupported.empty() && last_batch > 0)
+    conditions.kernel_unsupported = run.backend->persistent_steps_unsupported(last_batch);
+  return plan_chunks(conditions);
+}
+
 void print_settings(const TrainConfig& config, const MpiWorld& world, const TrainingRun& run,
                     const std::string& exchange_report) {
   if (world.rank() == 0) {
@@ -106,7 +122,8 @@ void print_settings(const TrainConfig& config, const MpiWorld& world, const Trai
               << "  model_work: " << work << " MFLOP per training image (forward and backward)\n"
               << "  train_images: " << run.data->train_count() << ", test_images: " << run.data->test_count() << "\n"
               << "  data_mode: " << run.data->mode() << "\n"
-              << "  gradient allreduce: " << run.comm->name() << "\n" << exchange_report;
+              << "  gradient allreduce: " << run.comm->name() << "\n" << exchange_report
+              << "  steps_per_launch: " << run.chunks.describe << "\n";
     if (run.network.has_batch_norm()) {
       std::cout << "  bn_statistics: "
                 << (config.bn_local ? "each rank's own batch slice (--bn-local)"
@@ -196,6 +213,7 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
   if (run->network.has_batch_norm() && !config.bn_local && world.size() > 1)
     run->backend->set_statistics_communicator(run->comm.get());
   run->overlap = std::move(exchange.overlap);
+  run->chunks = plan_step_chunks(config, world, *run);
   print_settings(config, world, *run, exchange.report);
   return run;
 }

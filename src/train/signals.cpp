@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -18,6 +19,9 @@ namespace {
 // The only state a handler may touch: async-signal-safe by definition.
 volatile std::sig_atomic_t g_stop_signal = 0;
 volatile std::sig_atomic_t g_first_signal_second = 0;  // CLOCK_MONOTONIC seconds of the first signal
+// mirror_stop_signal's word (a backend's chunk stop word), or null. Lock-free, so the handler may read it.
+std::atomic<volatile int*> g_mirror{nullptr};
+static_assert(std::atomic<volatile int*>::is_always_lock_free, "the handler reads g_mirror");
 
 // One request often arrives twice: SLURM signals every process of the job and mpirun forwards its own
 // copy; Ctrl-C reaches mpirun and the ranks of its process group, and mpirun then sends SIGTERM.
@@ -43,6 +47,8 @@ extern "C" void on_stop_signal(int signo) {
   }
   g_first_signal_second = static_cast<std::sig_atomic_t>(monotonic_seconds());
   g_stop_signal = signo;
+  // A chunk of steps running inside one kernel polls this word: it stops at the next step boundary.
+  if (volatile int* word = g_mirror.load(std::memory_order_relaxed)) *word = signo;
 }
 
 }  // namespace
@@ -61,6 +67,12 @@ void install_stop_handlers() {
 }
 
 int local_stop_signal() { return g_stop_signal; }
+
+void mirror_stop_signal(volatile int* word) {
+  g_mirror.store(word, std::memory_order_seq_cst);
+  // A signal that came before: the chunk must see it too (the handler only stores the first one).
+  if (word != nullptr && g_stop_signal != 0) *word = g_stop_signal;
+}
 
 const char* signal_name(int signo) {
   switch (signo) {

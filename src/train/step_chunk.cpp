@@ -19,7 +19,8 @@ StepChunkResult Backend::train_chunk(const StepChunk& chunk) {
     }
     const std::int64_t begin = chunk.first + k * chunk.batch;
     set_step_randomness({chunk.seed, chunk.global_step + k, begin});
-    (void)take_phase_times();  // the step's own phases below
+    // The step's own phases below; the trainer took what came before the chunk (trainer.cpp).
+    (void)take_phase_times();
     compute_gradients(begin, chunk.batch);
     if (k == chunk.nan_at) set_grad_for_test(flat_sizes().params - 1, std::numeric_limits<float>::quiet_NaN());
     const std::int64_t nonfinite = first_nonfinite_grad();

@@ -1,7 +1,9 @@
 #include "cnn/trainer.hpp"
 
 #include <cstdio>
+#include <stdexcept>
 
+#include "cnn/chunk_plan.hpp"
 #include "cnn/divergence.hpp"
 #include "cnn/heartbeat_observer.hpp"
 #include "cnn/progress_observer.hpp"
@@ -13,6 +15,7 @@
 #include "cnn/trace_observer.hpp"
 #include "cnn/train_step.hpp"
 #include "cnn/training_observer.hpp"
+#include "cnn/watchdog.hpp"
 
 namespace cnn {
 
@@ -63,12 +66,21 @@ class TrainingLoop {
         last_metrics_(run.resume.state.metrics),
         divergence_(config.on_nonfinite, run.network.layout, &world, world.rank(), hooks.nan_at),
         observers_(make_observers(config, world, hooks, run, times_, process_start, run_start)) {
+    if (world.rank() == hooks.stop_rank) stop_after_steps_ = hooks.stop_after_steps;
+    // A signal must reach a chunk running inside the backend: it stops at the next step boundary.
+    if (run_.chunks.chunked()) mirror_stop_signal(backend_.chunk_stop_word());
     // The resumed partial epoch's train stats, summed over ranks at its save, are rank 0's to carry on.
     if (world.rank() == 0) epoch_stats_ = BatchStats{from_.epoch_loss_sum, from_.epoch_correct, from_.epoch_samples};
     progress_.epoch_loss_sum = 0.0;
     progress_.epoch_correct = 0;
     progress_.epoch_samples = 0;
   }
+
+  ~TrainingLoop() {
+    if (run_.chunks.chunked()) mirror_stop_signal(nullptr);
+  }
+  TrainingLoop(const TrainingLoop&) = delete;
+  TrainingLoop& operator=(const TrainingLoop&) = delete;
 
   TrainSummary run() {
     TrainSummary summary;
@@ -99,11 +111,12 @@ class TrainingLoop {
     // The order is a pure function of (seed, epoch): resumable mid-epoch. Set-up bound the first one.
     if (epoch != from_.epoch) apply_binding(backend_, data_.begin_epoch(sampler_.permutation(epoch), 0));
     observers_.epoch_start({epoch, first_step});
-    for (std::int64_t step = first_step; step < steps_; ++step) {
-      run_step(epoch, step);
-      if (step + 1 == steps_) break;  // the epoch's end below saves and stops, with the epoch's metrics
+    for (std::int64_t step = first_step; step < steps_;) {
+      // One step, or a chunk of whole steps in one backend call (--steps-per-launch, chunk_plan.hpp).
+      step = run_.chunks.chunked() ? run_chunk(epoch, step) : run_step(epoch, step);
+      if (step == steps_) break;  // the epoch's end below saves and stops, with the epoch's metrics
       // One int allreduce per step: a signal on any rank stops all at the same step (cost: CHECKPOINT.md).
-      if (const int signo = agree_at_boundary()) stop(signo, epoch + 1, step + 1, save_mid_epoch());
+      if (const int signo = agree_at_boundary()) stop(signo, epoch + 1, step, save_mid_epoch());
       if (run_.checkpointer->due_after_step(progress_.global_step)) save_mid_epoch();
     }
     const EpochMetrics metrics = end_epoch(epoch);
@@ -131,8 +144,8 @@ class TrainingLoop {
     stop_for_signal(world_, signo, epoch, step, path);
   }
 
-  // data -> step (gradients, exchange, check, update).
-  void run_step(std::int64_t epoch, std::int64_t step) {
+  // data -> step (gradients, exchange, check, update). Returns the next step.
+  std::int64_t run_step(std::int64_t epoch, std::int64_t step) {
     // Stream mode re-binds the backend when the step starts a new window of samples (after the last
     // step's deferred check, which may recompute that step on the old window).
     if (data_.rebinds_before(step)) divergence_.settle(backend_);
@@ -154,6 +167,56 @@ class TrainingLoop {
     progress_.global_step += 1;
     progress_.samples_seen += data.batch.count;
     observers_.step_end(event);
+    return step + 1;
+  }
+
+  // Steps [step, end) of one rank in one Backend::train_chunk call, `end` where the loop must act
+  // (chunk_plan.hpp). The observers hear of each step as in run_step: the first one's begin before the
+  // call (its heartbeat; the chunk's wall time is its), the rest after it. Returns the step after the
+  // last one applied; a refused step stops the run as the one-step loop's check would.
+  std::int64_t run_chunk(std::int64_t epoch, std::int64_t step) {
+    ChunkBounds bounds;
+    bounds.step = step;
+    bounds.steps_per_epoch = steps_;
+    bounds.cap = run_.chunks.cap;
+    bounds.train_count = data_.train_count();
+    bounds.batch = config_.batch;
+    bounds.global_step = progress_.global_step;
+    bounds.checkpoint_due = [this](std::int64_t global_step) { return run_.checkpointer->due_after_step(global_step); };
+    bounds.steps_until_stop_hook = stop_after_steps_ > steps_run_ ? stop_after_steps_ - steps_run_ : 0;
+    const std::int64_t steps = chunk_end(bounds) - step;
+    const Range first = global_batch_range(step, data_.train_count(), config_.batch);
+    const StepChunk chunk =
+        make_step_chunk(run_.optimizer, *run_.learning_rate, config_.seed, progress_.global_step, first.begin,
+                        first.count, steps, divergence_.nan_hook_index(progress_.global_step, steps));
+    StepEvent event{epoch, step, progress_.global_step, steps_run_};
+    observers_.step_begin(event);
+    times_ += backend_.take_phase_times();  // none of the chunk's steps' time (train_chunk takes theirs)
+    heartbeat_chunk(steps);
+    const StepChunkResult result = backend_.train_chunk(chunk);
+    for (const ChunkStepTimes& t : result.times) {
+      times_.add(Phase::kForward, t.forward);
+      times_.add(Phase::kBackward, t.backward);
+      times_.add(Phase::kUpdate, t.update);
+    }
+    for (std::int64_t k = 0; k < result.steps_done; ++k) {
+      if (k > 0) {
+        event = StepEvent{epoch, step + k, progress_.global_step, steps_run_};
+        observers_.step_begin(event);
+      }
+      event.steps_run = ++steps_run_;
+      progress_.step_in_epoch = step + k + 1;
+      progress_.global_step += 1;
+      progress_.samples_seen += first.count;
+      observers_.step_end(event);
+    }
+    if (result.nonfinite_index >= 0) {
+      if (result.steps_done > 0) observers_.step_begin({epoch, step + result.steps_done, progress_.global_step, steps_run_});
+      divergence_.on_chunk_nonfinite(backend_, progress_.global_step, result.nonfinite_index);  // throws (stop)
+    }
+    if (result.steps_done == 0 && !result.stop_seen)
+      throw std::logic_error("Backend::train_chunk ran none of its steps without a stop or a refused step");
+    return step + result.steps_done;
   }
 
   // The device's queued steps, the epoch's train stats and evaluation, and its row.
@@ -212,6 +275,7 @@ class TrainingLoop {
   BatchStats epoch_stats_;
   CheckpointMetrics last_metrics_;
   std::int64_t steps_run_ = 0;              // by this process
+  std::int64_t stop_after_steps_ = 0;       // the test hook CNN_TEST_STOP_AFTER_STEPS on this rank (0: off)
   PhaseTimes times_;                        // phase seconds since the last epoch row
   DivergenceGuard divergence_;
   ObserverList observers_;                  // last: its watchdog watches the loop only

@@ -1,0 +1,76 @@
+// How the trainer hands its steps to the backend (--steps-per-launch; docs/TRAINING.md): one step at
+// a time (the one-step loop), or chunks of whole steps in one Backend::train_chunk call, which the cuda
+// backend runs inside one persistent kernel (step_chunk.hpp). Chunks need a run whose steps need
+// nothing between them that only the host can do: one rank (no exchange), --on-nonfinite stop (skip
+// drops a step and goes on), the data in memory (stream mode re-binds the backend within an epoch)
+// and no --trace (it times each step's phases on the host). Otherwise every call runs one step.
+//
+// A chunk never crosses what the loop must do between two steps, so the loop does it at the same
+// step as with one step per call: the epoch's end, a checkpoint due (--checkpoint-every-steps), and
+// the test hook CNN_TEST_STOP_AFTER_STEPS. A signal stops a chunk at the next step boundary through
+// the backend's stop word (signals.hpp), and the loop's agreement after the chunk sees it as always.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "cnn/choices.hpp"
+#include "cnn/lr_schedule.hpp"
+#include "cnn/optimizer.hpp"
+#include "cnn/step_chunk.hpp"
+
+namespace cnn {
+
+// What the run is and what the backend can do, for the plan.
+struct ChunkConditions {
+  std::int64_t steps_per_launch = 0;  // --steps-per-launch; 0: auto
+  std::int64_t steps_per_epoch = 1;
+  int ranks = 1;
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
+  bool stream = false;  // stream mode (not memory)
+  bool trace = false;   // --trace
+  // Backend::persistent_steps_unsupported for the run's batches (the global one, and the epoch's
+  // short last one where there is one): "" when the backend runs them inside one kernel.
+  std::string kernel_unsupported;
+};
+
+struct ChunkPlan {
+  // The most steps per train_chunk call: 1 is the one-step loop (train_step, as without chunks);
+  // 0: no cap, up to the epoch's end.
+  std::int64_t cap = 1;
+  std::string describe;  // the settings line's value: "up to 600 (persistent kernel)", "1 (2 ranks)", ...
+
+  bool chunked() const { return cap != 1; }
+};
+
+ChunkPlan plan_chunks(const ChunkConditions& conditions);
+
+// Where the loop must be between two steps, for the chunk that begins at `step` of an epoch.
+struct ChunkBounds {
+  std::int64_t step = 0;             // the chunk's first step, in the epoch (0-based)
+  std::int64_t steps_per_epoch = 1;
+  std::int64_t cap = 0;              // ChunkPlan::cap (0: none)
+  std::int64_t train_count = 0;      // the epoch's samples: a short last batch is a chunk of its own
+  std::int64_t batch = 1;            // the global batch
+  std::int64_t global_step = 0;      // steps of the run done before the chunk
+  // Checkpointer::due_after_step: true when a checkpoint is due once `global_step` steps are done.
+  std::function<bool(std::int64_t)> checkpoint_due;
+  // Steps this process may still run before the test hook CNN_TEST_STOP_AFTER_STEPS fires after the
+  // last of them (0: the hook is off or has fired).
+  std::int64_t steps_until_stop_hook = 0;
+};
+
+// The end (excluded) of that chunk: the earliest of the epoch's end, the cap, the step after which a
+// checkpoint is due, the step after which the stop hook fires, and a short last batch. At least step + 1.
+std::int64_t chunk_end(const ChunkBounds& bounds);
+
+// The chunk of steps [step, end) of one rank: each step's lr and Adam step as the one-step loop sets
+// them (global step g takes the schedule's lr at g and optimizer step g + 1), the mean's scale over
+// the global batch, and the step randomness of the first. `nan_at`: the chunk's index of the test
+// hook CNN_TEST_NAN_AT's step, or -1.
+StepChunk make_step_chunk(const OptimizerSettings& optimizer, const LearningRate& learning_rate, std::uint64_t seed,
+                          std::int64_t global_step, std::int64_t first_sample, std::int64_t batch, std::int64_t steps,
+                          std::int64_t nan_at);
+
+}  // namespace cnn

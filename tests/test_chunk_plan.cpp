@@ -1,0 +1,106 @@
+// --steps-per-launch (include/cnn/chunk_plan.hpp): when the loop hands the backend chunks of steps
+// and the settings line that says so; where a chunk must end (the epoch, the cap, a checkpoint due,
+// the stop hook, a short last batch); and each step's optimizer settings as the one-step loop sets them.
+#define BOOST_TEST_MODULE chunk_plan
+#include "boost_test.hpp"
+
+#include "cnn/chunk_plan.hpp"
+
+using namespace cnn;
+
+namespace {
+
+ChunkConditions one_rank(std::int64_t steps_per_launch, const std::string& kernel_unsupported = "") {
+  ChunkConditions c;
+  c.steps_per_launch = steps_per_launch;
+  c.steps_per_epoch = 600;
+  c.kernel_unsupported = kernel_unsupported;
+  return c;
+}
+
+ChunkBounds epoch_of(std::int64_t step, std::int64_t cap) {
+  ChunkBounds b;
+  b.step = step;
+  b.steps_per_epoch = 21;
+  b.cap = cap;
+  b.train_count = 2050;  // 20 batches of 100 and a short one of 50
+  b.batch = 100;
+  b.global_step = 100 + step;
+  return b;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(auto_chunks_only_inside_one_kernel) {
+  const ChunkPlan kernel = plan_chunks(one_rank(0));
+  BOOST_TEST(kernel.chunked());
+  BOOST_TEST(kernel.cap == 0);
+  BOOST_TEST(kernel.describe == "up to 600 (persistent kernel)");
+  const ChunkPlan none = plan_chunks(one_rank(0, "the seq backend runs one step per kernel launch"));
+  BOOST_TEST(!none.chunked());
+  BOOST_TEST(none.describe == "1 (auto: the seq backend runs one step per kernel launch)");
+}
+
+BOOST_AUTO_TEST_CASE(an_explicit_n_chunks_on_any_backend) {
+  BOOST_TEST(plan_chunks(one_rank(7)).describe == "up to 7 (persistent kernel)");
+  const ChunkPlan loop = plan_chunks(one_rank(7, "the seq backend runs one step per kernel launch"));
+  BOOST_TEST(loop.cap == 7);
+  BOOST_TEST(loop.describe == "up to 7 (one kernel launch per step: the seq backend runs one step per kernel launch)");
+  BOOST_TEST(plan_chunks(one_rank(5000)).describe == "up to 600 (persistent kernel)");
+  const ChunkPlan one = plan_chunks(one_rank(1));
+  BOOST_TEST(!one.chunked());
+  BOOST_TEST(one.describe == "1 (--steps-per-launch 1)");
+}
+
+BOOST_AUTO_TEST_CASE(runs_that_need_the_host_between_steps_take_one_step_per_call) {
+  ChunkConditions c = one_rank(7);
+  c.ranks = 2;
+  BOOST_TEST(plan_chunks(c).describe == "1 (2 ranks)");
+  c = one_rank(0);
+  c.on_nonfinite = NonFinitePolicy::kSkip;
+  BOOST_TEST(plan_chunks(c).describe == "1 (--on-nonfinite skip)");
+  c = one_rank(7);
+  c.stream = true;
+  BOOST_TEST(plan_chunks(c).describe == "1 (stream mode)");
+  c.trace = true;
+  c.ranks = 4;
+  BOOST_TEST(plan_chunks(c).describe == "1 (4 ranks, stream mode, --trace)");
+  BOOST_TEST(!plan_chunks(c).chunked());
+}
+
+BOOST_AUTO_TEST_CASE(a_chunk_ends_where_the_loop_must_act) {
+  BOOST_TEST(chunk_end(epoch_of(0, 0)) == 20);   // up to the short last batch
+  BOOST_TEST(chunk_end(epoch_of(20, 0)) == 21);  // which is a chunk of its own
+  BOOST_TEST(chunk_end(epoch_of(3, 7)) == 10);   // the cap
+  BOOST_TEST(chunk_end(epoch_of(17, 7)) == 20);
+  ChunkBounds b = epoch_of(3, 0);                // 103 steps done: a checkpoint every 10 steps
+  b.checkpoint_due = [](std::int64_t done) { return done % 10 == 0; };
+  BOOST_TEST(chunk_end(b) == 10);                // after global step 110: steps 3..9 of the epoch
+  b.steps_until_stop_hook = 2;
+  BOOST_TEST(chunk_end(b) == 5);
+  b = epoch_of(5, 0);
+  b.steps_per_epoch = 20;  // no short batch
+  b.train_count = 2000;
+  BOOST_TEST(chunk_end(b) == 20);
+  b.step = 19;
+  b.checkpoint_due = [](std::int64_t) { return true; };
+  BOOST_TEST(chunk_end(b) == 20);  // never empty
+}
+
+BOOST_AUTO_TEST_CASE(each_step_gets_its_own_lr_and_adam_step) {
+  OptimizerSettings base;
+  base.kind = OptimizerKind::kAdam;
+  const LearningRate lr(0.1, LrSchedule{}, 4, 10, 100);  // warm-up: the lr changes every step
+  const StepChunk chunk = make_step_chunk(base, lr, 7, 2, 300, 100, 3, -1);
+  BOOST_TEST(chunk.steps() == 3);
+  for (std::int64_t k = 0; k < 3; ++k) {
+    BOOST_TEST(chunk.optimizer[static_cast<std::size_t>(k)].step == 3 + k);
+    BOOST_TEST(chunk.optimizer[static_cast<std::size_t>(k)].lr == lr.at_float(2 + k));
+  }
+  BOOST_TEST(chunk.optimizer[0].lr != chunk.optimizer[1].lr);
+  BOOST_TEST(chunk.grad_scale == 1.0f / 100.0f);
+  BOOST_TEST(chunk.first == 300);
+  BOOST_TEST(chunk.seed == 7U);
+  BOOST_TEST(chunk.global_step == 2);
+  BOOST_TEST(chunk.nan_at == -1);
+}
