@@ -99,7 +99,7 @@ void ordinary_steps(cnn::Backend& gpu, const cnn::StepChunk& chunk) {
 
 BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
   for (int filters : {8, 64, 256})
-    for (std::int64_t batch : {37, 100, 1000}) {
+    for (std::int64_t batch : {37, 100, 256, 257, 1000}) {
       BOOST_TEST_CONTEXT("d=" << filters << " batch=" << batch) {
         const cnn::SeedModel m = seed_model(filters);
         const cnn::ParamLayout layout = m.layout();
@@ -142,6 +142,17 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
           const double seq_exact = relative_error64(want_grads.data() + at, exact.data() + at, size);
           BOOST_TEST_MESSAGE("d=" << filters << " batch=" << batch << " " << view.name() << ": vs seq " << vs_seq
                                   << "; vs float64: persistent " << mine_exact << ", seq " << seq_exact);
+          if (!(vs_seq <= kTensorTolerance || mine_exact <= seq_exact)) {
+            // Where it is off: the largest differences from float64, by element.
+            std::vector<std::size_t> order(size);
+            for (std::size_t i = 0; i < size; ++i) order[i] = i;
+            const auto gap = [&](std::size_t i) { return std::fabs(got.grads[at + i] - exact[at + i]); };
+            std::partial_sort(order.begin(), order.begin() + std::min<std::size_t>(6, size), order.end(),
+                              [&](std::size_t x, std::size_t y) { return gap(x) > gap(y); });
+            for (std::size_t r = 0; r < std::min<std::size_t>(6, size); ++r)
+              BOOST_TEST_MESSAGE("  element " << order[r] << ": persistent " << got.grads[at + order[r]] << ", seq "
+                                              << want_grads[at + order[r]] << ", float64 " << exact[at + order[r]]);
+          }
           BOOST_TEST((vs_seq <= kTensorTolerance || mine_exact <= seq_exact),
                      view.name() << ": relative error " << vs_seq << " vs seq; vs float64 persistent " << mine_exact
                                  << ", seq " << seq_exact);
