@@ -117,6 +117,10 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
         seq->apply_update(chunk.optimizer[0], chunk.grad_scale);
         const std::vector<float> want_params = seq->download_params();
 
+        auto ordinary = ready_backend(m, data, params, cnn::OptimizerKind::kSgd);
+        ordinary->compute_gradients(chunk.first, batch);
+        const std::vector<float> ordinary_grads = download_grads(*ordinary, layout.total());
+
         auto gpu = ready_backend(m, data, params, cnn::OptimizerKind::kSgd);
         BOOST_REQUIRE_EQUAL(gpu->persistent_steps_unsupported(batch), "");
         const cnn::StepChunkResult result = gpu->train_chunk(chunk);
@@ -151,7 +155,8 @@ BOOST_AUTO_TEST_CASE(one_step_matches_seq) {
                               [&](std::size_t x, std::size_t y) { return gap(x) > gap(y); });
             for (std::size_t r = 0; r < std::min<std::size_t>(6, size); ++r)
               BOOST_TEST_MESSAGE("  element " << order[r] << ": persistent " << got.grads[at + order[r]] << ", seq "
-                                              << want_grads[at + order[r]] << ", float64 " << exact[at + order[r]]);
+                                              << want_grads[at + order[r]] << ", float64 " << exact[at + order[r]]
+                                              << ", ordinary cuda " << ordinary_grads[at + order[r]]);
           }
           BOOST_TEST((vs_seq <= kTensorTolerance || mine_exact <= seq_exact),
                      view.name() << ": relative error " << vs_seq << " vs seq; vs float64 persistent " << mine_exact
