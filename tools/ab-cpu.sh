@@ -4,7 +4,7 @@
 # seconds (/usr/bin/time %U), not wall time: this 2-core VM's wall times swing up to 2.5x under load,
 # while the work a process does stays put. Prints one line per run and the median per row and tree.
 #   seed  seq      batch 100, d 32     (the reference backend, one thread)
-#   seed  threads  batch 1000, d 64 and batch 100, d 64   (2 threads)
+#   seed  threads  batch 1000, d 64, batch 100, d 64 and batch 1000, d 256   (2 threads)
 #   cifar threads  batch 128          (the cifar preset on Fashion-MNIST)
 #   cifar seq      batch 128
 # Each run: 1 epoch over SAMPLES (default 6000) Fashion-MNIST images, 1000 test images.
@@ -22,6 +22,7 @@ trap 'rm -rf "$work"' EXIT
 rows=("seed-seq-b100-d32:--model seed --backend seq --batch 100 --filters 32"
       "seed-threads-b1000-d64:--model seed --backend threads --batch 1000 --filters 64"
       "seed-threads-b100-d64:--model seed --backend threads --batch 100 --filters 64"
+      "seed-threads-b1000-d256:--model seed --backend threads --batch 1000 --filters 256"
       "cifar-threads-b128:--model cifar --backend threads --batch 128 --optimizer adam --lr 0.001"
       "cifar-seq-b128:--model cifar --backend seq --batch 128 --optimizer adam --lr 0.001")
 echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
