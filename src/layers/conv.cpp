@@ -13,6 +13,8 @@
 #include "cnn/layer_ops.hpp"
 #include "cpu/cpu_op.hpp"
 #include "ops/gemm.hpp"
+#include "ops/im2col.hpp"
+#include "ops/simd.hpp"
 
 namespace cnn {
 
@@ -106,72 +108,6 @@ std::int64_t chunk_samples(std::int64_t n, const ConvShape& shape) {
   return std::max<std::int64_t>(1, std::min<std::int64_t>(n, kColumnBudget / std::max<std::int64_t>(1, per_sample)));
 }
 
-// col[(c*K + i)*K + j][s*OHW + y*OW + x] = in[s, c, y*S + i - P, x*S + j - P] (0 outside), for the
-// `chunk` samples starting at `in`; `columns` = chunk*OHW is the row length.
-void im2col(float* col, const float* in, std::int64_t chunk, const ConvShape& sh) {
-  const int oh = sh.out_h(), ow = sh.out_w(), k = sh.kernel;
-  const std::int64_t ohw = static_cast<std::int64_t>(oh) * ow;
-  const std::int64_t columns = chunk * ohw;
-  for (int c = 0; c < sh.channels; ++c)
-    for (int i = 0; i < k; ++i)
-      for (int j = 0; j < k; ++j) {
-        float* row = col + ((static_cast<std::int64_t>(c) * k + i) * k + j) * columns;
-        for (std::int64_t s = 0; s < chunk; ++s) {
-          const float* plane = in + (s * sh.channels + c) * static_cast<std::int64_t>(sh.height) * sh.width;
-          float* dst = row + s * ohw;
-          for (int y = 0; y < oh; ++y) {
-            const int h = y * sh.stride + i - sh.pad;
-            float* out = dst + static_cast<std::int64_t>(y) * ow;
-            if (h < 0 || h >= sh.height) {
-              std::fill(out, out + ow, 0.0f);
-              continue;
-            }
-            const float* src = plane + static_cast<std::int64_t>(h) * sh.width;
-            if (sh.stride == 1) {
-              // x + j - pad inside [0, W) for x in [x0, x1).
-              const int x0 = std::min(ow, std::max(0, sh.pad - j)), x1 = std::min(ow, sh.width + sh.pad - j);
-              std::fill(out, out + x0, 0.0f);
-              if (x1 > x0) std::memcpy(out + x0, src + x0 + j - sh.pad, static_cast<std::size_t>(x1 - x0) * sizeof(float));
-              std::fill(out + std::max(x0, x1), out + ow, 0.0f);
-            } else {
-              for (int x = 0; x < ow; ++x) {
-                const int w = x * sh.stride + j - sh.pad;
-                out[x] = (w >= 0 && w < sh.width) ? src[w] : 0.0f;
-              }
-            }
-          }
-        }
-      }
-}
-
-// The adjoint of im2col: grad_in[s, c, h, w] = sum of the dcol entries im2col read it into.
-// Overwrites grad_in for the chunk's samples.
-void col2im(float* grad_in, const float* dcol, std::int64_t chunk, const ConvShape& sh) {
-  const int oh = sh.out_h(), ow = sh.out_w(), k = sh.kernel;
-  const std::int64_t ohw = static_cast<std::int64_t>(oh) * ow;
-  const std::int64_t columns = chunk * ohw;
-  std::fill(grad_in, grad_in + chunk * sh.in_size(), 0.0f);
-  for (int c = 0; c < sh.channels; ++c)
-    for (int i = 0; i < k; ++i)
-      for (int j = 0; j < k; ++j) {
-        const float* row = dcol + ((static_cast<std::int64_t>(c) * k + i) * k + j) * columns;
-        for (std::int64_t s = 0; s < chunk; ++s) {
-          float* plane = grad_in + (s * sh.channels + c) * static_cast<std::int64_t>(sh.height) * sh.width;
-          const float* src = row + s * ohw;
-          for (int y = 0; y < oh; ++y) {
-            const int h = y * sh.stride + i - sh.pad;
-            if (h < 0 || h >= sh.height) continue;
-            float* dst = plane + static_cast<std::int64_t>(h) * sh.width;
-            const float* in_row = src + static_cast<std::int64_t>(y) * ow;
-            for (int x = 0; x < ow; ++x) {
-              const int w = x * sh.stride + j - sh.pad;
-              if (w >= 0 && w < sh.width) dst[w] += in_row[x];
-            }
-          }
-        }
-      }
-}
-
 }  // namespace
 
 void conv2d_forward(float* out, const float* in, const float* weight, const float* bias, std::int64_t n,
@@ -186,7 +122,7 @@ void conv2d_forward(float* out, const float* in, const float* weight, const floa
   for (std::int64_t s0 = 0; s0 < n; s0 += chunk_max) {
     const std::int64_t chunk = std::min(chunk_max, n - s0);
     const std::int64_t columns = chunk * ohw;
-    im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
+    conv_columns::im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
     gemm::nn(sc.tmp.data(), weight, sc.col.data(), filters, columns, ckk, false);
     // [F, chunk, OHW] -> [chunk, F, OHW], adding the bias.
     for (std::int64_t s = 0; s < chunk; ++s)
@@ -213,38 +149,35 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
     sc.tmp.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
     sc.dcol.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
     sc.wt.resize(static_cast<std::size_t>(ckk * filters));
-    for (int f = 0; f < filters; ++f)
-      for (std::int64_t q = 0; q < ckk; ++q) sc.wt[q * filters + f] = weight[f * ckk + q];
+    conv_columns::transpose(sc.wt.data(), filters, weight, ckk, filters, ckk, false);
   }
   for (std::int64_t s0 = 0; s0 < n; s0 += chunk_max) {
     const std::int64_t chunk = std::min(chunk_max, n - s0);
     const std::int64_t columns = chunk * ohw;
     // [chunk, F, OHW] -> [chunk, OHW, F] for the weight gradient, and [F, chunk, OHW] for the input
     // gradient's columns when there is one; the bias gradient on the way, sample by sample.
-    for (std::int64_t s = 0; s < chunk; ++s)
+    for (std::int64_t s = 0; s < chunk; ++s) {
+      const float* src = grad_out + (s0 + s) * filters * ohw;
+      conv_columns::transpose(sc.tmp_t.data() + s * ohw * filters, filters, src, ohw, filters, ohw, false);
       for (int f = 0; f < filters; ++f) {
-        const float* src = grad_out + ((s0 + s) * filters + f) * ohw;
-        float* dst_t = sc.tmp_t.data() + s * ohw * filters + f;
+        const float* row = src + f * ohw;
         float sum = 0.0f;
-        for (std::int64_t p = 0; p < ohw; ++p) {
-          dst_t[p * filters] = src[p];
-          sum += src[p];
-        }
+        for (std::int64_t p = 0; p < ohw; ++p) sum += row[p];
         grad_bias[f] += sum;
-        if (grad_in != nullptr) std::copy(src, src + ohw, sc.tmp.data() + f * columns + s * ohw);
+        if (grad_in != nullptr) std::copy(row, row + ohw, sc.tmp.data() + f * columns + s * ohw);
       }
-    im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
+    }
+    conv_columns::im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
     // grad_weight[F, CKK] += (col[CKK, columns] x grad_out^T[columns, F])^T: the product in the
     // GEMM's nn form, whose register tiles run at 83-87% of a core's peak on the cifar preset's
     // shapes, where the dot-product form (C += A x B^T, a horizontal sum and a scalar tail per
     // output) ran at 28-37% (tools/gemm_bench.cpp; docs/PERFORMANCE.md).
     gemm::nn(sc.gwt.data(), sc.col.data(), sc.tmp_t.data(), ckk, filters, columns, false);
-    for (int f = 0; f < filters; ++f)
-      for (std::int64_t q = 0; q < ckk; ++q) grad_weight[f * ckk + q] += sc.gwt[q * filters + f];
+    conv_columns::transpose(grad_weight, ckk, sc.gwt.data(), filters, ckk, filters, true);
     if (grad_in == nullptr) continue;
     // dcol[CKK, columns] = weight[F, CKK]^T x grad_out[F, columns]
     gemm::nn(sc.dcol.data(), sc.wt.data(), sc.tmp.data(), ckk, columns, filters, false);
-    col2im(grad_in + s0 * shape.in_size(), sc.dcol.data(), chunk, shape);
+    conv_columns::col2im(grad_in + s0 * shape.in_size(), sc.dcol.data(), chunk, shape);
   }
 }
 
