@@ -102,6 +102,20 @@ ConvScratch& scratch() {
   return s;
 }
 
+// Grows a scratch matrix, never shrinks it: the forward needs all of a chunk's column rows, the
+// backward a channel group's, and a vector grown back after a shrink zero-fills what it regains.
+void reserve_floats(std::vector<float>& v, std::int64_t count) {
+  if (static_cast<std::int64_t>(v.size()) < count) v.resize(static_cast<std::size_t>(count));
+}
+
+// Floats of the backward's column rows per channel group (see conv2d_backward): a quarter of L2.
+constexpr std::int64_t kGroupBudget = std::int64_t{1} << 15;
+
+int channel_group(std::int64_t floats_per_channel, int channels) {
+  return static_cast<int>(std::max<std::int64_t>(
+      1, std::min<std::int64_t>(channels, kGroupBudget / std::max<std::int64_t>(1, floats_per_channel))));
+}
+
 std::int64_t chunk_samples(std::int64_t n, const ConvShape& shape) {
   const std::int64_t per_sample =
       static_cast<std::int64_t>(shape.channels) * shape.kernel * shape.kernel * shape.out_h() * shape.out_w();
@@ -117,12 +131,12 @@ void conv2d_forward(float* out, const float* in, const float* weight, const floa
   const std::int64_t ohw = static_cast<std::int64_t>(shape.out_h()) * shape.out_w();
   const std::int64_t chunk_max = chunk_samples(n, shape);
   ConvScratch& sc = scratch();
-  sc.col.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
-  sc.tmp.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
+  reserve_floats(sc.col, ckk * chunk_max * ohw);
+  reserve_floats(sc.tmp, filters * chunk_max * ohw);
   for (std::int64_t s0 = 0; s0 < n; s0 += chunk_max) {
     const std::int64_t chunk = std::min(chunk_max, n - s0);
     const std::int64_t columns = chunk * ohw;
-    conv_columns::im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
+    conv_columns::im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape, 0, shape.channels);
     gemm::nn(sc.tmp.data(), weight, sc.col.data(), filters, columns, ckk, false);
     // [F, chunk, OHW] -> [chunk, F, OHW], adding the bias.
     for (std::int64_t s = 0; s < chunk; ++s)
@@ -141,14 +155,16 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
   const std::int64_t ckk = static_cast<std::int64_t>(shape.channels) * shape.kernel * shape.kernel;
   const std::int64_t ohw = static_cast<std::int64_t>(shape.out_h()) * shape.out_w();
   const std::int64_t chunk_max = chunk_samples(n, shape);
+  const std::int64_t kk = static_cast<std::int64_t>(shape.kernel) * shape.kernel;
+  const int group = channel_group(kk * chunk_max * ohw, shape.channels);
   ConvScratch& sc = scratch();
-  sc.col.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
-  sc.tmp_t.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
-  sc.gwt.resize(static_cast<std::size_t>(ckk * filters));
+  reserve_floats(sc.col, group * kk * chunk_max * ohw);
+  reserve_floats(sc.tmp_t, filters * chunk_max * ohw);
+  reserve_floats(sc.gwt, ckk * filters);
   if (grad_in != nullptr) {
-    sc.tmp.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
-    sc.dcol.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
-    sc.wt.resize(static_cast<std::size_t>(ckk * filters));
+    reserve_floats(sc.tmp, filters * chunk_max * ohw);
+    reserve_floats(sc.dcol, group * kk * chunk_max * ohw);
+    reserve_floats(sc.wt, ckk * filters);
     conv_columns::transpose(sc.wt.data(), filters, weight, ckk, filters, ckk, false);
   }
   for (std::int64_t s0 = 0; s0 < n; s0 += chunk_max) {
@@ -167,17 +183,25 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
         if (grad_in != nullptr) std::copy(row, row + ohw, sc.tmp.data() + f * columns + s * ohw);
       }
     }
-    conv_columns::im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
-    // grad_weight[F, CKK] += (col[CKK, columns] x grad_out^T[columns, F])^T: the product in the
-    // GEMM's nn form, whose register tiles run at 83-87% of a core's peak on the cifar preset's
-    // shapes, where the dot-product form (C += A x B^T, a horizontal sum and a scalar tail per
-    // output) ran at 28-37% (tools/gemm_bench.cpp; docs/PERFORMANCE.md).
-    gemm::nn(sc.gwt.data(), sc.col.data(), sc.tmp_t.data(), ckk, filters, columns, false);
+    // Channel group by channel group, so that the group's column rows, written by im2col and read
+    // by the weight gradient's product, and its dcol rows, written by the input gradient's product
+    // and read by col2im, stay in L2 (the whole chunk's, 1 MB on the cifar preset's conv2, did
+    // not). Each product's entries are the same sums as over the whole matrix: the same bits.
+    for (int c0 = 0; c0 < shape.channels; c0 += group) {
+      const int count = std::min(group, shape.channels - c0);
+      const std::int64_t rows = count * kk;
+      conv_columns::im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape, c0, count);
+      // gwt[CKK, F] = col[CKK, columns] x grad_out^T[columns, F], this group's rows: the product in
+      // the GEMM's nn form, whose register tiles run at 83-87% of a core's peak on the cifar
+      // preset's shapes, where the dot-product form (C += A x B^T, a horizontal sum and a scalar
+      // tail per output) ran at 28-37% (tools/gemm_bench.cpp; docs/PERFORMANCE.md).
+      gemm::nn(sc.gwt.data() + c0 * kk * filters, sc.col.data(), sc.tmp_t.data(), rows, filters, columns, false);
+      if (grad_in == nullptr) continue;
+      // dcol[CKK, columns] = weight[F, CKK]^T x grad_out[F, columns], this group's rows
+      gemm::nn(sc.dcol.data(), sc.wt.data() + c0 * kk * filters, sc.tmp.data(), rows, columns, filters, false);
+      conv_columns::col2im(grad_in + s0 * shape.in_size(), sc.dcol.data(), chunk, shape, c0, count);
+    }
     conv_columns::transpose(grad_weight, ckk, sc.gwt.data(), filters, ckk, filters, true);
-    if (grad_in == nullptr) continue;
-    // dcol[CKK, columns] = weight[F, CKK]^T x grad_out[F, columns]
-    gemm::nn(sc.dcol.data(), sc.wt.data(), sc.tmp.data(), ckk, columns, filters, false);
-    conv_columns::col2im(grad_in + s0 * shape.in_size(), sc.dcol.data(), chunk, shape);
   }
 }
 

@@ -66,16 +66,16 @@ namespace {
 // row and sample, OH copies of OW floats at a fixed stride, each one masked load and store with the
 // mask set once (the general loop's bounds, spans and fills cost more per row than its copy).
 #ifdef __AVX512F__
-void im2col_valid_narrow(float* col, const float* in, std::int64_t chunk, const ConvShape& sh) {
+void im2col_valid_narrow(float* col, const float* in, std::int64_t chunk, const ConvShape& sh, int first, int count) {
   const int oh = sh.out_h(), ow = sh.out_w(), k = sh.kernel, width = sh.width;
   const std::int64_t ohw = static_cast<std::int64_t>(oh) * ow;
   const std::int64_t columns = chunk * ohw;
   const std::int64_t plane = static_cast<std::int64_t>(sh.height) * width;
   const __mmask16 mask = static_cast<__mmask16>((1u << ow) - 1);
-  for (int c = 0; c < sh.channels; ++c)
+  for (int c = first; c < first + count; ++c)
     for (int i = 0; i < k; ++i)
       for (int j = 0; j < k; ++j) {
-        float* out = col + ((static_cast<std::int64_t>(c) * k + i) * k + j) * columns;
+        float* out = col + ((static_cast<std::int64_t>(c - first) * k + i) * k + j) * columns;
         for (std::int64_t s = 0; s < chunk; ++s) {
           const float* src = in + (s * sh.channels + c) * plane + static_cast<std::int64_t>(i) * width + j;
           for (int y = 0; y < oh; ++y, out += ow, src += width)
@@ -87,10 +87,10 @@ void im2col_valid_narrow(float* col, const float* in, std::int64_t chunk, const 
 
 }  // namespace
 
-void im2col(float* col, const float* in, std::int64_t chunk, const ConvShape& sh) {
+void im2col(float* col, const float* in, std::int64_t chunk, const ConvShape& sh, int first, int count) {
 #ifdef __AVX512F__
   if (sh.stride == 1 && sh.pad == 0 && sh.out_w() <= kLanes) {
-    im2col_valid_narrow(col, in, chunk, sh);
+    im2col_valid_narrow(col, in, chunk, sh, first, count);
     return;
   }
 #endif
@@ -98,10 +98,10 @@ void im2col(float* col, const float* in, std::int64_t chunk, const ConvShape& sh
   const std::int64_t ohw = static_cast<std::int64_t>(oh) * ow;
   const std::int64_t columns = chunk * ohw;
   const std::int64_t plane = static_cast<std::int64_t>(sh.height) * sh.width;
-  for (int c = 0; c < sh.channels; ++c)
+  for (int c = first; c < first + count; ++c)
     for (int i = 0; i < k; ++i)
       for (int j = 0; j < k; ++j) {
-        float* row = col + ((static_cast<std::int64_t>(c) * k + i) * k + j) * columns;
+        float* row = col + ((static_cast<std::int64_t>(c - first) * k + i) * k + j) * columns;
         const Span span = stride1_span(sh, j);
         for (std::int64_t s = 0; s < chunk; ++s) {
           const float* src_plane = in + (s * sh.channels + c) * plane;
@@ -164,16 +164,16 @@ void col2im_plane_in_registers(float* plane, const float* dcol_c, std::int64_t c
 }  // namespace
 
 // Sample by sample and channel by channel, so that the plane being summed stays in L1 while its
-// K*K dcol rows stream past.
-void col2im(float* grad_in, const float* dcol, std::int64_t chunk, const ConvShape& sh) {
+// K*K dcol rows pass.
+void col2im(float* grad_in, const float* dcol, std::int64_t chunk, const ConvShape& sh, int first, int count) {
   const int oh = sh.out_h(), ow = sh.out_w(), k = sh.kernel;
   const std::int64_t ohw = static_cast<std::int64_t>(oh) * ow;
   const std::int64_t columns = chunk * ohw;
   const std::int64_t plane_size = static_cast<std::int64_t>(sh.height) * sh.width;
   for (std::int64_t s = 0; s < chunk; ++s)
-    for (int c = 0; c < sh.channels; ++c) {
+    for (int c = first; c < first + count; ++c) {
       float* plane = grad_in + (s * sh.channels + c) * plane_size;
-      const float* dcol_c = dcol + static_cast<std::int64_t>(c) * k * k * columns + s * ohw;
+      const float* dcol_c = dcol + static_cast<std::int64_t>(c - first) * k * k * columns + s * ohw;
 #ifdef __AVX512F__
       if (sh.stride == 1 && sh.width <= kLanes) {
         col2im_plane_in_registers(plane, dcol_c, columns, sh);
