@@ -72,11 +72,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   // conv2: 32 -> 64 channels, 3x3, 13x13 -> 11x11, im2col chunks of 7 samples (847 columns);
-  // conv3: 64 -> 64, 3x3, 5x5 -> 3x3, the whole micro-batch of 32 (288 columns).
+  // conv3: 64 -> 64, 3x3, 5x5 -> 3x3, the whole micro-batch of 32 (288 columns). The backward's
+  // products run by channel groups of 2^15 column floats (src/layers/conv.cpp): conv2's 4 channels
+  // (36 rows), conv3's 12 (108 rows).
   const Product products[] = {
-      {"conv2 forward", 64, 847, 288},       {"conv2 weight gradient", 288, 64, 847},
-      {"conv2 input gradient", 288, 847, 64}, {"conv3 forward", 64, 288, 576},
-      {"conv3 weight gradient", 576, 64, 288}, {"conv3 input gradient", 576, 288, 64},
+      {"conv2 forward", 64, 847, 288},       {"conv2 weight gradient", 36, 64, 847},
+      {"conv2 input gradient", 36, 847, 64},  {"conv3 forward", 64, 288, 576},
+      {"conv3 weight gradient", 108, 64, 288}, {"conv3 input gradient", 108, 288, 64},
   };
   for (const Product& p : products)
     std::printf("gemm: %-22s m=%4lld n=%4lld k=%4lld  %7.1f GFLOP/s\n", p.name, static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),

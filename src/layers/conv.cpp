@@ -13,6 +13,8 @@
 #include "cnn/layer_ops.hpp"
 #include "cpu/cpu_op.hpp"
 #include "ops/gemm.hpp"
+#include "ops/im2col.hpp"
+#include "ops/simd.hpp"
 
 namespace cnn {
 
@@ -100,76 +102,24 @@ ConvScratch& scratch() {
   return s;
 }
 
+// Grows a scratch matrix, never shrinks it: the forward needs all of a chunk's column rows, the
+// backward a channel group's, and a vector grown back after a shrink zero-fills what it regains.
+void reserve_floats(std::vector<float>& v, std::int64_t count) {
+  if (static_cast<std::int64_t>(v.size()) < count) v.resize(static_cast<std::size_t>(count));
+}
+
+// Floats of the backward's column rows per channel group (see conv2d_backward): a quarter of L2.
+constexpr std::int64_t kGroupBudget = std::int64_t{1} << 15;
+
+int channel_group(std::int64_t floats_per_channel, int channels) {
+  return static_cast<int>(std::max<std::int64_t>(
+      1, std::min<std::int64_t>(channels, kGroupBudget / std::max<std::int64_t>(1, floats_per_channel))));
+}
+
 std::int64_t chunk_samples(std::int64_t n, const ConvShape& shape) {
   const std::int64_t per_sample =
       static_cast<std::int64_t>(shape.channels) * shape.kernel * shape.kernel * shape.out_h() * shape.out_w();
   return std::max<std::int64_t>(1, std::min<std::int64_t>(n, kColumnBudget / std::max<std::int64_t>(1, per_sample)));
-}
-
-// col[(c*K + i)*K + j][s*OHW + y*OW + x] = in[s, c, y*S + i - P, x*S + j - P] (0 outside), for the
-// `chunk` samples starting at `in`; `columns` = chunk*OHW is the row length.
-void im2col(float* col, const float* in, std::int64_t chunk, const ConvShape& sh) {
-  const int oh = sh.out_h(), ow = sh.out_w(), k = sh.kernel;
-  const std::int64_t ohw = static_cast<std::int64_t>(oh) * ow;
-  const std::int64_t columns = chunk * ohw;
-  for (int c = 0; c < sh.channels; ++c)
-    for (int i = 0; i < k; ++i)
-      for (int j = 0; j < k; ++j) {
-        float* row = col + ((static_cast<std::int64_t>(c) * k + i) * k + j) * columns;
-        for (std::int64_t s = 0; s < chunk; ++s) {
-          const float* plane = in + (s * sh.channels + c) * static_cast<std::int64_t>(sh.height) * sh.width;
-          float* dst = row + s * ohw;
-          for (int y = 0; y < oh; ++y) {
-            const int h = y * sh.stride + i - sh.pad;
-            float* out = dst + static_cast<std::int64_t>(y) * ow;
-            if (h < 0 || h >= sh.height) {
-              std::fill(out, out + ow, 0.0f);
-              continue;
-            }
-            const float* src = plane + static_cast<std::int64_t>(h) * sh.width;
-            if (sh.stride == 1) {
-              // x + j - pad inside [0, W) for x in [x0, x1).
-              const int x0 = std::min(ow, std::max(0, sh.pad - j)), x1 = std::min(ow, sh.width + sh.pad - j);
-              std::fill(out, out + x0, 0.0f);
-              if (x1 > x0) std::memcpy(out + x0, src + x0 + j - sh.pad, static_cast<std::size_t>(x1 - x0) * sizeof(float));
-              std::fill(out + std::max(x0, x1), out + ow, 0.0f);
-            } else {
-              for (int x = 0; x < ow; ++x) {
-                const int w = x * sh.stride + j - sh.pad;
-                out[x] = (w >= 0 && w < sh.width) ? src[w] : 0.0f;
-              }
-            }
-          }
-        }
-      }
-}
-
-// The adjoint of im2col: grad_in[s, c, h, w] = sum of the dcol entries im2col read it into.
-// Overwrites grad_in for the chunk's samples.
-void col2im(float* grad_in, const float* dcol, std::int64_t chunk, const ConvShape& sh) {
-  const int oh = sh.out_h(), ow = sh.out_w(), k = sh.kernel;
-  const std::int64_t ohw = static_cast<std::int64_t>(oh) * ow;
-  const std::int64_t columns = chunk * ohw;
-  std::fill(grad_in, grad_in + chunk * sh.in_size(), 0.0f);
-  for (int c = 0; c < sh.channels; ++c)
-    for (int i = 0; i < k; ++i)
-      for (int j = 0; j < k; ++j) {
-        const float* row = dcol + ((static_cast<std::int64_t>(c) * k + i) * k + j) * columns;
-        for (std::int64_t s = 0; s < chunk; ++s) {
-          float* plane = grad_in + (s * sh.channels + c) * static_cast<std::int64_t>(sh.height) * sh.width;
-          const float* src = row + s * ohw;
-          for (int y = 0; y < oh; ++y) {
-            const int h = y * sh.stride + i - sh.pad;
-            if (h < 0 || h >= sh.height) continue;
-            float* dst = plane + static_cast<std::int64_t>(h) * sh.width;
-            const float* in_row = src + static_cast<std::int64_t>(y) * ow;
-            for (int x = 0; x < ow; ++x) {
-              const int w = x * sh.stride + j - sh.pad;
-              if (w >= 0 && w < sh.width) dst[w] += in_row[x];
-            }
-          }
-        }
-      }
 }
 
 }  // namespace
@@ -181,12 +131,12 @@ void conv2d_forward(float* out, const float* in, const float* weight, const floa
   const std::int64_t ohw = static_cast<std::int64_t>(shape.out_h()) * shape.out_w();
   const std::int64_t chunk_max = chunk_samples(n, shape);
   ConvScratch& sc = scratch();
-  sc.col.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
-  sc.tmp.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
+  reserve_floats(sc.col, ckk * chunk_max * ohw);
+  reserve_floats(sc.tmp, filters * chunk_max * ohw);
   for (std::int64_t s0 = 0; s0 < n; s0 += chunk_max) {
     const std::int64_t chunk = std::min(chunk_max, n - s0);
     const std::int64_t columns = chunk * ohw;
-    im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
+    conv_columns::im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape, 0, shape.channels);
     gemm::nn(sc.tmp.data(), weight, sc.col.data(), filters, columns, ckk, false);
     // [F, chunk, OHW] -> [chunk, F, OHW], adding the bias.
     for (std::int64_t s = 0; s < chunk; ++s)
@@ -205,46 +155,53 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
   const std::int64_t ckk = static_cast<std::int64_t>(shape.channels) * shape.kernel * shape.kernel;
   const std::int64_t ohw = static_cast<std::int64_t>(shape.out_h()) * shape.out_w();
   const std::int64_t chunk_max = chunk_samples(n, shape);
+  const std::int64_t kk = static_cast<std::int64_t>(shape.kernel) * shape.kernel;
+  const int group = channel_group(kk * chunk_max * ohw, shape.channels);
   ConvScratch& sc = scratch();
-  sc.col.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
-  sc.tmp_t.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
-  sc.gwt.resize(static_cast<std::size_t>(ckk * filters));
+  reserve_floats(sc.col, group * kk * chunk_max * ohw);
+  reserve_floats(sc.tmp_t, filters * chunk_max * ohw);
+  reserve_floats(sc.gwt, ckk * filters);
   if (grad_in != nullptr) {
-    sc.tmp.resize(static_cast<std::size_t>(filters * chunk_max * ohw));
-    sc.dcol.resize(static_cast<std::size_t>(ckk * chunk_max * ohw));
-    sc.wt.resize(static_cast<std::size_t>(ckk * filters));
-    for (int f = 0; f < filters; ++f)
-      for (std::int64_t q = 0; q < ckk; ++q) sc.wt[q * filters + f] = weight[f * ckk + q];
+    reserve_floats(sc.tmp, filters * chunk_max * ohw);
+    reserve_floats(sc.dcol, group * kk * chunk_max * ohw);
+    reserve_floats(sc.wt, ckk * filters);
+    conv_columns::transpose(sc.wt.data(), filters, weight, ckk, filters, ckk, false);
   }
   for (std::int64_t s0 = 0; s0 < n; s0 += chunk_max) {
     const std::int64_t chunk = std::min(chunk_max, n - s0);
     const std::int64_t columns = chunk * ohw;
     // [chunk, F, OHW] -> [chunk, OHW, F] for the weight gradient, and [F, chunk, OHW] for the input
     // gradient's columns when there is one; the bias gradient on the way, sample by sample.
-    for (std::int64_t s = 0; s < chunk; ++s)
+    for (std::int64_t s = 0; s < chunk; ++s) {
+      const float* src = grad_out + (s0 + s) * filters * ohw;
+      conv_columns::transpose(sc.tmp_t.data() + s * ohw * filters, filters, src, ohw, filters, ohw, false);
       for (int f = 0; f < filters; ++f) {
-        const float* src = grad_out + ((s0 + s) * filters + f) * ohw;
-        float* dst_t = sc.tmp_t.data() + s * ohw * filters + f;
+        const float* row = src + f * ohw;
         float sum = 0.0f;
-        for (std::int64_t p = 0; p < ohw; ++p) {
-          dst_t[p * filters] = src[p];
-          sum += src[p];
-        }
+        for (std::int64_t p = 0; p < ohw; ++p) sum += row[p];
         grad_bias[f] += sum;
-        if (grad_in != nullptr) std::copy(src, src + ohw, sc.tmp.data() + f * columns + s * ohw);
+        if (grad_in != nullptr) std::copy(row, row + ohw, sc.tmp.data() + f * columns + s * ohw);
       }
-    im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape);
-    // grad_weight[F, CKK] += (col[CKK, columns] x grad_out^T[columns, F])^T: the product in the
-    // GEMM's nn form, whose register tiles run at 83-87% of a core's peak on the cifar preset's
-    // shapes, where the dot-product form (C += A x B^T, a horizontal sum and a scalar tail per
-    // output) ran at 28-37% (tools/gemm_bench.cpp; docs/PERFORMANCE.md).
-    gemm::nn(sc.gwt.data(), sc.col.data(), sc.tmp_t.data(), ckk, filters, columns, false);
-    for (int f = 0; f < filters; ++f)
-      for (std::int64_t q = 0; q < ckk; ++q) grad_weight[f * ckk + q] += sc.gwt[q * filters + f];
-    if (grad_in == nullptr) continue;
-    // dcol[CKK, columns] = weight[F, CKK]^T x grad_out[F, columns]
-    gemm::nn(sc.dcol.data(), sc.wt.data(), sc.tmp.data(), ckk, columns, filters, false);
-    col2im(grad_in + s0 * shape.in_size(), sc.dcol.data(), chunk, shape);
+    }
+    // Channel group by channel group, so that the group's column rows, written by im2col and read
+    // by the weight gradient's product, and its dcol rows, written by the input gradient's product
+    // and read by col2im, stay in L2 (the whole chunk's, 1 MB on the cifar preset's conv2, did
+    // not). Each product's entries are the same sums as over the whole matrix: the same bits.
+    for (int c0 = 0; c0 < shape.channels; c0 += group) {
+      const int count = std::min(group, shape.channels - c0);
+      const std::int64_t rows = count * kk;
+      conv_columns::im2col(sc.col.data(), in + s0 * shape.in_size(), chunk, shape, c0, count);
+      // gwt[CKK, F] = col[CKK, columns] x grad_out^T[columns, F], this group's rows: the product in
+      // the GEMM's nn form, whose register tiles run at 83-87% of a core's peak on the cifar
+      // preset's shapes, where the dot-product form (C += A x B^T, a horizontal sum and a scalar
+      // tail per output) ran at 28-37% (tools/gemm_bench.cpp; docs/PERFORMANCE.md).
+      gemm::nn(sc.gwt.data() + c0 * kk * filters, sc.col.data(), sc.tmp_t.data(), rows, filters, columns, false);
+      if (grad_in == nullptr) continue;
+      // dcol[CKK, columns] = weight[F, CKK]^T x grad_out[F, columns], this group's rows
+      gemm::nn(sc.dcol.data(), sc.wt.data() + c0 * kk * filters, sc.tmp.data(), rows, columns, filters, false);
+      conv_columns::col2im(grad_in + s0 * shape.in_size(), sc.dcol.data(), chunk, shape, c0, count);
+    }
+    conv_columns::transpose(grad_weight, ckk, sc.gwt.data(), filters, ckk, filters, true);
   }
 }
 
