@@ -349,7 +349,7 @@ __device__ void backward_phase(const SeedPersistentArgs& a, const Shape& s, cons
 
 // D. A warp per value: each conv gradient value sums the blocks' shares (lanes over blocks, then a
 // butterfly), each fc bias gradient sums dL/dlogits over the samples, and one warp adds the batch's
-// loss and hits. Block 0 also reads the host's stop word.
+// loss and hits.
 __device__ void reduce_phase(const SeedPersistentArgs& a, const Shape& s, int step) {
   const unsigned lane = threadIdx.x & 31u;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kThreads / 32);
@@ -399,7 +399,6 @@ __device__ void reduce_phase(const SeedPersistentArgs& a, const Shape& s, int st
       }
     }
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0 && a.host_stop != nullptr && *a.host_stop != 0) *a.stop_request = 1;
 }
 
 // E. The update: this block's fc columns (shared memory, the flat buffer and their optimizer state,
@@ -482,6 +481,9 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
 
   int step = 0;
   for (; step < a.steps; ++step) {
+    // The host's stop word, read at the step's start and published before its last barrier: the
+    // read crosses PCIe (a microsecond or more), and the forward runs while it is in flight.
+    const int host_stop = clock_keeper && a.host_stop != nullptr ? *a.host_stop : 0;
     if (clock_keeper) a.clocks[step * 4] = global_ns();
     forward_phase(a, s, own, smem, l, step);
     grid.sync();
@@ -493,6 +495,7 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
     backward_phase(a, s, own, smem, l, step);
     grid.sync();
     reduce_phase(a, s, step);
+    if (host_stop != 0) *a.stop_request = 1;
     grid.sync();
     if (clock_keeper) a.clocks[step * 4 + 2] = global_ns();
     const unsigned long long verdict = __ldcg(a.verdict);

@@ -18,7 +18,7 @@
 //   C. backward: each block, its columns: fc weight gradient (final: the block has every sample),
 //      its share of each filter's conv gradient [G, F, 10], the non-finite check of its columns | barrier
 //   D. a warp per conv gradient value sums the G shares; a warp per fc bias; the batch's loss and
-//      hits; block 0 polls the host's stop word                                        | barrier
+//      hits; block 0 publishes the host's stop word, read at the step's start          | barrier
 //   E. update: each block its columns' fc weights (in shared memory and in the flat buffer), and
 //      its copies of the conv weights and fc bias; block 0 also writes those to the flat buffer.
 //      None if any gradient of the step was not finite: the kernel ends before the update.
