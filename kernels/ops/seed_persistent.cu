@@ -498,7 +498,9 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
     if (host_stop != 0) *a.stop_request = 1;
     grid.sync();
     if (clock_keeper) a.clocks[step * 4 + 2] = global_ns();
+    // Both words in one round trip to L2, before either is used.
     const unsigned long long verdict = __ldcg(a.verdict);
+    const int stop = __ldcg(a.stop_request);
     if (verdict != kAllFinite) {
       if (clock_keeper) {
         a.clocks[step * 4 + 3] = global_ns();
@@ -509,7 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
     update_phase(a, s, own, smem, l, a.rules[step]);
     __syncthreads();  // the updated copies, before the next forward reads them
     if (clock_keeper) a.clocks[step * 4 + 3] = global_ns();
-    if (__ldcg(a.stop_request) != 0) {
+    if (stop != 0) {
       ++step;
       if (clock_keeper) a.outcome->stop_seen = 1;
       break;
