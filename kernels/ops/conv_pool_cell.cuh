@@ -38,49 +38,48 @@ struct PoolWinner {
   int which;    // a*2 + b of the winning conv position (2py + a, 2px + b)
 };
 
-// The four conv outputs under one pool cell from its 4x4 input patch, and their maximum. Each sums
-// bias, then the taps in (c, i, k) order, as the CPU twin does; the first maximum in the order a*2+b
-// wins, as on the CPU. `w` holds one staged filter row (taps, bias at C*3*3).
+// The four conv outputs under one pool cell from its 4x4 input patch, z[a*2 + b] at conv position
+// (2py + a, 2px + b). Each sums bias, then the taps in (c, i, k) order, as the CPU twin does. `w` holds
+// one staged filter row (taps, bias at C*3*3).
 template <int C, int Stride>
-__device__ __forceinline__ PoolWinner conv_pool_max(const float (&w)[Stride], const float (&patch)[C][kPatch][kPatch]) {
+__device__ __forceinline__ void conv_pool_outputs(float (&z)[kPoolWindow * kPoolWindow], const float (&w)[Stride],
+                                                  const float (&patch)[C][kPatch][kPatch]) {
   constexpr int kTaps = C * kTaps1;
-  PoolWinner best{0.0f, 0};
 #pragma unroll
   for (int a = 0; a < kPoolWindow; ++a)
 #pragma unroll
     for (int b = 0; b < kPoolWindow; ++b) {
-      float z = w[kTaps];
+      float sum = w[kTaps];
 #pragma unroll
       for (int c = 0; c < C; ++c)
 #pragma unroll
         for (int i = 0; i < kSeedKernel; ++i)
 #pragma unroll
-          for (int k = 0; k < kSeedKernel; ++k) z = fmaf(w[c * kTaps1 + i * kSeedKernel + k], patch[c][a + i][b + k], z);
-      if ((a == 0 && b == 0) || z > best.value) best = {z, a * kPoolWindow + b};
+          for (int k = 0; k < kSeedKernel; ++k)
+            sum = fmaf(w[c * kTaps1 + i * kSeedKernel + k], patch[c][a + i][b + k], sum);
+      z[a * kPoolWindow + b] = sum;
     }
+}
+
+// The four outputs' maximum and where it is: the first maximum in the order a*2+b wins, as on the CPU.
+template <int C, int Stride>
+__device__ __forceinline__ PoolWinner conv_pool_max(const float (&w)[Stride], const float (&patch)[C][kPatch][kPatch]) {
+  float z[kPoolWindow * kPoolWindow];
+  conv_pool_outputs<C>(z, w, patch);
+  PoolWinner best{z[0], 0};
+#pragma unroll
+  for (int q = 1; q < kPoolWindow * kPoolWindow; ++q)
+    if (z[q] > best.value) best = {z[q], q};
   return best;
 }
 
-// conv_pool_max's maximum alone (the same sums, so the same bits for the value), for a pass that needs
-// no winner: three max instructions instead of the winner's compares and selects.
+// The maximum alone (the same value as conv_pool_max's), for a pass that needs no winner: three max
+// instructions instead of the winner's compares and selects.
 template <int C, int Stride>
 __device__ __forceinline__ float conv_pool_value(const float (&w)[Stride], const float (&patch)[C][kPatch][kPatch]) {
-  constexpr int kTaps = C * kTaps1;
-  float best = 0.0f;
-#pragma unroll
-  for (int a = 0; a < kPoolWindow; ++a)
-#pragma unroll
-    for (int b = 0; b < kPoolWindow; ++b) {
-      float z = w[kTaps];
-#pragma unroll
-      for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int i = 0; i < kSeedKernel; ++i)
-#pragma unroll
-          for (int k = 0; k < kSeedKernel; ++k) z = fmaf(w[c * kTaps1 + i * kSeedKernel + k], patch[c][a + i][b + k], z);
-      best = (a == 0 && b == 0) ? z : fmaxf(best, z);
-    }
-  return best;
+  float z[kPoolWindow * kPoolWindow];
+  conv_pool_outputs<C>(z, w, patch);
+  return fmaxf(fmaxf(z[0], z[1]), fmaxf(z[2], z[3]));
 }
 
 }  // namespace cnn::cuda

@@ -138,6 +138,28 @@ __device__ __forceinline__ StateRef flat_state(float* state, OptimizerKind kind,
   return {state + i, state + total + i};
 }
 
+// Element e of the parameters every block keeps a copy of in shared memory: the conv taps and
+// biases (e < F * 10, filter-major, taps then bias), then the 10 fc biases. Where it sits in the flat
+// buffers, and its copy and optimizer state in shared memory.
+struct SharedParam {
+  std::int64_t index;
+  float* value;
+  float* first;
+  float* second;
+};
+__device__ __forceinline__ SharedParam shared_param(const SeedParamOffsets& at, const Shape& s, float* smem,
+                                                    const SharedLayout& l, int e) {
+  const int conv_values = s.filters * kConvValues;
+  if (e < conv_values) {
+    const int filter = e / kConvValues;
+    const int r = e - filter * kConvValues;
+    return {conv_index(at, filter, r), smem + l.conv + filter * kRow + r, smem + l.conv_state + e,
+            smem + l.conv_state + conv_values + e};
+  }
+  const int o = e - conv_values;
+  return {at.fc_bias + o, smem + l.fc_bias + o, smem + l.fc_bias_state + o, smem + l.fc_bias_state + kRow + o};
+}
+
 // A pool cell's 4x4 patch of sample s (a position in `order`) as floats, from the uint8 data set.
 __device__ __forceinline__ void load_patch(float (&patch)[1][kPatch][kPatch], const SeedPersistentArgs& a,
                                            const Shape& s, std::int64_t sample, int cell) {
@@ -420,21 +442,14 @@ __device__ void update_phase(const SeedPersistentArgs& a, const Shape& s, const 
     if (st.second) *st.second = second;
   }
   const bool writer = blockIdx.x == 0;
-  const int conv_values = s.filters * kConvValues;
-  for (int e = threadIdx.x; e < conv_values + kO; e += kThreads) {
-    const bool conv = e < conv_values;
-    const int filter = conv ? e / kConvValues : 0;
-    const int r = conv ? e - filter * kConvValues : e - conv_values;
-    const std::int64_t index = conv ? conv_index(a.at, filter, r) : a.at.fc_bias + r;
-    float& p = conv ? smem[l.conv + filter * kRow + r] : smem[l.fc_bias + r];
-    float& first = conv ? smem[l.conv_state + e] : smem[l.fc_bias_state + r];
-    float& second = conv ? smem[l.conv_state + conv_values + e] : smem[l.fc_bias_state + kRow + r];
-    p = apply_rule(rule, p, __ldcg(a.grads + index), first, second);
+  for (int e = threadIdx.x; e < s.filters * kConvValues + kO; e += kThreads) {
+    const SharedParam p = shared_param(a.at, s, smem, l, e);
+    *p.value = apply_rule(rule, *p.value, __ldcg(a.grads + p.index), *p.first, *p.second);
     if (writer) {
-      a.params[index] = p;
-      const StateRef st = flat_state(a.state, rule.kind, a.at.total, index);
-      if (st.first) *st.first = first;
-      if (st.second) *st.second = second;
+      a.params[p.index] = *p.value;
+      const StateRef st = flat_state(a.state, rule.kind, a.at.total, p.index);
+      if (st.first) *st.first = *p.first;
+      if (st.second) *st.second = *p.second;
     }
   }
 }
@@ -443,16 +458,12 @@ __device__ void update_phase(const SeedPersistentArgs& a, const Shape& s, const 
 // columns' fc weights, from the flat buffers.
 __device__ void load_parameters(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, float* smem,
                                 const SharedLayout& l, OptimizerKind kind) {
-  const int conv_values = s.filters * kConvValues;
-  for (int e = threadIdx.x; e < conv_values + kO; e += kThreads) {
-    const bool conv = e < conv_values;
-    const int filter = conv ? e / kConvValues : 0;
-    const int r = conv ? e - filter * kConvValues : e - conv_values;
-    const std::int64_t index = conv ? conv_index(a.at, filter, r) : a.at.fc_bias + r;
-    const StateRef st = flat_state(a.state, kind, a.at.total, index);
-    (conv ? smem[l.conv + filter * kRow + r] : smem[l.fc_bias + r]) = a.params[index];
-    (conv ? smem[l.conv_state + e] : smem[l.fc_bias_state + r]) = st.first ? *st.first : 0.0f;
-    (conv ? smem[l.conv_state + conv_values + e] : smem[l.fc_bias_state + kRow + r]) = st.second ? *st.second : 0.0f;
+  for (int e = threadIdx.x; e < s.filters * kConvValues + kO; e += kThreads) {
+    const SharedParam p = shared_param(a.at, s, smem, l, e);
+    const StateRef st = flat_state(a.state, kind, a.at.total, p.index);
+    *p.value = a.params[p.index];
+    *p.first = st.first ? *st.first : 0.0f;
+    *p.second = st.second ? *st.second : 0.0f;
   }
   for (int e = threadIdx.x; e < s.filters; e += kThreads)
     for (int r = kConvValues; r < kRow; ++r) smem[l.conv + e * kRow + r] = 0.0f;
