@@ -175,9 +175,12 @@ __device__ __forceinline__ void load_patch(float (&patch)[1][kPatch][kPatch], co
 
 // A. This block's columns for every sample: conv + ReLU + pool, and their part of each sample's
 // logits. forward_lanes threads share a sample, each a contiguous run of the columns in order; their
-// sums meet in a butterfly (every lane ends with the same bits).
-__device__ void forward_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, const float* smem,
-                              const SharedLayout& l, int step) {
+// sums meet in a butterfly (every lane ends with the same bits). With more samples than threads'
+// slots, a thread takes kSamples samples at a time: each column's weights, loaded from shared memory
+// once, serve both, and the two samples' sums are independent chains.
+template <int kSamples>
+__device__ void forward_samples(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, const float* smem,
+                                const SharedLayout& l, int step) {
   const int lanes = s.forward_lanes;
   const int slot = static_cast<int>(threadIdx.x) / lanes;
   const int part = static_cast<int>(threadIdx.x) - slot * lanes;
@@ -185,42 +188,66 @@ __device__ void forward_phase(const SeedPersistentArgs& a, const Shape& s, const
   const int u_begin = part * own.count / lanes;
   const int u_end = (part + 1) * own.count / lanes;
   const std::int64_t step_first = static_cast<std::int64_t>(step) * s.n;
-  for (std::int64_t base = 0; base < s.n; base += slots) {
-    const std::int64_t sample = base + slot;
-    const bool valid = sample < s.n;
-    float acc[kO];
+  for (std::int64_t base = 0; base < s.n; base += kSamples * slots) {
+    std::int64_t sample[kSamples];
+    bool valid[kSamples];
+    float acc[kSamples][kO];
 #pragma unroll
-    for (int o = 0; o < kO; ++o) acc[o] = 0.0f;
-    if (valid && u_begin < u_end) {
-      // Columns in cell-major order: the filter steps by one, the cell (and its patch) when it wraps.
+    for (int i = 0; i < kSamples; ++i) {
+      sample[i] = base + i * slots + slot;
+      valid[i] = sample[i] < s.n;
+#pragma unroll
+      for (int o = 0; o < kO; ++o) acc[i][o] = 0.0f;
+    }
+    if (valid[0] && u_begin < u_end) {
+      // Columns in cell-major order: the filter steps by one, the cell (and its patches) when it wraps.
       const std::int64_t q = own.first + u_begin;
       int cell = static_cast<int>(q / s.filters);
       int f = static_cast<int>(q - static_cast<std::int64_t>(cell) * s.filters);
-      float patch[1][kPatch][kPatch];
-      load_patch(patch, a, s, step_first + sample, cell);
+      float patch[kSamples][1][kPatch][kPatch];
+#pragma unroll
+      for (int i = 0; i < kSamples; ++i)
+        if (valid[i]) load_patch(patch[i], a, s, step_first + sample[i], cell);
       for (int u = u_begin; u < u_end; ++u) {
         float w[kRow];
         load_float4s(w, smem + l.conv + f * kRow);
-        const float value = fmaxf(conv_pool_value<1, kRow>(w, patch), 0.0f);
         float w_fc[kRow];
         load_float4s(w_fc, smem + l.fc + u * kRow);
 #pragma unroll
-        for (int o = 0; o < kO; ++o) acc[o] = fmaf(w_fc[o], value, acc[o]);
+        for (int i = 0; i < kSamples; ++i) {
+          const float value = fmaxf(conv_pool_value<1, kRow>(w, patch[i]), 0.0f);
+#pragma unroll
+          for (int o = 0; o < kO; ++o) acc[i][o] = fmaf(w_fc[o], value, acc[i][o]);
+        }
         if (++f == s.filters && u + 1 < u_end) {
           f = 0;
-          load_patch(patch, a, s, step_first + sample, ++cell);
+          ++cell;
+#pragma unroll
+          for (int i = 0; i < kSamples; ++i)
+            if (valid[i]) load_patch(patch[i], a, s, step_first + sample[i], cell);
         }
       }
     }
-    for (int offset = 1; offset < lanes; offset *= 2)
 #pragma unroll
-      for (int o = 0; o < kO; ++o) acc[o] += __shfl_xor_sync(kFullWarp, acc[o], offset);
-    if (valid && part == 0) {
-      float* out = a.block_logits + (static_cast<std::int64_t>(blockIdx.x) * s.n + sample) * kO;
+    for (int i = 0; i < kSamples; ++i) {
+      for (int offset = 1; offset < lanes; offset *= 2)
 #pragma unroll
-      for (int o = 0; o < kO; ++o) out[o] = acc[o];
+        for (int o = 0; o < kO; ++o) acc[i][o] += __shfl_xor_sync(kFullWarp, acc[i][o], offset);
+      if (valid[i] && part == 0) {
+        float* out = a.block_logits + (static_cast<std::int64_t>(blockIdx.x) * s.n + sample[i]) * kO;
+#pragma unroll
+        for (int o = 0; o < kO; ++o) out[o] = acc[i][o];
+      }
     }
   }
+}
+
+__device__ void forward_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, const float* smem,
+                              const SharedLayout& l, int step) {
+  if (s.n > kThreads / s.forward_lanes)
+    forward_samples<2>(a, s, own, smem, l, step);
+  else
+    forward_samples<1>(a, s, own, smem, l, step);
 }
 
 // B. A warp per sample: logits = bias + the blocks' partial sums (lane l adds blocks l, l+32, ... in
@@ -309,6 +336,7 @@ __device__ void backward_phase(const SeedPersistentArgs& a, const Shape& s, cons
     __syncthreads();
     if (!active) continue;
     const float* my_patches = patches_s + (cell - own.first_cell) * s.chunk * kPatchFloats;
+#pragma unroll 2
     for (int k = static_cast<int>((split - chunk % splits + splits) % splits); k < count; k += splits) {
       float flat[kPatchFloats];
       load_float4s(flat, my_patches + k * kPatchFloats);
