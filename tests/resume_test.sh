@@ -10,6 +10,22 @@ BUILD_DIR=$1
 SOURCE_DIR=$2
 source "$SOURCE_DIR/tests/checkpoint_test_lib.sh"
 
+# stop_resume_same NAME STEPS EPOCHS ARGS...: an uninterrupted run (NAMEref), a run of the same
+# settings stopped by the test hook after STEPS steps (NAME1: exit 5, its checkpoint) and its resume
+# (NAME), which ends bitwise as the uninterrupted one.
+stop_resume_same() {
+  local name=$1 steps=$2 epochs=$3
+  shift 3
+  run_as "${name}ref" "$CNN" "${SMALL[@]}" "$@" --epochs "$epochs" --out "$WORK/${name}ref"
+  expect_rc "${name}ref" 0
+  run_as "${name}1" env CNN_TEST_STOP_AFTER_STEPS="$steps" "$CNN" "${SMALL[@]}" "$@" --epochs "$epochs" \
+    --out "$WORK/$name"
+  expect_rc "${name}1" "$EXIT_STOPPED"
+  run_as "$name" "$CNN" "${SMALL[@]}" "$@" --epochs "$epochs" --out "$WORK/$name" --resume auto
+  expect_rc "$name" 0
+  same_bits "$name: mid-epoch resume" "$(latest "$WORK/${name}ref")" "$(latest "$WORK/$name")"
+}
+
 # The reference: 3 epochs, uninterrupted, one rank.
 run_as ref "$CNN" "${SMALL[@]}" --epochs 3 --out "$WORK/ref"
 expect_rc ref 0
@@ -108,13 +124,7 @@ expect_grep lr "$WORK/lr.out" "^resume: out .*boundary -> .*lr"
 # Adam on a general network (run layer by layer): stopped mid-epoch, resumed, bitwise equal to
 # an uninterrupted run (m, v and the step count travel in the checkpoint); another network is refused.
 ADAM=(--model "conv3x3:4/p1 relu maxpool2/s3 fc:16 relu fc:10" --optimizer adam --lr 0.002)
-run_as adamref "$CNN" "${SMALL[@]}" "${ADAM[@]}" --epochs 2 --out "$WORK/adamref"
-expect_rc adamref 0
-run_as adam1 env CNN_TEST_STOP_AFTER_STEPS=13 "$CNN" "${SMALL[@]}" "${ADAM[@]}" --epochs 2 --out "$WORK/adam"
-expect_rc adam1 "$EXIT_STOPPED"
-run_as adam "$CNN" "${SMALL[@]}" "${ADAM[@]}" --epochs 2 --out "$WORK/adam" --resume auto
-expect_rc adam 0
-same_bits "adam mid-epoch resume" "$(latest "$WORK/adamref")" "$(latest "$WORK/adam")"
+stop_resume_same adam 13 2 "${ADAM[@]}"
 run_as adamspec "$CNN" "${SMALL[@]}" "${ADAM[@]}" --model "conv3x3:4/p1 relu fc:10" --epochs 2 --out "$WORK/adamspec" \
   --resume "$(latest "$WORK/adamref")"
 expect_rc adamspec "$EXIT_USAGE"
@@ -141,13 +151,7 @@ same_bits "resume of a checkpoint without the new /config keys" "$(latest "$WORK
 # step); another --epochs is refused, naming the schedule (its lr depends on the run's total steps),
 # where a step schedule allows it.
 SCHED=(--lr-schedule cosine --warmup-steps 7 --weight-decay 5e-4 --nesterov --label-smoothing 0.1)
-run_as cosref "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 2 --out "$WORK/cosref"
-expect_rc cosref 0
-run_as cos1 env CNN_TEST_STOP_AFTER_STEPS=13 "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 2 --out "$WORK/cos"
-expect_rc cos1 "$EXIT_STOPPED"
-run_as cos "$CNN" "${SMALL[@]}" "${SCHED[@]}" --epochs 2 --out "$WORK/cos" --resume auto
-expect_rc cos 0
-same_bits "cosine mid-epoch resume" "$(latest "$WORK/cosref")" "$(latest "$WORK/cos")"
+stop_resume_same cos 13 2 "${SCHED[@]}"
 # The schedule reaches the update: the same run with a constant lr ends elsewhere.
 run_as cosflat "$CNN" "${SMALL[@]}" "${SCHED[@]}" --lr-schedule constant --epochs 2 --out "$WORK/cosflat"
 expect_rc cosflat 0
@@ -170,13 +174,7 @@ expect_grep steps "$WORK/steps.out" "resume: epochs 1 -> 2"
 # mid-epoch, resumed, bitwise equal to an uninterrupted run; the model with dropout:0.5 is not that
 # with dropout:0.25 (the canonical spec keeps P).
 DROP=(--model "conv3x3:4/p1 relu dropout:0.25 avgpool2 fc:16 relu dropout:.5 fc:10")
-run_as dropref "$CNN" "${SMALL[@]}" "${DROP[@]}" --epochs 2 --out "$WORK/dropref"
-expect_rc dropref 0
-run_as drop1 env CNN_TEST_STOP_AFTER_STEPS=13 "$CNN" "${SMALL[@]}" "${DROP[@]}" --epochs 2 --out "$WORK/drop"
-expect_rc drop1 "$EXIT_STOPPED"
-run_as drop "$CNN" "${SMALL[@]}" "${DROP[@]}" --epochs 2 --out "$WORK/drop" --resume auto
-expect_rc drop 0
-same_bits "dropout mid-epoch resume" "$(latest "$WORK/dropref")" "$(latest "$WORK/drop")"
+stop_resume_same drop 13 2 "${DROP[@]}"
 run_as dropspec "$CNN" "${SMALL[@]}" --model "conv3x3:4/p1 relu dropout:0.5 avgpool2 fc:16 relu dropout:.5 fc:10" \
   --epochs 2 --out "$WORK/dropspec" --resume "$(latest "$WORK/dropref")"
 expect_rc dropspec "$EXIT_USAGE"
@@ -187,14 +185,8 @@ expect_grep dropspec "$WORK/dropspec.err" "model was 'conv3x3:4/p1 relu dropout:
 # uninterrupted run; the augmentation reaches the batches (a run without it ends elsewhere); another
 # --augment is refused; a checkpoint without the /config augment key resumes as "none".
 AUG=(--augment crop:3,flip)
-run_as augref "$CNN" "${SMALL[@]}" "${AUG[@]}" --epochs 2 --out "$WORK/augref"
-expect_rc augref 0
+stop_resume_same aug 27 2 "${AUG[@]}"
 expect_grep augref "$WORK/augref.out" "augment: crop:3,flip"
-run_as aug1 env CNN_TEST_STOP_AFTER_STEPS=27 "$CNN" "${SMALL[@]}" "${AUG[@]}" --epochs 2 --out "$WORK/aug"
-expect_rc aug1 "$EXIT_STOPPED"
-run_as aug "$CNN" "${SMALL[@]}" "${AUG[@]}" --epochs 2 --out "$WORK/aug" --resume auto
-expect_rc aug 0
-same_bits "augmented mid-epoch resume" "$(latest "$WORK/augref")" "$(latest "$WORK/aug")"
 run_as augoff "$CNN" "${SMALL[@]}" --epochs 2 --out "$WORK/augoff"
 if "$PY" "$COMPARE" exact "$(latest "$WORK/augref")" "$(latest "$WORK/augoff")" >/dev/null 2>&1; then
   fail "augmented and plain runs end with the same bits: the augmentation never reached the batches"
@@ -220,13 +212,7 @@ same_bits "resume of a checkpoint without /config augment" "$REF" "$(latest "$WO
 # uninterrupted one; eval normalises with them: its test loss is the one the run logged for epoch 2
 # (the batch's own statistics would give another).
 BN=(--model "conv3x3:4/p1 bn relu maxpool2 res[conv3x3:4/p1 bn relu conv3x3:4/p1 bn] fc:16 bn fc:10" --threads 2)
-run_as bnref "$CNN" "${SMALL[@]}" "${BN[@]}" --epochs 2 --out "$WORK/bnref"
-expect_rc bnref 0
-run_as bn1 env CNN_TEST_STOP_AFTER_STEPS=13 "$CNN" "${SMALL[@]}" "${BN[@]}" --epochs 2 --out "$WORK/bn"
-expect_rc bn1 "$EXIT_STOPPED"
-run_as bn "$CNN" "${SMALL[@]}" "${BN[@]}" --epochs 2 --out "$WORK/bn" --resume auto
-expect_rc bn 0
-same_bits "bn mid-epoch resume" "$(latest "$WORK/bnref")" "$(latest "$WORK/bn")"
+stop_resume_same bn 13 2 "${BN[@]}"
 if "$PY" - "$(latest "$WORK/bnref")" <<'PYEOF'
 import h5py, sys
 with h5py.File(sys.argv[1], "r") as f:
