@@ -33,8 +33,10 @@ constexpr int kPlanes = kPatch * kPatch;
 // A forward block: kForwardFilters filters over one cell vector, 4 conv values each: 12 independent
 // FMA chains of 9, each plane vector loaded once and multiplied by the 3 filters' weights (their 27
 // weight vectors do not all fit the registers: the rest are memory operands). Measured per image at
-// d 64 (forward, /tmp harness, us): 1 filter x 1-4 vectors 7.6-8.1, 2 x 1 5.5, 2 x 2 6.3, 3 x 1
-// 4.4, 4 x 1 4.8, 4 x 2 6.4: the plane loads, not the chains, set the pace. AVX2 (16 registers): 1.
+// d 64 (forward, /tmp harness, us; before the planes were built by permutes and held in registers):
+// 1 filter x 1-4 vectors 7.6-8.1, 2 x 1 5.5, 2 x 2 6.3, 3 x 1 4.4, 4 x 1 4.8, 4 x 2 6.4: loads, not
+// the chains, set the pace (GCC folded each plane vector into every FMA that used it, one load
+// each). With the planes in registers: 2 x 1 3.7-4.2, 3 x 1 3.7, 4 x 1 4.0. AVX2 (16 registers): 1.
 constexpr int kForwardFilters = simd::kLanes == 16 ? 3 : 1;
 
 // Floats of one cell vector's planes.
@@ -147,7 +149,8 @@ template <int kFilters>
   for (int u = 0; u < kPatch; ++u)
 #pragma GCC unroll 4
     for (int v = 0; v < kPatch; ++v) {
-      const Vec pixel = simd::load(tile + (u * kPatch + v) * simd::kLanes);
+      Vec pixel = simd::load(tile + (u * kPatch + v) * simd::kLanes);
+      simd::in_register(pixel);
 #pragma GCC unroll 4
       for (int q = 0; q < kPoolCandidates; ++q) {
         const int i = u - q / kPoolSize, j = v - q % kPoolSize;
@@ -248,13 +251,20 @@ void backward_1x3x3(float* grad_weight, float* grad_bias, const float* grad_pool
         const simd::IVec winner = __builtin_convertvector(winner_bytes, simd::IVec);
         const simd::IVec lower = winner & 2, right = winner & 1;
         const float* tile = planes.data() + c0 * kPlanes;
+        // Each plane vector loaded once (GCC otherwise loads the middle rows' twice).
+        Vec plane[kPatch][kPatch];
+#pragma GCC unroll 4
+        for (int u = 0; u < kPatch; ++u)
+#pragma GCC unroll 4
+          for (int v = 0; v < kPatch; ++v) {
+            plane[u][v] = simd::load(tile + (u * kPatch + v) * simd::kLanes);
+            simd::in_register(plane[u][v]);
+          }
         Vec r[kSeedKernel][kPatch];
 #pragma GCC unroll 3
         for (int i = 0; i < kSeedKernel; ++i)
 #pragma GCC unroll 4
-          for (int v = 0; v < kPatch; ++v)
-            r[i][v] = lower ? simd::load(tile + ((i + 1) * kPatch + v) * simd::kLanes)
-                            : simd::load(tile + (i * kPatch + v) * simd::kLanes);
+          for (int v = 0; v < kPatch; ++v) r[i][v] = lower ? plane[i + 1][v] : plane[i][v];
 #pragma GCC unroll 3
         for (int i = 0; i < kSeedKernel; ++i)
 #pragma GCC unroll 3
