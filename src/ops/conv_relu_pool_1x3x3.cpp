@@ -42,6 +42,14 @@ constexpr int kForwardFilters = simd::kLanes == 16 ? 3 : 1;
 // Floats of one cell vector's planes.
 constexpr int kTile = kPlanes * simd::kLanes;
 
+// An image's planes, zeroed, on whole cache lines: a 64-byte load that straddles two lines costs two
+// (std::vector<float>'s storage is only 16-byte aligned).
+struct AlignedPlanes {
+  explicit AlignedPlanes(std::size_t floats) : vectors(floats / simd::kLanes, Vec{}), data(&vectors[0][0]) {}
+  std::vector<Vec> vectors;  // Vec's alignment is its size: operator new aligns it (C++17)
+  float* data;
+};
+
 // Floats of an image's planes: the cells rounded up to whole vectors.
 std::size_t planes_size(int cells) {
   return static_cast<std::size_t>((cells + simd::kLanes - 1) / simd::kLanes) * kTile;
@@ -199,16 +207,16 @@ void forward_1x3x3(float* pooled, std::uint8_t* argmax, const float* in, const f
                    std::int64_t n, const SeedModel& m) {
   const TensorShape p = m.pooled();
   const int cells = p.height * p.width;
-  std::vector<float> planes(planes_size(cells), 0.0f);
+  AlignedPlanes planes(planes_size(cells));
   for (std::int64_t s = 0; s < n; ++s) {
-    build_planes(planes.data(), in + s * m.input.size(), m.input.width, p);
+    build_planes(planes.data, in + s * m.input.size(), m.input.width, p);
     float* out = pooled + s * m.filters * static_cast<std::int64_t>(cells);
     std::uint8_t* arg = argmax + s * m.filters * static_cast<std::int64_t>(cells);
     int f = 0;
     for (; f + kForwardFilters <= m.filters; f += kForwardFilters)
-      forward_filters<kForwardFilters>(out, arg, planes.data(), cells, weight, bias, f);
+      forward_filters<kForwardFilters>(out, arg, planes.data, cells, weight, bias, f);
     if constexpr (kForwardFilters > 1)
-      for (; f < m.filters; ++f) forward_filters<1>(out, arg, planes.data(), cells, weight, bias, f);
+      for (; f < m.filters; ++f) forward_filters<1>(out, arg, planes.data, cells, weight, bias, f);
   }
 }
 
@@ -225,10 +233,10 @@ void backward_1x3x3(float* grad_weight, float* grad_bias, const float* grad_pool
   const TensorShape p = m.pooled();
   const int cells = p.height * p.width;
   constexpr int kSums = kSeedTaps + 1;  // the taps, then the bias
-  std::vector<float> planes(planes_size(cells), 0.0f);
+  AlignedPlanes planes(planes_size(cells));
   std::vector<Vec> sums(static_cast<std::size_t>(m.filters) * kSums, Vec{});
   for (std::int64_t s = 0; s < n; ++s) {
-    build_planes(planes.data(), in + s * m.input.size(), m.input.width, p);
+    build_planes(planes.data, in + s * m.input.size(), m.input.width, p);
     const std::int64_t sample = s * m.filters * static_cast<std::int64_t>(cells);
     for (int f = 0; f < m.filters; ++f) {
       Vec acc[kSums];
@@ -250,7 +258,7 @@ void backward_1x3x3(float* grad_weight, float* grad_bias, const float* grad_pool
         g = kept > Vec{} ? g : Vec{};
         const simd::IVec winner = __builtin_convertvector(winner_bytes, simd::IVec);
         const simd::IVec lower = winner & 2, right = winner & 1;
-        const float* tile = planes.data() + c0 * kPlanes;
+        const float* tile = planes.data + c0 * kPlanes;
         // Each plane vector loaded once (GCC otherwise loads the middle rows' twice).
         Vec plane[kPatch][kPatch];
 #pragma GCC unroll 4
