@@ -195,8 +195,8 @@ void forward_filters(float* pooled, std::uint8_t* argmax, const float* planes, i
                      const float* bias, int f) {
   Vec w[kFilters][kSeedTaps], b[kFilters];
   for (int k = 0; k < kFilters; ++k) {
-    b[k] = Vec{} + bias[f + k];
-    for (int t = 0; t < kSeedTaps; ++t) w[k][t] = Vec{} + weight[(f + k) * kSeedTaps + t];
+    b[k] = simd::splat(bias[f + k]);
+    for (int t = 0; t < kSeedTaps; ++t) w[k][t] = simd::splat(weight[(f + k) * kSeedTaps + t]);
   }
   for (int c0 = 0; c0 < cells; c0 += simd::kLanes) forward_block<kFilters>(pooled, argmax, planes, cells, w, b, f, c0);
 }
