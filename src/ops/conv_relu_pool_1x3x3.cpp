@@ -70,8 +70,8 @@ void build_planes_scalar(float* planes, const float* image, int width, const Ten
 
 // The same, a pool row at a time where an input row fits two AVX-512 registers: per patch row u,
 // the input row's even or odd columns from v (one two-source permute per v) are the row's cells,
-// stored with masks into the one or two cell vectors they fall in. About a fifth of the scalar
-// copy's time, which was a tenth of the forward's.
+// stored with masks into the one or two cell vectors they fall in. Measured against the scalar copy
+// (/tmp harness, d 64, us per image): forward 4.55 -> 3.96, backward 6.0 -> 5.5.
 void build_planes(float* planes, const float* image, int width, const TensorShape& p) {
 #ifdef __AVX512F__
   if (width <= 2 * simd::kLanes) {
@@ -106,7 +106,7 @@ void build_planes(float* planes, const float* image, int width, const TensorShap
 }
 
 // The first `count` lanes of a float or byte vector, stored or loaded (the rest zero). AVX-512 masks
-// them; elsewhere a memcpy of a run-time length, a call around which every vector register is saved
+// them (bytes: with AVX-512BW and VL); elsewhere a memcpy of a run-time length, a call around which every vector register is saved
 // (GCC turns a loop over the lanes back into that call).
 inline void store_lanes(float* dst, Vec v, int count) {
 #ifdef __AVX512F__
@@ -116,7 +116,7 @@ inline void store_lanes(float* dst, Vec v, int count) {
 #endif
 }
 inline void store_lanes(std::uint8_t* dst, simd::ByteVec v, int count) {
-#ifdef __AVX512F__
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
   _mm_mask_storeu_epi8(dst, static_cast<__mmask16>((1u << count) - 1), reinterpret_cast<__m128i>(v));
 #else
   std::memcpy(dst, &v, static_cast<std::size_t>(count));
@@ -132,7 +132,7 @@ inline Vec load_lanes(const float* src, int count) {
 #endif
 }
 inline simd::ByteVec load_lanes(const std::uint8_t* src, int count) {
-#ifdef __AVX512F__
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
   return reinterpret_cast<simd::ByteVec>(_mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << count) - 1), src));
 #else
   simd::ByteVec v{};
