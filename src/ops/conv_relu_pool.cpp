@@ -88,6 +88,7 @@ void backward_general(std::vector<float>& grad_w_t, std::vector<float>& grad_b_t
 void conv_relu_pool_forward(float* pooled, std::uint8_t* argmax, const float* in, const float* weight,
                             const float* bias, std::int64_t n, const SeedModel& m) {
   using simd::Vec;
+  if (conv_pool::is_one_channel_3x3(m)) return conv_pool::forward_1x3x3(pooled, argmax, in, weight, bias, n, m);
   const TensorShape p = m.pooled();
   const LaneGeometry geometry(m);
   const int window = geometry.window, vectors = geometry.vectors, padded = geometry.padded, cells = geometry.cells;
@@ -97,7 +98,6 @@ void conv_relu_pool_forward(float* pooled, std::uint8_t* argmax, const float* in
     bias_t[f] = bias[f];
     for (int t = 0; t < window; ++t) weight_t[static_cast<std::size_t>(t) * padded + f] = weight[f * window + t];
   }
-  if (conv_pool::is_one_channel_3x3(m)) return conv_pool::forward_1x3x3(pooled, argmax, in, weight_t, bias_t, n, m, geometry);
   std::vector<float> best_t(static_cast<std::size_t>(cells) * padded);  // [cell][filter], pooled, pre-ReLU
   std::vector<float> which_t(best_t.size());                              // [cell][filter], 0..3
   std::vector<float> window_in(static_cast<std::size_t>(kPoolCandidates) * window);
@@ -147,13 +147,12 @@ void conv_relu_pool_forward(float* pooled, std::uint8_t* argmax, const float* in
 // zero elsewhere; its window inputs are the same for all filters and are broadcast.
 void conv_relu_pool_backward(float* grad_weight, float* grad_bias, const float* grad_pooled, const float* pooled,
                              const std::uint8_t* argmax, const float* in, std::int64_t n, const SeedModel& m) {
+  if (conv_pool::is_one_channel_3x3(m))
+    return conv_pool::backward_1x3x3(grad_weight, grad_bias, grad_pooled, pooled, argmax, in, n, m);
   const LaneGeometry geometry(m);
   const int window = geometry.window, padded = geometry.padded;
   std::vector<float> grad_w_t(static_cast<std::size_t>(window) * padded, 0.0f), grad_b_t(padded, 0.0f);
-  if (conv_pool::is_one_channel_3x3(m))
-    conv_pool::backward_1x3x3(grad_w_t, grad_b_t, grad_pooled, pooled, argmax, in, n, m, geometry);
-  else
-    backward_general(grad_w_t, grad_b_t, grad_pooled, pooled, argmax, in, n, m, geometry);
+  backward_general(grad_w_t, grad_b_t, grad_pooled, pooled, argmax, in, n, m, geometry);
   // Back to [F, C, K, K]: accumulate into the caller's gradients.
   for (int f = 0; f < m.filters; ++f) {
     grad_bias[f] += grad_b_t[f];

@@ -1,5 +1,5 @@
 // What the fused conv + ReLU + pool's kernels share (src/ops/conv_relu_pool.cpp, the general shape;
-// src/ops/conv_relu_pool_1x3x3.cpp, the seed's 1x3x3): filters run in SIMD lanes, padded up to whole
+// src/ops/conv_relu_pool_1x3x3.cpp, the seed's 1x3x3, which runs pool cells in lanes instead): filters run in SIMD lanes, padded up to whole
 // vectors, with the weights and their gradients held transposed, [tap][padded filters]. Private to src/.
 #pragma once
 
@@ -40,13 +40,12 @@ struct LaneGeometry {
 // The seed's own shape: 1 input channel, a 3x3 kernel (src/ops/conv_relu_pool_1x3x3.cpp).
 inline bool is_one_channel_3x3(const SeedModel& m) { return m.input.channels == 1 && m.kernel == 3; }
 
-// conv_relu_pool_forward for is_one_channel_3x3, from the transposed, padded weights and bias.
-void forward_1x3x3(float* pooled, std::uint8_t* argmax, const float* in, const std::vector<float>& weight_t,
-                   const std::vector<float>& bias_t, std::int64_t n, const SeedModel& m, const LaneGeometry& g);
+// conv_relu_pool_forward for is_one_channel_3x3 (cells in lanes, from the NCHW weights and bias).
+void forward_1x3x3(float* pooled, std::uint8_t* argmax, const float* in, const float* weight, const float* bias,
+                   std::int64_t n, const SeedModel& m);
 
-// conv_relu_pool_backward for is_one_channel_3x3: adds to grad_w_t [tap][padded] and grad_b_t.
-void backward_1x3x3(std::vector<float>& grad_w_t, std::vector<float>& grad_b_t, const float* grad_pooled,
-                    const float* pooled, const std::uint8_t* argmax, const float* in, std::int64_t n,
-                    const SeedModel& m, const LaneGeometry& g);
+// conv_relu_pool_backward for is_one_channel_3x3: adds to grad_weight [F, 1, 3, 3] and grad_bias.
+void backward_1x3x3(float* grad_weight, float* grad_bias, const float* grad_pooled, const float* pooled,
+                    const std::uint8_t* argmax, const float* in, std::int64_t n, const SeedModel& m);
 
 }  // namespace cnn::conv_pool

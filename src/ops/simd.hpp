@@ -25,7 +25,14 @@ inline Vec load(const float* p) {
 
 inline void store(float* p, Vec v) { std::memcpy(p, &v, sizeof(v)); }
 
-inline Vec splat(float x) { return Vec{} + x; }
+// x - 0 is x for every x, -0 included, so GCC folds it to a bare broadcast (0 + x is +0 for x = -0,
+// so it cannot: it kept a scalar add before each broadcast).
+inline Vec splat(float x) { return x - Vec{}; }
+
+// Makes v a register value from here on: GCC otherwise folds a vector used by several FMAs into each
+// of them as a memory operand, one load per use, and on this project's AVX-512 machine (AMD Zen 5)
+// loads, not FMAs, then set the pace.
+inline void in_register(Vec& v) { asm("" : "+v"(v)); }
 
 typedef std::int32_t IVec __attribute__((vector_size(kLanes * sizeof(std::int32_t))));
 typedef std::uint8_t ByteVec __attribute__((vector_size(kLanes)));
