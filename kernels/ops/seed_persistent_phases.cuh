@@ -31,7 +31,6 @@ constexpr int kPatchFloats = kPatch * kPatch;       // one pool cell's 4x4 input
 constexpr int kMaxChunk = 256;                      // samples staged per round of the backward
 constexpr std::size_t kPatchStageBytes = 48 * 1024;  // the backward's staged patches, at most
 constexpr std::int64_t kMaxBatch = 8192;
-constexpr int kStageBatch = 4;  // elements a thread stages at a time in the backward
 
 // The block's share of the columns, in cell-major order (q = cell * F + filter), and what it touches.
 struct Ownership {
@@ -310,50 +309,27 @@ __device__ inline void backward_phase(const SeedPersistentArgs& a, const Shape& 
     __syncthreads();  // the previous round's readers are done
     int* samples_s = reinterpret_cast<int*>(smem + l.bases);
     for (int k = threadIdx.x; k < count; k += kThreads) samples_s[k] = __ldg(a.order + step_first + chunk + k);
-    // kStageBatch elements a thread at a time, their loads all in flight before the first store (a
-    // loop of one element each would wait out a round trip to L2 or memory per element).
-    for (int base = threadIdx.x; base < count * kO; base += kStageBatch * kThreads) {
-      float v[kStageBatch];
-#pragma unroll
-      for (int b = 0; b < kStageBatch; ++b) {
-        const int e = base + b * kThreads;
-        v[b] = e < count * kO ? __ldcg(a.grad_logits + chunk * kO + e) : 0.0f;
-      }
-#pragma unroll
-      for (int b = 0; b < kStageBatch; ++b) {
-        const int e = base + b * kThreads;
-        const int k = e / kO;
-        if (e < count * kO) logits_s[k * kRow + (e - k * kO)] = v[b];
-      }
+    for (int e = threadIdx.x; e < count * kO; e += kThreads) {
+      const int k = e / kO;
+      logits_s[k * kRow + (e - k * kO)] = __ldcg(a.grad_logits + chunk * kO + e);
     }
     __syncthreads();
-    // A thread per patch row: four bytes of one sample's image, as floats, kStageBatch rows at a time.
-    const int rows = own.cells * count * kPatch;
-    for (int base = threadIdx.x; base < rows; base += kStageBatch * kThreads) {
-      float4 v[kStageBatch];
-      int at[kStageBatch];
-#pragma unroll
-      for (int b = 0; b < kStageBatch; ++b) {
-        const int e = base + b * kThreads;
-        at[b] = -1;
-        if (e >= rows) continue;
-        const int row = e % kPatch;
-        const int k = (e / kPatch) % count;
-        const int c = e / (kPatch * count);
-        const int at_cell = own.first_cell + c;
-        const int py = at_cell / s.pooled_width;
-        const int px = at_cell - py * s.pooled_width;
-        const std::uint8_t* pixels = a.images + static_cast<std::int64_t>(samples_s[k]) * s.image +
-                                     static_cast<std::int64_t>(kPoolWindow * py + row) * s.width + kPoolWindow * px;
-        v[b].x = static_cast<float>(__ldg(pixels)) * kPixelScale;
-        v[b].y = static_cast<float>(__ldg(pixels + 1)) * kPixelScale;
-        v[b].z = static_cast<float>(__ldg(pixels + 2)) * kPixelScale;
-        v[b].w = static_cast<float>(__ldg(pixels + 3)) * kPixelScale;
-        at[b] = (c * s.chunk + k) * kPatch + row;
-      }
-#pragma unroll
-      for (int b = 0; b < kStageBatch; ++b)
-        if (at[b] >= 0) reinterpret_cast<float4*>(patches_s)[at[b]] = v[b];
+    // A thread per patch row: four bytes of one sample's image, as floats.
+    for (int e = threadIdx.x; e < own.cells * count * kPatch; e += kThreads) {
+      const int row = e % kPatch;
+      const int k = (e / kPatch) % count;
+      const int c = e / (kPatch * count);
+      const int at_cell = own.first_cell + c;
+      const int py = at_cell / s.pooled_width;
+      const int px = at_cell - py * s.pooled_width;
+      const std::uint8_t* pixels = a.images + static_cast<std::int64_t>(samples_s[k]) * s.image +
+                                   static_cast<std::int64_t>(kPoolWindow * py + row) * s.width + kPoolWindow * px;
+      float4 v;
+      v.x = static_cast<float>(__ldg(pixels)) * kPixelScale;
+      v.y = static_cast<float>(__ldg(pixels + 1)) * kPixelScale;
+      v.z = static_cast<float>(__ldg(pixels + 2)) * kPixelScale;
+      v.w = static_cast<float>(__ldg(pixels + 3)) * kPixelScale;
+      reinterpret_cast<float4*>(patches_s)[(c * s.chunk + k) * kPatch + row] = v;
     }
     __syncthreads();
     if (!active) continue;
@@ -444,7 +420,6 @@ __device__ inline void reduce_phase(const SeedPersistentArgs& a, const Shape& s,
     } else if (item < conv_items + kO) {
       const int o = static_cast<int>(item - conv_items);
       float total = 0.0f;
-#pragma unroll 8
       for (std::int64_t sample = lane; sample < s.n; sample += 32) total += __ldcg(a.grad_logits + sample * kO + o);
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(kFullWarp, total, offset);
@@ -457,7 +432,6 @@ __device__ inline void reduce_phase(const SeedPersistentArgs& a, const Shape& s,
     } else {
       double loss = 0.0;
       long long hits = 0;
-#pragma unroll 8
       for (std::int64_t sample = lane; sample < s.n; sample += 32) {
         loss += static_cast<double>(__ldcg(a.sample_loss + sample));
         hits += __ldcg(a.sample_correct + sample);
