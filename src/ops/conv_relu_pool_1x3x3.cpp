@@ -45,7 +45,9 @@ constexpr int kTile = kPlanes * simd::kLanes;
 // An image's planes, zeroed, on whole cache lines: a 64-byte load that straddles two lines costs two
 // (std::vector<float>'s storage is only 16-byte aligned).
 struct AlignedPlanes {
-  explicit AlignedPlanes(std::size_t floats) : vectors(floats / simd::kLanes, Vec{}), data(&vectors[0][0]) {}
+  // (The floats through the vectors' storage: clang allows no address of a vector's element.)
+  explicit AlignedPlanes(std::size_t floats)
+      : vectors(floats / simd::kLanes, Vec{}), data(reinterpret_cast<float*>(vectors.data())) {}
   std::vector<Vec> vectors;  // Vec's alignment is its size: operator new aligns it (C++17)
   float* data;
 };
