@@ -52,6 +52,7 @@ cnn::StepChunk chunk_of(std::int64_t first, std::int64_t batch, std::int64_t ste
   cnn::StepChunk chunk;
   chunk.first = first;
   chunk.batch = batch;
+  chunk.stride = batch;
   chunk.grad_scale = 1.0f / static_cast<float>(batch);
   chunk.global_step = global_step;
   for (std::int64_t k = 0; k < steps; ++k) {
@@ -90,7 +91,7 @@ std::unique_ptr<cnn::Backend> ready_backend(const cnn::SeedModel& m, const Rando
 // check that gates the update).
 void ordinary_steps(cnn::Backend& gpu, const cnn::StepChunk& chunk) {
   for (std::int64_t k = 0; k < chunk.steps(); ++k) {
-    gpu.compute_gradients(chunk.first + k * chunk.batch, chunk.batch);
+    gpu.compute_gradients(chunk.first + k * chunk.stride, chunk.batch);
     gpu.enqueue_nonfinite_check();
     gpu.apply_update(chunk.optimizer[static_cast<std::size_t>(k)], chunk.grad_scale);
   }
@@ -223,7 +224,7 @@ BOOST_AUTO_TEST_CASE(the_same_bits_on_a_rerun_and_at_any_chunk_boundary) {
     std::int64_t done = 0;
     for (std::int64_t piece : pieces) {
       cnn::StepChunk part = whole;
-      part.first = whole.first + done * whole.batch;
+      part.first = whole.first + done * whole.stride;
       part.global_step = done;
       part.optimizer.assign(whole.optimizer.begin() + done, whole.optimizer.begin() + done + piece);
       BOOST_TEST(gpu->train_chunk(part).steps_done == piece);

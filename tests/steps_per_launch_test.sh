@@ -115,7 +115,7 @@ SHORT=(--data "$DATA" --train-samples 400 --test-samples 100 --filters 4 --batch
        --steps-per-launch 7)
 run_as ranks2 mpi 2 "$CNN" "${SHORT[@]}" --out "$WORK/ranks2"
 expect_rc ranks2 0
-expect_grep ranks2 "$WORK/ranks2.out" "steps_per_launch: 1 (2 ranks)"
+expect_grep ranks2 "$WORK/ranks2.out" "steps_per_launch: 1 (2 ranks: the threads backend runs one step per kernel launch)"
 run_as skip "$CNN" "${SHORT[@]}" --on-nonfinite skip --out "$WORK/skip"
 expect_grep skip "$WORK/skip.out" "steps_per_launch: 1 (--on-nonfinite skip)"
 run_as trace "$CNN" "${SHORT[@]}" --trace "$WORK/trace.json" --trace-steps 0:2 --out "$WORK/trace"

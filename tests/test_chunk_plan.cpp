@@ -52,11 +52,23 @@ BOOST_AUTO_TEST_CASE(an_explicit_n_chunks_on_any_backend) {
   BOOST_TEST(one.describe == "1 (--steps-per-launch 1)");
 }
 
-BOOST_AUTO_TEST_CASE(runs_that_need_the_host_between_steps_take_one_step_per_call) {
+BOOST_AUTO_TEST_CASE(several_ranks_take_chunks_only_where_the_kernel_exchanges_inside_them) {
   ChunkConditions c = one_rank(7);
   c.ranks = 2;
-  BOOST_TEST(plan_chunks(c).describe == "1 (2 ranks)");
-  c = one_rank(0);
+  BOOST_TEST(plan_chunks(c).describe == "up to 7 (persistent kernel, the gradients summed over the ranks inside it)");
+  c.exchange_unsupported = "a pair of GPUs has no peer access";
+  BOOST_TEST(!plan_chunks(c).chunked());
+  BOOST_TEST(plan_chunks(c).describe == "1 (2 ranks: a pair of GPUs has no peer access)");
+  // A backend without the kernel: its default loop has no exchange, so an explicit N takes one step too.
+  c = one_rank(7, "the seq backend runs one step per kernel launch");
+  c.ranks = 2;
+  c.exchange_unsupported = "the seq backend exchanges gradients between steps only";
+  BOOST_TEST(!plan_chunks(c).chunked());
+  BOOST_TEST(plan_chunks(c).describe == "1 (2 ranks: the seq backend runs one step per kernel launch)");
+}
+
+BOOST_AUTO_TEST_CASE(runs_that_need_the_host_between_steps_take_one_step_per_call) {
+  ChunkConditions c = one_rank(0);
   c.on_nonfinite = NonFinitePolicy::kSkip;
   BOOST_TEST(plan_chunks(c).describe == "1 (--on-nonfinite skip)");
   c = one_rank(7);
@@ -64,7 +76,8 @@ BOOST_AUTO_TEST_CASE(runs_that_need_the_host_between_steps_take_one_step_per_cal
   BOOST_TEST(plan_chunks(c).describe == "1 (stream mode)");
   c.trace = true;
   c.ranks = 4;
-  BOOST_TEST(plan_chunks(c).describe == "1 (4 ranks, stream mode, --trace)");
+  c.exchange_unsupported = "the ranks span more than one node";
+  BOOST_TEST(plan_chunks(c).describe == "1 (4 ranks: the ranks span more than one node, stream mode, --trace)");
   BOOST_TEST(!plan_chunks(c).chunked());
 }
 
@@ -91,7 +104,7 @@ BOOST_AUTO_TEST_CASE(each_step_gets_its_own_lr_and_adam_step) {
   OptimizerSettings base;
   base.kind = OptimizerKind::kAdam;
   const LearningRate lr(0.1, LrSchedule{}, 4, 10, 100);  // warm-up: the lr changes every step
-  const StepChunk chunk = make_step_chunk(base, lr, 7, 2, 300, 100, 3, -1);
+  const StepChunk chunk = make_step_chunk(base, lr, 7, 2, Range{350, 50}, 100, 3, -1);
   BOOST_TEST(chunk.steps() == 3);
   for (std::int64_t k = 0; k < 3; ++k) {
     BOOST_TEST(chunk.optimizer[static_cast<std::size_t>(k)].step == 3 + k);
@@ -99,7 +112,9 @@ BOOST_AUTO_TEST_CASE(each_step_gets_its_own_lr_and_adam_step) {
   }
   BOOST_TEST(chunk.optimizer[0].lr != chunk.optimizer[1].lr);
   BOOST_TEST(chunk.grad_scale == 1.0f / 100.0f);
-  BOOST_TEST(chunk.first == 300);
+  BOOST_TEST(chunk.first == 350);  // this rank's slice of a global batch of 100
+  BOOST_TEST(chunk.batch == 50);
+  BOOST_TEST(chunk.stride == 100);
   BOOST_TEST(chunk.seed == 7U);
   BOOST_TEST(chunk.global_step == 2);
   BOOST_TEST(chunk.nan_at == -1);

@@ -25,6 +25,7 @@ struct CUstream_st;
 namespace cnn {
 
 class Communicator;
+class MpiWorld;
 
 enum class MemorySpace { kHost, kDevice };
 
@@ -182,12 +183,19 @@ class Backend {
   virtual void apply_update(const OptimizerSettings& settings, float grad_scale) = 0;
 
   // Several whole steps of this rank in one call, each one's gradient, divergence check and update
-  // included (step_chunk.hpp), for a single rank. The default runs them one by one through
-  // compute_gradients, first_nonfinite_grad and apply_update: the same bits as the trainer's one-step
-  // loop. The cuda backend runs the seed model's steps inside one persistent kernel instead, where
-  // persistent_steps_unsupported says "". The train stats of the steps run are added as
-  // compute_gradients adds them; grads() holds the last step run's gradient.
+  // included (step_chunk.hpp). The default runs them one by one through compute_gradients,
+  // first_nonfinite_grad and apply_update: the same bits as the trainer's one-step loop of a single
+  // rank. The cuda backend runs the seed model's steps inside one persistent kernel instead, where
+  // persistent_steps_unsupported says "", and there, after prepare_chunk_exchange, the steps of
+  // several ranks with the gradients summed over the ranks inside the kernel. The train stats of the
+  // steps run are added as compute_gradients adds them; grads() holds the last step run's gradient.
   virtual StepChunkResult train_chunk(const StepChunk& chunk);
+  // Runs of 2+ ranks: sets up what train_chunk needs to sum each step's gradient over `world` inside
+  // the chunk. Collective. "" when it does so from now on, else why not (the default: it cannot; such
+  // a run takes one step per call, with the exchange between).
+  virtual std::string prepare_chunk_exchange(const MpiWorld& /*world*/) {
+    return "the " + name() + " backend exchanges gradients between steps only";
+  }
   // Why train_chunk does not run `batch`-sample steps inside one kernel launch here, or "" when it does.
   virtual std::string persistent_steps_unsupported(std::int64_t /*batch*/) const {
     return "the " + name() + " backend runs one step per kernel launch";

@@ -1,9 +1,11 @@
 // How the trainer hands its steps to the backend (--steps-per-launch; docs/TRAINING.md): one step at
 // a time (the one-step loop), or chunks of whole steps in one Backend::train_chunk call, which the cuda
 // backend runs inside one persistent kernel (step_chunk.hpp). Chunks need a run whose steps need
-// nothing between them that only the host can do: one rank (no exchange), --on-nonfinite stop (skip
-// drops a step and goes on), the data in memory (stream mode re-binds the backend within an epoch)
-// and no --trace (it times each step's phases on the host). Otherwise every call runs one step.
+// nothing between them that only the host can do: one rank, or several whose backend exchanges the
+// gradients inside the chunk (the persistent kernel through peer memory; never a step without its
+// exchange), --on-nonfinite stop (skip drops a step and goes on), the data in memory (stream mode
+// re-binds the backend within an epoch) and no --trace (it times each step's phases on the host).
+// Otherwise every call runs one step.
 //
 // A chunk never crosses what the loop must do between two steps, so the loop does it at the same
 // step as with one step per call: the epoch's end, a checkpoint due (--checkpoint-every-steps), and
@@ -18,6 +20,7 @@
 #include "cnn/choices.hpp"
 #include "cnn/lr_schedule.hpp"
 #include "cnn/optimizer.hpp"
+#include "cnn/sampler.hpp"
 #include "cnn/step_chunk.hpp"
 
 namespace cnn {
@@ -30,9 +33,11 @@ struct ChunkConditions {
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kStop;
   bool stream = false;  // stream mode (not memory)
   bool trace = false;   // --trace
-  // Backend::persistent_steps_unsupported for the run's batches (the global one, and the epoch's
-  // short last one where there is one): "" when the backend runs them inside one kernel.
+  // Backend::persistent_steps_unsupported for the run's batches (this rank's slices of the global one,
+  // and of the epoch's short last one where there is one): "" when the backend runs them inside one kernel.
   std::string kernel_unsupported;
+  // Several ranks: Backend::prepare_chunk_exchange, "" when the chunks exchange inside the kernel.
+  std::string exchange_unsupported;
 };
 
 struct ChunkPlan {
@@ -67,10 +72,11 @@ std::int64_t chunk_end(const ChunkBounds& bounds);
 
 // The chunk of steps [step, end) of one rank: each step's lr and Adam step as the one-step loop sets
 // them (global step g takes the schedule's lr at g and optimizer step g + 1), the mean's scale over
-// the global batch, and the step randomness of the first. `nan_at`: the chunk's index of the test
-// hook CNN_TEST_NAN_AT's step, or -1.
+// the global batch, and the step randomness of the first. The rank's slice of step 0 is `mine`, of a
+// global batch of `global_batch` samples. `nan_at`: the chunk's index of the test hook
+// CNN_TEST_NAN_AT's step, or -1.
 StepChunk make_step_chunk(const OptimizerSettings& optimizer, const LearningRate& learning_rate, std::uint64_t seed,
-                          std::int64_t global_step, std::int64_t first_sample, std::int64_t batch, std::int64_t steps,
+                          std::int64_t global_step, Range mine, std::int64_t global_batch, std::int64_t steps,
                           std::int64_t nan_at);
 
 }  // namespace cnn

@@ -64,10 +64,11 @@ class DivergenceGuard {
   // The index into a chunk of `steps` steps after `steps_done` steps of the run of the NaN hook's
   // step (every rank's, as after_exchange), or -1.
   std::int64_t nan_hook_index(std::int64_t steps_done, std::int64_t steps) const;
-  // The chunk refused the step after `steps_done` steps of the run: its gradient held a non-finite
-  // value at `index`. One rank: reports it as update_allowed would (stop: the one line, then
-  // AlreadyReported(kDiverged)).
-  void on_chunk_nonfinite(Backend& backend, std::int64_t steps_done, std::int64_t index);
+  // The chunk refused the step after `steps_done` steps of the run: its gradient (several ranks: the
+  // sum over ranks, which every rank checked alike) held a non-finite value at `index`. Reports it as
+  // update_allowed would (stop: the one line, then AlreadyReported(kDiverged)); `mine` is this rank's
+  // slice of that step, recomputed to name the ranks whose own gradient held it.
+  void on_chunk_nonfinite(Backend& backend, std::int64_t steps_done, std::int64_t index, Range mine);
 
   // The backend's train stats since the last call plus the banked ones (use instead of
   // Backend::take_train_stats in the trainer).

@@ -1,6 +1,6 @@
 // Several training steps of one rank in one call: the persistent seed kernel (issue 25) runs each
-// step's forward, loss, backward, divergence check and update inside one launch, with grid-wide
-// barriers between the phases, so that a step costs no kernel launches. The trainer hands the backend
+// step's forward, loss, backward, gradient exchange (2+ ranks), divergence check and update inside
+// one launch, with grid-wide barriers between the phases, so that a step costs no kernel launches. The trainer hands the backend
 // a chunk of whole steps of one epoch (they never cross an epoch's end, a checkpoint or a stop the
 // trainer plans), and gets back how far it came.
 //
@@ -19,14 +19,16 @@
 namespace cnn {
 
 struct StepChunk {
-  std::int64_t first = 0;  // position in this epoch's order (begin_epoch) of step 0's first sample
-  std::int64_t batch = 0;  // samples per step; step k takes [first + k*batch, first + (k+1)*batch)
+  std::int64_t first = 0;   // position in this epoch's order (begin_epoch) of this rank's first sample of step 0
+  std::int64_t batch = 0;   // this rank's samples per step (its slice of the global batch)
+  std::int64_t stride = 0;  // the global batch: step k takes [first + k*stride, first + k*stride + batch)
   // One per step, in order: the settings the trainer's loop would pass to apply_update (the
   // schedule's lr for that global step, and Adam's 1-based step count). steps = optimizer.size() >= 1.
   std::vector<OptimizerSettings> optimizer;
-  float grad_scale = 1.0f;  // 1 / batch: the gradient is the SUM over the batch, the update takes the mean
+  float grad_scale = 1.0f;  // 1 / stride: the gradient is the SUM over the global batch, the update takes the mean
   // Step 0's randomness (Backend::set_step_randomness): the run's seed and its global step (0-based,
-  // steps done before it); step k is global step global_step + k, its batch beginning at first + k*batch.
+  // steps done before it); step k is global step global_step + k, this rank's slice beginning at
+  // first + k*stride.
   std::uint64_t seed = 0;
   std::int64_t global_step = 0;
   // Test hook CNN_TEST_NAN_AT (divergence.hpp): the step, as an index into this chunk, whose gradient

@@ -200,6 +200,12 @@ std::string CudaBackend::persistent_steps_unsupported(std::int64_t batch) const 
   return persistent_->unsupported(batch);
 }
 
+std::string CudaBackend::prepare_chunk_exchange(const MpiWorld& world) {
+  // The same answer on every rank (one model), so either every rank or none goes on to the collective.
+  if (persistent_ == nullptr) return "the persistent kernel runs the seed model only";
+  return persistent_->prepare_exchange(world, device_queue()->device);
+}
+
 StepChunkResult CudaBackend::train_chunk(const StepChunk& chunk) {
   if (!persistent_steps_unsupported(chunk.batch).empty()) return Backend::train_chunk(chunk);
   PersistentTargets targets;

@@ -59,6 +59,8 @@ class CudaBackend final : public DeviceBackend {
   // The seed model's steps inside one persistent kernel (persistent_steps.hpp) where it can run
   // them; otherwise the default, one step per launch.
   std::string persistent_steps_unsupported(std::int64_t batch) const override;
+  // 2+ ranks: the persistent kernel's in-kernel exchange through peer memory (persistent_steps.hpp).
+  std::string prepare_chunk_exchange(const MpiWorld& world) override;
   StepChunkResult train_chunk(const StepChunk& chunk) override;
   volatile int* chunk_stop_word() override;
 

@@ -5,6 +5,8 @@
 
 #include "cnn/errors.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/launch.hpp"
+#include "dist/device_communicators.hpp"
 #include "ops/nonfinite.cuh"
 #include "ops/seed_shape.hpp"
 
@@ -33,6 +35,18 @@ PersistentSeedSteps::~PersistentSeedSteps() {
 
 std::string PersistentSeedSteps::unsupported(std::int64_t batch) const {
   return seed_persistent_unsupported(model_, batch);
+}
+
+std::string PersistentSeedSteps::prepare_exchange(const MpiWorld& world, int device) {
+  std::string why = peer_allreduce_unavailable(world, device);  // collective
+  // Block b of every rank owns the same columns: the grids must match.
+  const int blocks = multiprocessor_count();
+  const bool same_grid = world.allreduce_min(blocks) == world.allreduce_max(blocks);
+  if (why.empty() && !same_grid) why = "the GPUs have different multiprocessor counts";
+  if (why.empty() && blocks > kPeerMaxBlocks) why = "more than " + std::to_string(kPeerMaxBlocks) + " multiprocessors";
+  if (!why.empty()) return "no exchange inside the persistent kernel: " + why;
+  peers_ = std::make_unique<PeerArea>(world, device, plan_seed_persistent(model_, 1).exchange_floats);
+  return "";
 }
 
 const SeedPersistentPlan& PersistentSeedSteps::plan_for(std::int64_t n) {
@@ -65,7 +79,9 @@ StepChunkResult PersistentSeedSteps::run(const StepChunk& chunk, const Persisten
                                          cudaStream_t stream) {
   const std::int64_t steps = chunk.steps();
   const std::int64_t n = chunk.batch;
-  if (steps < 1 || chunk.first < 0 || chunk.first + steps * n > targets.order_size)
+  if (chunk.stride != n && peers_ == nullptr)
+    throw std::logic_error("a chunk of one rank's slices without the in-kernel exchange (prepare_exchange)");
+  if (steps < 1 || n < 1 || chunk.first < 0 || chunk.stride < n || chunk.first + (steps - 1) * chunk.stride + n > targets.order_size)
     throw Error(ExitCode::kFailure, "internal error: a chunk of " + std::to_string(steps) + " steps of " +
                                         std::to_string(n) + " samples from " + std::to_string(chunk.first) +
                                         " lies outside this epoch's order of " + std::to_string(targets.order_size));
@@ -106,6 +122,8 @@ StepChunkResult PersistentSeedSteps::run(const StepChunk& chunk, const Persisten
   a.images = targets.images;
   a.labels = targets.labels;
   a.order = targets.order + chunk.first;
+  a.order_stride = chunk.stride;
+  if (peers_ != nullptr) a.peers = peers_->view();
   a.steps = static_cast<int>(steps);
   a.rules = rules_.get();
   a.label_smoothing = targets.label_smoothing;

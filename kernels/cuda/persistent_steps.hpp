@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "cnn/model.hpp"
 #include "cnn/step_chunk.hpp"
 #include "cuda/device_buffer.hpp"
+#include "dist/peer_area.hpp"
 #include "ops/seed_persistent.hpp"
 
 namespace cnn::cuda {
@@ -42,6 +44,10 @@ class PersistentSeedSteps {
 
   // "" when chunks of `batch`-sample steps run in the persistent kernel on this GPU, else why not.
   std::string unsupported(std::int64_t batch) const;
+  // 2+ ranks: maps every rank's peer area for the in-kernel exchange, and says "" when every chunk
+  // from now on sums each step's gradient over `world` inside the kernel, else why not (no peer
+  // access, several nodes, GPUs with different multiprocessor counts). Collective.
+  std::string prepare_exchange(const MpiWorld& world, int device);
   // Runs the chunk on `stream` and waits for it.
   StepChunkResult run(const StepChunk& chunk, const PersistentTargets& targets, cudaStream_t stream);
   // The host word the kernel polls once per step (mapped into the GPU's address space).
@@ -62,6 +68,7 @@ class PersistentSeedSteps {
   PinnedBuffer<StepRule> rules_staging_;
   PinnedBuffer<unsigned long long> clocks_readback_;
   PinnedBuffer<SeedPersistentOutcome> outcome_readback_;
+  std::unique_ptr<PeerArea> peers_;            // 2+ ranks, after prepare_exchange; null: one rank
   volatile int* stop_word_ = nullptr;         // cudaHostAllocMapped
   const volatile int* stop_word_device_ = nullptr;  // the same word as the GPU addresses it
 };

@@ -33,36 +33,9 @@
 #include <cstdint>
 
 #include "cuda/dependent_launch.cuh"
+#include "dist/peer_area.hpp"
 
 namespace cnn::cuda {
-
-constexpr int kPeerMaxRanks = 8;
-constexpr int kPeerMaxBlocks = 128;
-// Measured on nvidia-h200-x4 (kernels/bench/NOTES.md, "peer allreduce"): 64 blocks beat 16, 32 and 128
-// for buffers of 0.4-1.5 MB on 2 and 4 GPUs.
-constexpr int kPeerDefaultBlocks = 64;
-constexpr int kPeerThreads = 512;
-
-// The start of every rank's peer area; the two staging slots follow at kPeerStagingOffset, each
-// ranks + 1 regions of slot_floats: the inboxes from ranks 0..n-1, then the result region.
-struct PeerFlags {
-  unsigned int arrived[2][kPeerMaxRanks][kPeerMaxBlocks];  // [barrier][from rank][block]: epoch written by that rank
-  unsigned int epoch[kPeerMaxBlocks];                       // allreduces run by each block (read by this rank only)
-};
-constexpr std::size_t kPeerStagingOffset = (sizeof(PeerFlags) + 255) / 256 * 256;
-
-// Every rank's peer area as this process maps it (its own: the local pointer).
-struct PeerView {
-  char* area[kPeerMaxRanks];
-  int rank;
-  int ranks;
-  std::int64_t slot_floats;  // floats per region of a staging slot, a multiple of 4
-};
-
-// Floats of one rank's staging (both slots) for `ranks` ranks.
-__host__ __device__ constexpr std::int64_t peer_staging_floats(int ranks, std::int64_t slot_floats) {
-  return 2 * (ranks + 1) * slot_floats;
-}
 
 __device__ inline PeerFlags* peer_flags(const PeerView& v, int rank) { return reinterpret_cast<PeerFlags*>(v.area[rank]); }
 __device__ inline float* peer_region(const PeerView& v, int rank, unsigned int epoch, int region) {

@@ -1,6 +1,5 @@
-// PeerCommunicator: the gradient allreduce through peer memory (peer_allreduce.cuh). Each rank
-// allocates its peer area, exports it with cudaIpcGetMemHandle, and maps every other rank's; the
-// allreduce is then one kernel on the stream, with no host involvement, so CUDA graphs capture it
+// PeerCommunicator: the gradient allreduce through peer memory (peer_allreduce.cuh) in a PeerArea
+// (peer_area.hpp) of its own; the allreduce is one kernel on the stream, with no host involvement, so CUDA graphs capture it
 // like any kernel. Which variant serves which size (one-shot below, two-shot from) is measured at
 // set-up on the buffer's own sizes.
 #include <mpi.h>
@@ -54,35 +53,8 @@ namespace {
 class PeerCommunicator final : public SideStreamCommunicator {
  public:
   PeerCommunicator(const MpiWorld& world, int device, cudaStream_t stream, std::int64_t capacity, int shots, int blocks)
-      : SideStreamCommunicator(world, stream), capacity_(capacity) {
-    CNN_CHECK_CUDA(cudaSetDevice(device));
+      : SideStreamCommunicator(world, stream), capacity_(capacity), area_(world, device, capacity) {
     if (blocks != 0) blocks_ = std::clamp(blocks, 1, kPeerMaxBlocks);
-    view_.rank = world.rank();
-    view_.ranks = world.size();
-    view_.slot_floats = (std::max<std::int64_t>(capacity, 1) + 3) / 4 * 4;
-    const std::size_t bytes =
-        kPeerStagingOffset + static_cast<std::size_t>(peer_staging_floats(world.size(), view_.slot_floats)) * sizeof(float);
-    // cudaMalloc, not a pool: only such memory can be exported. Flags and epochs start at 0.
-    CNN_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&own_), bytes));
-    CNN_CHECK_CUDA(cudaMemset(own_, 0, bytes));
-    CNN_CHECK_CUDA(cudaDeviceSynchronize());  // the zeros are in place before any peer can signal
-    cudaIpcMemHandle_t handle{};
-    CNN_CHECK_CUDA(cudaIpcGetMemHandle(&handle, own_));
-    std::vector<cudaIpcMemHandle_t> handles(static_cast<std::size_t>(world.size()));
-    recorded_collective(CollectiveOp::kAllgather, sizeof(handle), [&] {
-      CNN_CHECK_MPI(MPI_Allgather(&handle, sizeof(handle), MPI_BYTE, handles.data(), sizeof(handle), MPI_BYTE, world.comm()));
-    });
-    for (int q = 0; q < world.size(); ++q) {
-      if (q == world.rank()) {
-        view_.area[q] = own_;
-        continue;
-      }
-      void* mapped = nullptr;
-      CNN_CHECK_CUDA(cudaIpcOpenMemHandle(&mapped, handles[static_cast<std::size_t>(q)], cudaIpcMemLazyEnablePeerAccess));
-      view_.area[q] = static_cast<char*>(mapped);
-      mapped_.push_back(mapped);
-    }
-    world.barrier();  // every rank has mapped every area before the first allreduce signals into it
     if (shots == 1) two_shot_from_ = capacity_ + 1;
     else if (shots == 2) two_shot_from_ = 0;
     else choose_variant();
@@ -90,12 +62,8 @@ class PeerCommunicator final : public SideStreamCommunicator {
   PeerCommunicator(const PeerCommunicator&) = delete;
   PeerCommunicator& operator=(const PeerCommunicator&) = delete;
   // Not stream_: it is the backend's, which may be gone (the backend goes first: its graphs hold this
-  // communicator's kernels). cudaFree waits for the device.
-  ~PeerCommunicator() override {
-    drain();
-    for (void* p : mapped_) (void)cudaIpcCloseMemHandle(p);  // cannot throw from here
-    if (own_ != nullptr) (void)cudaFree(own_);
-  }
+  // communicator's kernels). The area goes after the second stream's work.
+  ~PeerCommunicator() override { drain(); }
 
   std::string name() const override {
     const std::string variant =
@@ -130,7 +98,7 @@ class PeerCommunicator final : public SideStreamCommunicator {
     const bool aligned = reinterpret_cast<std::uintptr_t>(data) % 16 == 0;
     const Kernel kernel = aligned ? (two_shot ? peer_allreduce_kernel<4, true> : peer_allreduce_kernel<4, false>)
                                   : (two_shot ? peer_allreduce_kernel<1, true> : peer_allreduce_kernel<1, false>);
-    launch_dependent(kernel, blocks_, kPeerThreads, 0, stream, view_, data, count);
+    launch_dependent(kernel, blocks_, kPeerThreads, 0, stream, area_.view(), data, count);
     CNN_CHECK_CUDA(cudaGetLastError());
   }
 
@@ -167,11 +135,9 @@ class PeerCommunicator final : public SideStreamCommunicator {
   }
 
   std::int64_t capacity_;
+  PeerArea area_;
   int blocks_ = kPeerDefaultBlocks;
   std::int64_t two_shot_from_ = 0;  // floats
-  char* own_ = nullptr;
-  std::vector<void*> mapped_;
-  PeerView view_{};
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "cuda/launch.hpp"
 #include "ops/nonfinite.cuh"
 #include "ops/seed_persistent.hpp"
+#include "ops/seed_persistent_exchange.cuh"
 #include "ops/seed_persistent_phases.cuh"
 
 namespace cnn::cuda {
@@ -25,6 +26,8 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
   const Ownership own = ownership(static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), s.columns, s.filters);
   const cg::grid_group grid = cg::this_grid();
   const bool clock_keeper = blockIdx.x == 0 && threadIdx.x == 0;
+  const bool exchange = a.peers.ranks > 1;
+  unsigned int epoch = exchange_epoch_at_start(a.peers);
   load_parameters(a, s, own, smem, l, a.rules[0].kind);
   __syncthreads();
 
@@ -44,7 +47,13 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
     backward_phase(a, s, own, smem, l, step);
     grid.sync();
     reduce_phase(a, s, step);
-    if (host_stop != 0) *a.stop_request = 1;
+    if (exchange) {
+      grid.sync();
+      // The sum over ranks; the stop word travels with it, so every rank stops at the same step.
+      exchange_phase(a, s, own, smem, l, ++epoch, host_stop);
+    } else if (host_stop != 0) {
+      *a.stop_request = 1;
+    }
     grid.sync();
     if (clock_keeper) a.clocks[step * 4 + 2] = global_ns();
     // Both words in one round trip to L2, before either is used.
@@ -67,6 +76,7 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
     }
   }
   if (clock_keeper) a.outcome->steps_done = step;
+  keep_exchange_epoch(a.peers, epoch);
   grid.sync();  // every block has read the words: leave them ready for the next launch
   if (clock_keeper) {
     *a.verdict = kAllFinite;
@@ -144,6 +154,7 @@ SeedPersistentPlan plan_seed_persistent(const SeedModel& m, std::int64_t n) {
   plan.shared_bytes = static_cast<std::size_t>(shared_layout(s).total) * sizeof(float);
   plan.block_logit_floats = static_cast<std::int64_t>(plan.blocks) * n * kO;
   plan.conv_partial_floats = static_cast<std::int64_t>(plan.blocks) * m.filters * kConvValues;
+  plan.exchange_floats = plan.columns * kO + m.filters * kConvValues + kO + 1;  // ExchangeLayout
   return plan;
 }
 

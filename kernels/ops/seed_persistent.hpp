@@ -19,11 +19,13 @@
 //      its share of each filter's conv gradient [G, F, 10], the non-finite check of its columns | barrier
 //   D. a warp per conv gradient value sums the G shares; a warp per fc bias; the batch's loss and
 //      hits; block 0 publishes the host's stop word, read at the step's start          | barrier
+//   X. 2+ ranks only: the gradient summed over the ranks inside the kernel, through peer memory,
+//      with the stop word (seed_persistent_exchange.cuh); block 0 publishes the ranks' stop | barrier
 //   E. update: each block its columns' fc weights (in shared memory and in the flat buffer), and
 //      its copies of the conv weights and fc bias; block 0 also writes those to the flat buffer.
 //      None if any gradient of the step was not finite: the kernel ends before the update.
-// Every sum runs in an order fixed by (model, n, the GPU's multiprocessor count): the same bits on
-// every run, and at any chunk boundary (a step does not know which launch it is in).
+// Every sum runs in an order fixed by (model, n, the GPU's multiprocessor count, the ranks): the same
+// bits on every run, and at any chunk boundary (a step does not know which launch it is in).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +33,7 @@
 #include <cstdint>
 
 #include "cnn/model.hpp"
+#include "dist/peer_area.hpp"
 #include "ops/optimizer_rules.cuh"
 
 namespace cnn::cuda {
@@ -49,6 +52,7 @@ struct SeedPersistentPlan {
   std::size_t shared_bytes = 0;
   std::int64_t block_logit_floats = 0;    // [G, n, 10]
   std::int64_t conv_partial_floats = 0;   // [G, F, 10]
+  std::int64_t exchange_floats = 0;       // per inbox of the in-kernel exchange (2+ ranks): the gradient and the stop word
   bool chunk_too_small() const { return chunk < 32; }
 };
 
@@ -78,11 +82,14 @@ struct SeedPersistentArgs {
   float* grads = nullptr;
   float* state = nullptr;
   SeedParamOffsets at;
-  // The data: the resident uint8 training images and labels, and the epoch's order from the chunk's
-  // first sample on: step k takes order[k*n .. (k+1)*n).
+  // The data: the resident uint8 training images and labels, and the epoch's order from this rank's
+  // first sample of the chunk on: step k takes order[k*order_stride .. k*order_stride + n).
   const std::uint8_t* images = nullptr;
   const std::uint8_t* labels = nullptr;
   const std::int32_t* order = nullptr;
+  std::int64_t order_stride = 0;  // the global batch (n with one rank)
+  // 2+ ranks: every rank's peer area, for the in-kernel exchange; ranks <= 1: no exchange.
+  PeerView peers{};
   int steps = 0;
   const StepRule* rules = nullptr;  // [steps], device memory
   float label_smoothing = 0.0f;

@@ -185,7 +185,7 @@ __device__ inline void forward_samples(const SeedPersistentArgs& a, const Shape&
   const int slots = kThreads / lanes;
   const int u_begin = part * own.count / lanes;
   const int u_end = (part + 1) * own.count / lanes;
-  const std::int64_t step_first = static_cast<std::int64_t>(step) * s.n;
+  const std::int64_t step_first = static_cast<std::int64_t>(step) * a.order_stride;
   for (std::int64_t base = 0; base < s.n; base += kSamples * slots) {
     std::int64_t sample[kSamples];
     bool valid[kSamples];
@@ -254,7 +254,7 @@ __device__ inline void loss_phase(const SeedPersistentArgs& a, const Shape& s, c
                            int step) {
   const unsigned lane = threadIdx.x & 31u;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kThreads / 32);
-  const std::int64_t step_first = static_cast<std::int64_t>(step) * s.n;
+  const std::int64_t step_first = static_cast<std::int64_t>(step) * a.order_stride;
   for (std::int64_t sample = blockIdx.x * static_cast<std::int64_t>(kThreads / 32) + threadIdx.x / 32; sample < s.n;
        sample += warps) {
     float z[kO];
@@ -300,7 +300,7 @@ __device__ inline void backward_phase(const SeedPersistentArgs& a, const Shape& 
   float acc[kColumnSums];
 #pragma unroll
   for (int r = 0; r < kColumnSums; ++r) acc[r] = 0.0f;
-  const std::int64_t step_first = static_cast<std::int64_t>(step) * s.n;
+  const std::int64_t step_first = static_cast<std::int64_t>(step) * a.order_stride;
   float* logits_s = smem + l.logits;
   float* patches_s = smem + l.patches;
 

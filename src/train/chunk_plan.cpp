@@ -10,7 +10,11 @@ namespace cnn {
 ChunkPlan plan_chunks(const ChunkConditions& c) {
   ChunkPlan plan;
   std::vector<std::string> one_step;  // why the run takes one step per call
-  if (c.ranks > 1) one_step.push_back(std::to_string(c.ranks) + " ranks");
+  // Several ranks exchange inside the chunk's kernel, or take one step per call with the exchange between.
+  if (c.ranks > 1 && !c.kernel_unsupported.empty())
+    one_step.push_back(std::to_string(c.ranks) + " ranks: " + c.kernel_unsupported);
+  else if (c.ranks > 1 && !c.exchange_unsupported.empty())
+    one_step.push_back(std::to_string(c.ranks) + " ranks: " + c.exchange_unsupported);
   if (c.on_nonfinite != NonFinitePolicy::kStop) one_step.push_back("--on-nonfinite skip");
   if (c.stream) one_step.push_back("stream mode");
   if (c.trace) one_step.push_back("--trace");
@@ -25,10 +29,10 @@ ChunkPlan plan_chunks(const ChunkConditions& c) {
   }
   plan.cap = c.steps_per_launch;  // auto: 0, no cap
   const std::int64_t most = c.steps_per_launch == 0 ? c.steps_per_epoch : std::min(c.steps_per_launch, c.steps_per_epoch);
-  plan.describe = "up to " + std::to_string(most) + " (" +
-                  (c.kernel_unsupported.empty() ? std::string("persistent kernel")
-                                                : "one kernel launch per step: " + c.kernel_unsupported) +
-                  ")";
+  const std::string how = !c.kernel_unsupported.empty() ? "one kernel launch per step: " + c.kernel_unsupported
+                          : c.ranks > 1 ? "persistent kernel, the gradients summed over the ranks inside it"
+                                        : "persistent kernel";
+  plan.describe = "up to " + std::to_string(most) + " (" + how + ")";
   return plan;
 }
 
@@ -50,11 +54,12 @@ std::int64_t chunk_end(const ChunkBounds& b) {
 }
 
 StepChunk make_step_chunk(const OptimizerSettings& optimizer, const LearningRate& learning_rate, std::uint64_t seed,
-                          std::int64_t global_step, std::int64_t first_sample, std::int64_t batch, std::int64_t steps,
+                          std::int64_t global_step, Range mine, std::int64_t global_batch, std::int64_t steps,
                           std::int64_t nan_at) {
   StepChunk chunk;
-  chunk.first = first_sample;
-  chunk.batch = batch;
+  chunk.first = mine.begin;
+  chunk.batch = mine.count;
+  chunk.stride = global_batch;
   chunk.optimizer.reserve(static_cast<std::size_t>(steps));
   for (std::int64_t k = 0; k < steps; ++k) {
     OptimizerSettings step = optimizer;
@@ -62,7 +67,7 @@ StepChunk make_step_chunk(const OptimizerSettings& optimizer, const LearningRate
     step.lr = learning_rate.at_float(global_step + k);
     chunk.optimizer.push_back(step);
   }
-  chunk.grad_scale = 1.0f / static_cast<float>(batch);  // as train_step: the sum over the global batch
+  chunk.grad_scale = 1.0f / static_cast<float>(global_batch);  // as train_step: the sum over the global batch
   chunk.seed = seed;
   chunk.global_step = global_step;
   chunk.nan_at = nan_at;

@@ -81,9 +81,11 @@ std::int64_t DivergenceGuard::nan_hook_index(std::int64_t steps_done, std::int64
   return nan_hook_step_ != 0 && index >= 0 && index < steps ? index : -1;
 }
 
-void DivergenceGuard::on_chunk_nonfinite(Backend& backend, std::int64_t steps_done, std::int64_t index) {
+void DivergenceGuard::on_chunk_nonfinite(Backend& backend, std::int64_t steps_done, std::int64_t index, Range mine) {
   heartbeat(WatchPhase::kNonFiniteCheck);
-  on_nonfinite(backend, index, steps_done + 1, Range{}, false);  // one rank: its own gradient is the sum
+  // Several ranks: the chunk checked the sum over ranks, as the one-step loop does after its exchange.
+  const bool reduced_over_ranks = world_ != nullptr && world_->size() > 1;
+  on_nonfinite(backend, index, steps_done + 1, mine, reduced_over_ranks);
 }
 
 // The failure path, reached by every rank for the same step (each saw the same reduced buffer).

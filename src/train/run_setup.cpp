@@ -96,7 +96,8 @@ Range bind_first_step(const TrainConfig& config, TrainingRun& run) {
   return first.batch;
 }
 
-// --steps-per-launch for this run, its data and its backend (chunk_plan.hpp).
+// --steps-per-launch for this run, its data and its backend (chunk_plan.hpp). Collective: every rank
+// gets the same plan.
 ChunkPlan plan_step_chunks(const TrainConfig& config, const MpiWorld& world, const TrainingRun& run) {
   ChunkConditions conditions;
   conditions.steps_per_launch = config.steps_per_launch;
@@ -105,10 +106,21 @@ ChunkPlan plan_step_chunks(const TrainConfig& config, const MpiWorld& world, con
   conditions.on_nonfinite = config.on_nonfinite;
   conditions.stream = run.data->mode() != "memory";
   conditions.trace = !config.trace.empty();
-  conditions.kernel_unsupported = run.backend->persistent_steps_unsupported(config.batch);
+  // This rank's slices of the global batch and of the epoch's short last one.
   const std::int64_t last_batch = run.data->train_count() % config.batch;
-  if (conditions.kernel_unsupported.empty() && last_batch > 0)
-    conditions.kernel_unsupported = run.backend->persistent_steps_unsupported(last_batch);
+  for (const std::int64_t batch : {config.batch, last_batch}) {
+    const Range mine = rank_slice(Range{0, batch}, world.rank(), world.size());
+    if (batch > 0 && conditions.kernel_unsupported.empty())
+      conditions.kernel_unsupported = run.backend->persistent_steps_unsupported(mine.count);
+  }
+  // A slice one rank's kernel cannot run keeps every rank on one step per call.
+  if (world.size() > 1 && world.allreduce_max(conditions.kernel_unsupported.empty() ? 0 : 1) != 0 &&
+      conditions.kernel_unsupported.empty())
+    conditions.kernel_unsupported = "another rank's slice of the batch does not fit its persistent kernel";
+  // The in-kernel exchange's set-up (collective), only where the run could take chunks at all.
+  if (world.size() > 1 && conditions.kernel_unsupported.empty() && config.steps_per_launch != 1 &&
+      conditions.on_nonfinite == NonFinitePolicy::kStop && !conditions.stream && !conditions.trace)
+    conditions.exchange_unsupported = run.backend->prepare_chunk_exchange(world);
   return plan_chunks(conditions);
 }
 

@@ -1,13 +1,18 @@
 // Backend::train_chunk's default: the chunk's steps one by one, through the same calls the trainer's
-// one-step loop makes for a single rank (compute_gradients, the divergence check, apply_update), so a
+// one-step loop makes for a single rank (a run of several ranks takes chunks only where the backend
+// exchanges inside them: chunk_plan.hpp) (compute_gradients, the divergence check, apply_update), so a
 // backend that cannot run steps inside one kernel gives the very bits of that loop.
 #include <limits>
+#include <stdexcept>
 
 #include "cnn/backend.hpp"
 
 namespace cnn {
 
 StepChunkResult Backend::train_chunk(const StepChunk& chunk) {
+  // Its steps have no exchange: one rank's chunks only (a slice of a larger global batch is another rank's).
+  if (chunk.stride != chunk.batch)
+    throw std::logic_error("Backend::train_chunk's default runs the steps of a single rank only");
   StepChunkResult result;
   volatile int* stop = chunk_stop_word();
   for (std::int64_t k = 0; k < chunk.steps(); ++k) {
@@ -17,7 +22,7 @@ StepChunkResult Backend::train_chunk(const StepChunk& chunk) {
       result.stop_seen = true;
       break;
     }
-    const std::int64_t begin = chunk.first + k * chunk.batch;
+    const std::int64_t begin = chunk.first + k * chunk.stride;
     set_step_randomness({chunk.seed, chunk.global_step + k, begin});
     // The step's own phases below; the trainer took what came before the chunk (trainer.cpp).
     (void)take_phase_times();

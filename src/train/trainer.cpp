@@ -170,7 +170,7 @@ class TrainingLoop {
     return step + 1;
   }
 
-  // Steps [step, end) of one rank in one Backend::train_chunk call, `end` where the loop must act
+  // Steps [step, end) of this rank in one Backend::train_chunk call, `end` where the loop must act
   // (chunk_plan.hpp). The observers hear of each step as in run_step: the first one's begin before the
   // call (its heartbeat; the chunk's wall time is its), the rest after it. Returns the step after the
   // last one applied; a refused step stops the run as the one-step loop's check would.
@@ -185,9 +185,11 @@ class TrainingLoop {
     bounds.checkpoint_due = [this](std::int64_t global_step) { return run_.checkpointer->due_after_step(global_step); };
     bounds.steps_until_stop_hook = stop_after_steps_ > steps_run_ ? stop_after_steps_ - steps_run_ : 0;
     const std::int64_t steps = chunk_end(bounds) - step;
+    // Every step of a chunk has the global batch of its first (chunk_end), and each rank its slice of it.
     const Range first = global_batch_range(step, data_.train_count(), config_.batch);
+    const Range mine = rank_slice(first, world_.rank(), world_.size());
     const StepChunk chunk =
-        make_step_chunk(run_.optimizer, *run_.learning_rate, config_.seed, progress_.global_step, first.begin,
+        make_step_chunk(run_.optimizer, *run_.learning_rate, config_.seed, progress_.global_step, mine,
                         first.count, steps, divergence_.nan_hook_index(progress_.global_step, steps));
     StepEvent event{epoch, step, progress_.global_step, steps_run_};
     observers_.step_begin(event);
@@ -212,7 +214,8 @@ class TrainingLoop {
     }
     if (result.nonfinite_index >= 0) {
       if (result.steps_done > 0) observers_.step_begin({epoch, step + result.steps_done, progress_.global_step, steps_run_});
-      divergence_.on_chunk_nonfinite(backend_, progress_.global_step, result.nonfinite_index);  // throws (stop)
+      const Range refused{mine.begin + result.steps_done * first.count, mine.count};
+      divergence_.on_chunk_nonfinite(backend_, progress_.global_step, result.nonfinite_index, refused);  // throws (stop)
     }
     if (result.steps_done == 0 && !result.stop_seen)
       throw std::logic_error("Backend::train_chunk ran none of its steps without a stop or a refused step");
