@@ -15,20 +15,11 @@
 # Usage: gpu_bn_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
 source "$2/tests/gpu_script_lib.sh" "$1" "$2"
 skip_unless_gpu_runs h5py
-# same NAME MODE A B: ckpt_compare MODE (exact, rel=TOL, relnorm=TOL) on the newest checkpoints of runs A
-# and B. Rank counts are compared with relnorm, over each group as one vector (as the rank-equivalence
-# tests do): every conv and fc here but the last feeds a bn, whose normalisation removes any shift per
-# channel, so those biases' gradients (and velocities, and values) are zero but for rounding, and
-# relative to themselves differ by O(1) (per dataset floored at 1e-2 of the group's largest value,
-# conv1's bias velocity still differed by 6e-5 on nvidia-h100-x1).
-same() {
-  local out
-  if out=$("$python" "$compare" "$2" "$(latest "$work/$3")" "$(latest "$work/$4")" 2>&1); then
-    pass "$1: $out"
-  else
-    fail "$1: $out"
-  fi
-}
+# Rank counts are compared (same, gpu_script_lib.sh) with relnorm, over each group as one vector (as
+# the rank-equivalence tests do): every conv and fc here but the last feeds a bn, whose normalisation
+# removes any shift per channel, so those biases' gradients (and velocities, and values) are zero but
+# for rounding, and relative to themselves differ by O(1) (per dataset floored at 1e-2 of the group's
+# largest value, conv1's bias velocity still differed by 6e-5 on nvidia-h100-x1).
 
 # bn after a conv, inside a residual block, and after fc; 20 steps an epoch.
 small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --batch 100 --optimizer momentum

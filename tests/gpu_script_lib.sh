@@ -2,7 +2,7 @@
 # through gpu_two_ranks_lib.sh, the 2-GPU ones). Source it with the script's arguments: BUILD_DIR
 # SOURCE_DIR. It sets build, source_dir, binary, fashion, python, compare and gpus, sources
 # tools/mpi-env.sh, makes $work (removed on exit), and gives pass / fail (counted in $failures),
-# latest (a run's newest checkpoint) and skip_unless_gpu_runs.
+# latest (a run's newest checkpoint), same (two runs' newest checkpoints compared) and skip_unless_gpu_runs.
 # Env: CNN_BINARY, CNN_FASHION_DIR, PYTHON.
 set -uo pipefail
 build=$1
@@ -19,6 +19,16 @@ failures=0
 pass() { echo "ok   - $*"; }
 fail() { echo "FAIL - $*"; failures=$((failures + 1)); }
 latest() { echo "$1/checkpoints/$(cat "$1/checkpoints/latest")"; }
+# same NAME MODE A B: ckpt_compare.py MODE (exact, rel=TOL, relnorm=TOL) on the newest checkpoints of
+# the runs in $work/A and $work/B; passes or fails NAME with its verdict.
+same() {
+  local out
+  if out=$("$python" "$compare" "$2" "$(latest "$work/$3")" "$(latest "$work/$4")" 2>&1); then
+    pass "$1: $out"
+  else
+    fail "$1: $out"
+  fi
+}
 
 # skip_unless_gpu_runs [h5py]: exit 77 (skipped) with one line where the trainer cannot run on a GPU
 # here: no GPU, a build without the CUDA backend, no Fashion-MNIST; and, with h5py, no h5py for
