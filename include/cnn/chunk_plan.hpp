@@ -61,8 +61,8 @@ struct ChunkBounds {
   std::int64_t global_step = 0;      // steps of the run done before the chunk
   // Checkpointer::due_after_step: true when a checkpoint is due once `global_step` steps are done.
   std::function<bool(std::int64_t)> checkpoint_due;
-  // Steps this process may still run before the test hook CNN_TEST_STOP_AFTER_STEPS fires after the
-  // last of them (0: the hook is off or has fired).
+  // Steps the run may still take before the test hook CNN_TEST_STOP_AFTER_STEPS fires after the last
+  // of them (0: the hook is off or has fired); the same on every rank, whichever rank it fires on.
   std::int64_t steps_until_stop_hook = 0;
 };
 

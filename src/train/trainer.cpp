@@ -66,7 +66,9 @@ class TrainingLoop {
         last_metrics_(run.resume.state.metrics),
         divergence_(config.on_nonfinite, run.network.layout, &world, world.rank(), hooks.nan_at),
         observers_(make_observers(config, world, hooks, run, times_, process_start, run_start)) {
-    if (world.rank() == hooks.stop_rank) stop_after_steps_ = hooks.stop_after_steps;
+    // Every rank's chunks end where the hook fires (signals.cpp fires it on its rank alone): ranks whose
+    // kernels exchange inside a chunk must run chunks of the same steps.
+    stop_after_steps_ = hooks.stop_after_steps;
     // A signal must reach a chunk running inside the backend: it stops at the next step boundary.
     if (run_.chunks.chunked()) mirror_stop_signal(backend_.chunk_stop_word());
     // The resumed partial epoch's train stats, summed over ranks at its save, are rank 0's to carry on.
@@ -278,7 +280,7 @@ class TrainingLoop {
   BatchStats epoch_stats_;
   CheckpointMetrics last_metrics_;
   std::int64_t steps_run_ = 0;              // by this process
-  std::int64_t stop_after_steps_ = 0;       // the test hook CNN_TEST_STOP_AFTER_STEPS on this rank (0: off)
+  std::int64_t stop_after_steps_ = 0;       // the test hook CNN_TEST_STOP_AFTER_STEPS (0: off), for the chunks' ends
   PhaseTimes times_;                        // phase seconds since the last epoch row
   DivergenceGuard divergence_;
   ObserverList observers_;                  // last: its watchdog watches the loop only
