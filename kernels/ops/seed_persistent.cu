@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
     grid.sync();
     reduce_phase(a, s, step);
     if (exchange) {
-      grid.sync();
-      // The sum over ranks; the stop word travels with it, so every rank stops at the same step.
+      // The sum over ranks, of what this block owns and has just reduced; the stop word travels with
+      // it, so every rank stops at the same step.
       exchange_phase(a, s, own, smem, l, ++epoch, host_stop);
     } else if (host_stop != 0) {
       *a.stop_request = 1;

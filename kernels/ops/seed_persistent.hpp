@@ -17,10 +17,12 @@
 //   B. loss: a warp per sample sums the G partials (block order), softmax CE -> dL/dlogits | barrier
 //   C. backward: each block, its columns: fc weight gradient (final: the block has every sample),
 //      its share of each filter's conv gradient [G, F, 10], the non-finite check of its columns | barrier
-//   D. a warp per conv gradient value sums the G shares; a warp per fc bias; the batch's loss and
-//      hits; block 0 publishes the host's stop word, read at the step's start          | barrier
-//   X. 2+ ranks only: the gradient summed over the ranks inside the kernel, through peer memory,
-//      with the stop word (seed_persistent_exchange.cuh); block 0 publishes the ranks' stop | barrier
+//   D. a warp per conv gradient value sums the G shares; a warp per fc bias (block b: its share of
+//      these values); the batch's loss and hits; block 0 publishes the host's stop word, read at the
+//      step's start (one rank)
+//   X. 2+ ranks only, right after D in each block: the gradient summed over the ranks inside the
+//      kernel, through peer memory, with the stop word (seed_persistent_exchange.cuh); block 0
+//      publishes the ranks' stop                                                        | barrier
 //   E. update: each block its columns' fc weights (in shared memory and in the flat buffer), and
 //      its copies of the conv weights and fc bias; block 0 also writes those to the flat buffer.
 //      None if any gradient of the step was not finite: the kernel ends before the update.

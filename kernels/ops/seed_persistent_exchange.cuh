@@ -6,8 +6,8 @@
 // Block b of every rank handles the same values, so block b only ever waits for block b of the other
 // ranks, and no block waits for another of its own grid:
 //   - its own columns' fc weight gradients (final after C, in its shared memory),
-//   - a 1/G share of the values the blocks share (every conv gradient value and the fc biases, D's
-//     items, in the flat gradient buffer after D's barrier),
+//   - its share of the values the blocks share (every conv gradient value and the fc biases): the
+//     items it has just reduced in D (block_shared_items), so that no grid barrier comes between,
 //   - block 0: the host's stop word, read at the step's start, so that every rank stops at the same step.
 // One-shot: block b stores its values into every rank's inbox from this rank, meets block b of every
 // rank (flag barrier), then sums its values over its inboxes in rank order 0, 1, ..., n-1. Every
@@ -32,14 +32,12 @@ namespace cnn::cuda::persistent {
 // f*10, then the 10 fc biases), then the stop word. seed_exchange_floats() on the host.
 struct ExchangeLayout {
   std::int64_t shared_base;
-  int shared_items;
   std::int64_t stop_at;
 };
 __device__ __forceinline__ ExchangeLayout exchange_layout(const Shape& s) {
   ExchangeLayout x;
   x.shared_base = s.columns * kO;
-  x.shared_items = s.filters * kConvValues + kO;
-  x.stop_at = x.shared_base + x.shared_items;
+  x.stop_at = x.shared_base + shared_item_count(s);
   return x;
 }
 
@@ -59,8 +57,8 @@ __device__ inline void keep_exchange_epoch(const PeerView& v, unsigned int epoch
   if (v.ranks > 1 && threadIdx.x == 0) peer_flags(v, v.rank)->epoch[blockIdx.x] = epoch;
 }
 
-// The exchange of one step with epoch `epoch` (this block's count, this exchange included).
-// host_stop: block 0 thread 0's read of the host's stop word (0 elsewhere).
+// The exchange of one step with epoch `epoch` (this block's count, this exchange included), right
+// after this block's D. host_stop: block 0 thread 0's read of the host's stop word (0 elsewhere).
 __device__ inline void exchange_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, float* smem,
                                       const SharedLayout& l, unsigned int epoch, int host_stop) {
   const PeerView& v = a.peers;
@@ -68,11 +66,10 @@ __device__ inline void exchange_phase(const SeedPersistentArgs& a, const Shape& 
   float* sums = smem + l.sums;  // C's per-column sums: the fc weight gradients at kConvValues + o
   const int fc_values = own.count * kO;
   const std::int64_t fc_base = own.first * kO;
-  const int per_block = (x.shared_items + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
-  const int shared_begin = min(x.shared_items, static_cast<int>(blockIdx.x) * per_block);
-  const int shared_end = min(x.shared_items, shared_begin + per_block);
+  const SharedItems shared = block_shared_items(s);
   const bool stop_keeper = blockIdx.x == 0 && threadIdx.x == 0;
 
+  __syncthreads();  // this block's D wrote its shared items (read back from L2 below)
   // 1. This block's values into every rank's inbox from this rank (its own inbox too).
   for (int q = 0; q < v.ranks; ++q) {
     float* inbox = peer_inbox(v, q, v.rank, epoch);
@@ -80,7 +77,7 @@ __device__ inline void exchange_phase(const SeedPersistentArgs& a, const Shape& 
       const int u = e / kO;
       inbox[fc_base + e] = sums[u * kColumnSums + kConvValues + (e - u * kO)];
     }
-    for (int e = shared_begin + static_cast<int>(threadIdx.x); e < shared_end; e += kThreads)
+    for (int e = shared.begin + static_cast<int>(threadIdx.x); e < shared.end; e += kThreads)
       inbox[x.shared_base + e] = __ldcg(a.grads + shared_item_index(a.at, s, e));
     if (stop_keeper) inbox[x.stop_at] = host_stop != 0 ? 1.0f : 0.0f;
   }
@@ -101,7 +98,7 @@ __device__ inline void exchange_phase(const SeedPersistentArgs& a, const Shape& 
     a.grads[index] = total;
     flag_nonfinite(a.verdict, total, index);
   }
-  for (int e = shared_begin + static_cast<int>(threadIdx.x); e < shared_end; e += kThreads) {
+  for (int e = shared.begin + static_cast<int>(threadIdx.x); e < shared.end; e += kThreads) {
     const float total = summed(x.shared_base + e);
     const std::int64_t index = shared_item_index(a.at, s, e);
     a.grads[index] = total;

@@ -395,16 +395,31 @@ __device__ inline void backward_phase(const SeedPersistentArgs& a, const Shape& 
   }
 }
 
-// D. A warp per value: each conv gradient value sums the blocks' shares (lanes over blocks, then a
-// butterfly), each fc bias gradient sums dL/dlogits over the samples, and one warp adds the batch's
-// loss and hits.
+// The values every block shares (every conv gradient value, filter-major, then the 10 fc biases): D's
+// items. Block b reduces [begin, end) of them, the same share it sends in the exchange of 2+ ranks
+// (seed_persistent_exchange.cuh), which can then follow D without a grid barrier.
+struct SharedItems {
+  int begin;
+  int end;
+};
+__device__ __forceinline__ int shared_item_count(const Shape& s) { return s.filters * kConvValues + kO; }
+__device__ __forceinline__ SharedItems block_shared_items(const Shape& s) {
+  const int items = shared_item_count(s);
+  const int per_block = (items + static_cast<int>(gridDim.x) - 1) / static_cast<int>(gridDim.x);
+  const int begin = min(items, static_cast<int>(blockIdx.x) * per_block);
+  return {begin, min(items, begin + per_block)};
+}
+
+// D. A warp per value, each block its share of the shared items: each conv gradient value sums the
+// blocks' shares (lanes over blocks, then a butterfly), each fc bias gradient sums dL/dlogits over
+// the samples; and the last block's last warp adds the batch's loss and hits.
 __device__ inline void reduce_phase(const SeedPersistentArgs& a, const Shape& s, int step) {
   const unsigned lane = threadIdx.x & 31u;
-  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (kThreads / 32);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  constexpr int kWarps = kThreads / 32;
   const std::int64_t conv_items = static_cast<std::int64_t>(s.filters) * kConvValues;
-  const std::int64_t items = conv_items + kO + 1;
-  for (std::int64_t item = blockIdx.x * static_cast<std::int64_t>(kThreads / 32) + threadIdx.x / 32; item < items;
-       item += warps) {
+  const SharedItems mine = block_shared_items(s);
+  for (std::int64_t item = mine.begin + warp; item < mine.end; item += kWarps) {
     if (item < conv_items) {
       float total = 0.0f;
 #pragma unroll 5
@@ -417,7 +432,7 @@ __device__ inline void reduce_phase(const SeedPersistentArgs& a, const Shape& s,
         a.grads[index] = total;
         flag_nonfinite(a.verdict, total, index);
       }
-    } else if (item < conv_items + kO) {
+    } else {
       const int o = static_cast<int>(item - conv_items);
       float total = 0.0f;
       for (std::int64_t sample = lane; sample < s.n; sample += 32) total += __ldcg(a.grad_logits + sample * kO + o);
@@ -429,22 +444,23 @@ __device__ inline void reduce_phase(const SeedPersistentArgs& a, const Shape& s,
         a.grads[index] = total;
         flag_nonfinite(a.verdict, total, index);
       }
-    } else {
-      double loss = 0.0;
-      long long hits = 0;
-      for (std::int64_t sample = lane; sample < s.n; sample += 32) {
-        loss += static_cast<double>(__ldcg(a.sample_loss + sample));
-        hits += __ldcg(a.sample_correct + sample);
-      }
+    }
+  }
+  if (blockIdx.x == gridDim.x - 1 && warp == kWarps - 1) {
+    double loss = 0.0;
+    long long hits = 0;
+    for (std::int64_t sample = lane; sample < s.n; sample += 32) {
+      loss += static_cast<double>(__ldcg(a.sample_loss + sample));
+      hits += __ldcg(a.sample_correct + sample);
+    }
 #pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) {
-        loss += __shfl_xor_sync(kFullWarp, loss, offset);
-        hits += __shfl_xor_sync(kFullWarp, hits, offset);
-      }
-      if (lane == 0) {
-        *a.loss_sum += loss;
-        *a.correct += hits;
-      }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      loss += __shfl_xor_sync(kFullWarp, loss, offset);
+      hits += __shfl_xor_sync(kFullWarp, hits, offset);
+    }
+    if (lane == 0) {
+      *a.loss_sum += loss;
+      *a.correct += hits;
     }
   }
 }
