@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# The persistent seed kernel on 2 ranks, one GPU each (label gpu; exit 77 = skipped with fewer than 2
-# GPUs, or where the GPUs have no peer access): each step's gradient is summed over the ranks INSIDE
-# the kernel through peer memory (kernels/ops/seed_persistent_exchange.cuh). Global batch 200, 100
-# per rank, momentum:
+# The persistent seed kernel on 2 ranks (RANKS=4: 4), one GPU each (label gpu; exit 77 = skipped with
+# fewer GPUs, or where the GPUs have no peer access): each step's gradient is summed over the ranks
+# INSIDE the kernel through peer memory (kernels/ops/seed_persistent_exchange.cuh). Global batch 200
+# (100 or 50 per rank), momentum:
 #   1. the settings line says so, and two runs give the same bits;
-#   2. 2 ranks agree with 1 rank of the same global batch, and with 2 ranks taking one step per launch
+#   2. the ranks agree with 1 rank of the same global batch, and with the ranks taking one step per launch
 #      (NCCL or peer allreduce between the steps), within a relative norm of 1e-4 after 10 steps;
 #   3. a resume from a mid-epoch checkpoint, and a stop by CNN_TEST_STOP_AFTER_STEPS (exit 5) and its
 #      resume, end bitwise as the uninterrupted run;
-#   4. a SIGTERM to rank 1 alone stops both ranks at the same step (the stop word travels with the
+#   4. a SIGTERM to rank 1 alone stops every rank at the same step (the stop word travels with the
 #      in-kernel exchange: a rank that ran on would wait for the other forever), with exit 5 and a
 #      checkpoint whose resume ends bitwise as the uninterrupted run;
 #   5. CNN_TEST_NAN_AT=0:5: the divergence line naming rank 0, exit 4.
-# Usage: gpu_persistent_ranks_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
+# Usage: gpu_persistent_ranks_test.sh BUILD_DIR SOURCE_DIR   (env: RANKS, CNN_FASHION_DIR, PYTHON)
 source "$2/tests/gpu_two_ranks_lib.sh" "$1" "$2"
 skip_unless_gpu_runs h5py
 require_two_gpus "the persistent kernel's in-kernel exchange"
+n=${RANKS:-2}
+if ((gpus < n)); then
+  echo "SKIP: RANKS=$n needs $n GPUs (nvidia-smi lists $gpus)"
+  exit 77
+fi
 
 # ranks NAME N [VAR=value...] -- [options...]: N ranks of the trainer (under a time limit: a rank
 # left waiting for its peer would hang), its output in $work/NAME.log; sets rc.
@@ -38,48 +43,48 @@ base=(--device gpu --backend cuda --data "$fashion" --test-samples 1000 --batch 
 seed=("${base[@]}" --train-samples 6000 --epochs 2 --checkpoint-every-steps 7 --keep 20 --steps-per-launch 600)
 
 # 1.
-ranks two 2 -- "${seed[@]}"
+ranks two "$n" -- "${seed[@]}"
 expect_rc two 0
-if grep -q "steps_per_launch: 1 (2 ranks: no exchange inside the persistent kernel" "$work/two.log"; then
+if grep -q "steps_per_launch: 1 ($n ranks: no exchange inside the persistent kernel" "$work/two.log"; then
   echo "SKIP: $(grep -o 'no exchange inside the persistent kernel.*' "$work/two.log" | head -1)"
   exit 77
 elif grep -q "steps_per_launch: up to 30 (persistent kernel, the gradients summed over the ranks inside it)" "$work/two.log"; then
-  pass "2 ranks: the steps run in the persistent kernel, with the exchange inside it"
+  pass "$n ranks: the steps run in the persistent kernel, with the exchange inside it"
 else
-  fail "2 ranks: settings say $(grep steps_per_launch "$work/two.log" | xargs)"
+  fail "$n ranks: settings say $(grep steps_per_launch "$work/two.log" | xargs)"
   echo "gpu_persistent_ranks_test: the in-kernel exchange did not run; the rest would test nothing"
   exit 1
 fi
-ranks two-again 2 -- "${seed[@]}"
-same "2 ranks: two runs" exact two two-again
+ranks two-again "$n" -- "${seed[@]}"
+same "$n ranks: two runs" exact two two-again
 
 # 2. After 10 steps (2000 images, one epoch).
 ten=("${base[@]}" --train-samples 2000 --epochs 1)
-ranks ten-two 2 -- "${ten[@]}" --steps-per-launch 600
+ranks ten-two "$n" -- "${ten[@]}" --steps-per-launch 600
 ranks ten-one 1 -- "${ten[@]}" --steps-per-launch 600
-ranks ten-two-1 2 -- "${ten[@]}" --steps-per-launch 1
+ranks ten-two-1 "$n" -- "${ten[@]}" --steps-per-launch 1
 grep -q "steps_per_launch: up to 10 (persistent kernel)" "$work/ten-one.log" ||
   fail "1 rank: settings say $(grep steps_per_launch "$work/ten-one.log" | xargs)"
-same "2 ranks vs 1 rank, global batch 200, after 10 steps" relnorm=1e-4 ten-two ten-one
-same "2 ranks in the kernel vs one step per launch, after 10 steps" relnorm=1e-4 ten-two ten-two-1
+same "$n ranks vs 1 rank, global batch 200, after 10 steps" relnorm=1e-4 ten-two ten-one
+same "$n ranks in the kernel vs one step per launch, after 10 steps" relnorm=1e-4 ten-two ten-two-1
 
 # 3. A resume from the first mid-epoch checkpoint of epoch 2; a stop hook in epoch 2 and its resume.
 mid=$(cd "$work/two/checkpoints" && ls ckpt-e0001-*.h5 | head -1)
 mkdir -p "$work/mid/checkpoints"
 cp "$work/two/checkpoints/$mid" "$work/mid/checkpoints/"
-ranks mid 2 -- "${seed[@]}" --resume auto
+ranks mid "$n" -- "${seed[@]}" --resume auto
 expect_rc mid 0
-same "2 ranks: resume from $mid vs uninterrupted" exact two mid
-ranks stop 2 CNN_TEST_STOP_AFTER_STEPS=41 -- "${seed[@]}"
+same "$n ranks: resume from $mid vs uninterrupted" exact two mid
+ranks stop "$n" CNN_TEST_STOP_AFTER_STEPS=41 -- "${seed[@]}"
 expect_rc stop 5
-ranks stop 2 -- "${seed[@]}" --resume auto
+ranks stop "$n" -- "${seed[@]}" --resume auto
 expect_rc stop 0
-same "2 ranks: stop after 41 steps + resume vs uninterrupted" exact two stop
+same "$n ranks: stop after 41 steps + resume vs uninterrupted" exact two stop
 
 # 4. SIGTERM to rank 1 only, after the first epoch's row.
 long=("${base[@]}" --epochs 20 --steps-per-launch 600)
-ranks long-ref 2 -- "${long[@]}"
-timeout 300 mpirun -np 2 -x NCCL_NVLS_ENABLE "$binary" "${long[@]}" --out "$work/long-sig" >"$work/long-sig.log" 2>&1 &
+ranks long-ref "$n" -- "${long[@]}"
+timeout 300 mpirun -np "$n" -x NCCL_NVLS_ENABLE "$binary" "${long[@]}" --out "$work/long-sig" >"$work/long-sig.log" 2>&1 &
 launcher=$!
 for _ in $(seq 1000); do [[ $(wc -l <"$work/long-sig/metrics.csv" 2>/dev/null || echo 0) -ge 2 ]] && break; sleep 0.02; done
 target=""
@@ -94,8 +99,8 @@ fi
 wait "$launcher"
 rc=$?
 if [[ $rc -eq 5 ]]; then
-  pass "SIGTERM to rank 1: both ranks stopped, exit 5: $(grep -m1 '^stopped by' "$work/long-sig.log")"
-  ranks long-sig 2 -- "${long[@]}" --resume auto
+  pass "SIGTERM to rank 1: all $n ranks stopped, exit 5: $(grep -m1 '^stopped by' "$work/long-sig.log")"
+  ranks long-sig "$n" -- "${long[@]}" --resume auto
   expect_rc long-sig 0
   same "SIGTERM to rank 1 + resume vs uninterrupted" exact long-ref long-sig
 elif [[ $rc -eq 0 ]]; then
@@ -105,7 +110,7 @@ else
 fi
 
 # 5.
-ranks nan 2 CNN_TEST_NAN_AT=0:5 -- "${seed[@]}"
+ranks nan "$n" CNN_TEST_NAN_AT=0:5 -- "${seed[@]}"
 expect_rc nan 4
 grep -q "global step 5 (1-based), layer fc.bias, rank(s) 0;" "$work/nan.log" &&
   pass "NaN in step 5 on rank 0: $(grep -o 'training diverged: non-finite gradient in global step 5[^;]*' "$work/nan.log")" ||
