@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
     grid.sync();
     if (clock_keeper) a.clocks[step * 4 + 1] = global_ns();
     backward_phase(a, s, own, smem, l, step);
+    if (exchange) send_owned_columns(a, own, smem, l, epoch + 1);  // in flight during the barrier and D
     grid.sync();
     reduce_phase(a, s, step);
     if (exchange) {

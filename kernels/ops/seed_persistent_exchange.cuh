@@ -9,8 +9,9 @@
 //   - its share of the values the blocks share (every conv gradient value and the fc biases): the
 //     items it has just reduced in D (block_shared_items), so that no grid barrier comes between,
 //   - block 0: the host's stop word, read at the step's start, so that every rank stops at the same step.
-// One-shot: block b stores its values into every rank's inbox from this rank, meets block b of every
-// rank (flag barrier), then sums its values over its inboxes in rank order 0, 1, ..., n-1. Every
+// One-shot: block b stores its values into every rank's inbox from this rank (its columns as soon as
+// C has them, the rest after D), meets block b of every rank (flag barrier), then sums its values
+// over its inboxes in rank order 0, 1, ..., n-1. Every
 // rank sums the same inboxes in the same order, so every rank holds the same bits, and the sum is
 // checked for non-finite values there (a local non-finite value survives the sum, so the check sees
 // it as the one-step loop does after its allreduce). The summed values go where D and C left the
@@ -57,26 +58,41 @@ __device__ inline void keep_exchange_epoch(const PeerView& v, unsigned int epoch
   if (v.ranks > 1 && threadIdx.x == 0) peer_flags(v, v.rank)->epoch[blockIdx.x] = epoch;
 }
 
-// The exchange of one step with epoch `epoch` (this block's count, this exchange included), right
-// after this block's D. host_stop: block 0 thread 0's read of the host's stop word (0 elsewhere).
-__device__ inline void exchange_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, float* smem,
-                                      const SharedLayout& l, unsigned int epoch, int host_stop) {
+// 1a. Right after C, before the grid barrier that D waits for: this block's own columns' fc weight
+// gradients (nearly all the floats a step exchanges), final in its shared memory, into every rank's
+// inbox from this rank (its own too), so that their transfer overlaps the barrier and D. `epoch`:
+// the exchange's, this block's count with it included.
+__device__ inline void send_owned_columns(const SeedPersistentArgs& a, const Ownership& own, const float* smem,
+                                          const SharedLayout& l, unsigned int epoch) {
   const PeerView& v = a.peers;
-  const ExchangeLayout x = exchange_layout(s);
-  float* sums = smem + l.sums;  // C's per-column sums: the fc weight gradients at kConvValues + o
+  const float* sums = smem + l.sums;  // C's per-column sums: the fc weight gradients at kConvValues + o
   const int fc_values = own.count * kO;
   const std::int64_t fc_base = own.first * kO;
-  const SharedItems shared = block_shared_items(s);
-  const bool stop_keeper = blockIdx.x == 0 && threadIdx.x == 0;
-
-  __syncthreads();  // this block's D wrote its shared items (read back from L2 below)
-  // 1. This block's values into every rank's inbox from this rank (its own inbox too).
   for (int q = 0; q < v.ranks; ++q) {
     float* inbox = peer_inbox(v, q, v.rank, epoch);
     for (int e = threadIdx.x; e < fc_values; e += kThreads) {
       const int u = e / kO;
       inbox[fc_base + e] = sums[u * kColumnSums + kConvValues + (e - u * kO)];
     }
+  }
+}
+
+// 1b-3. The rest of the exchange with epoch `epoch`, right after this block's D (send_owned_columns
+// came before). host_stop: block 0 thread 0's read of the host's stop word (0 elsewhere).
+__device__ inline void exchange_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, float* smem,
+                                      const SharedLayout& l, unsigned int epoch, int host_stop) {
+  const PeerView& v = a.peers;
+  const ExchangeLayout x = exchange_layout(s);
+  float* sums = smem + l.sums;
+  const int fc_values = own.count * kO;
+  const std::int64_t fc_base = own.first * kO;
+  const SharedItems shared = block_shared_items(s);
+  const bool stop_keeper = blockIdx.x == 0 && threadIdx.x == 0;
+
+  __syncthreads();  // this block's D wrote its shared items (read back from L2 below)
+  // 1b. Its share of the shared values, and the stop word, into every rank's inbox from this rank.
+  for (int q = 0; q < v.ranks; ++q) {
+    float* inbox = peer_inbox(v, q, v.rank, epoch);
     for (int e = shared.begin + static_cast<int>(threadIdx.x); e < shared.end; e += kThreads)
       inbox[x.shared_base + e] = __ldcg(a.grads + shared_item_index(a.at, s, e));
     if (stop_keeper) inbox[x.stop_at] = host_stop != 0 ? 1.0f : 0.0f;
