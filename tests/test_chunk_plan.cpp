@@ -1,6 +1,7 @@
 // --steps-per-launch (include/cnn/chunk_plan.hpp): when the loop hands the backend chunks of steps
-// and the settings line that says so; where a chunk must end (the epoch, the cap, a checkpoint due,
-// the stop hook, a short last batch); and each step's optimizer settings as the one-step loop sets them.
+// and the settings line that says so (auto: the path its measurement found faster, with both times);
+// where a chunk must end (the epoch, the cap, a checkpoint due, the stop hook, a short last batch);
+// and each step's optimizer settings as the one-step loop sets them.
 #define BOOST_TEST_MODULE chunk_plan
 #include "boost_test.hpp"
 
@@ -39,6 +40,35 @@ BOOST_AUTO_TEST_CASE(auto_chunks_only_inside_one_kernel) {
   const ChunkPlan none = plan_chunks(one_rank(0, "the seq backend runs one step per kernel launch"));
   BOOST_TEST(!none.chunked());
   BOOST_TEST(none.describe == "1 (auto: the seq backend runs one step per kernel launch)");
+}
+
+BOOST_AUTO_TEST_CASE(auto_takes_the_path_its_measurement_found_faster_and_says_so) {
+  ChunkConditions c = one_rank(0);
+  c.measured = StepPathMeasurement{0.000130, 0.000134, ""};
+  BOOST_TEST(plan_chunks(c).chunked());
+  BOOST_TEST(plan_chunks(c).cap == 0);
+  BOOST_TEST(plan_chunks(c).describe == "up to 600 (persistent kernel: 0.130 ms a step, one launch per step 0.134 ms, measured)");
+  c.measured = StepPathMeasurement{0.000084, 0.000080, ""};
+  BOOST_TEST(!plan_chunks(c).chunked());
+  BOOST_TEST(plan_chunks(c).describe == "1 (auto: one launch per step measured faster: 0.080 ms a step, the persistent kernel 0.084 ms)");
+  c.measured = StepPathMeasurement{0.000080, 0.000080, ""};  // a tie keeps the one-step loop
+  BOOST_TEST(!plan_chunks(c).chunked());
+  c.measured = StepPathMeasurement{0.0, 0.0, "1 whole step left in the epoch, too few to time the persistent kernel"};
+  BOOST_TEST(!plan_chunks(c).chunked());
+  BOOST_TEST(plan_chunks(c).describe == "1 (auto: 1 whole step left in the epoch, too few to time the persistent kernel)");
+  c = one_rank(0);
+  c.ranks = 2;
+  c.measured = StepPathMeasurement{0.0025, 0.003, ""};
+  BOOST_TEST(plan_chunks(c).describe ==
+             "up to 600 (persistent kernel, the gradients summed over the ranks inside it: 2.500 ms a step, one launch per "
+             "step 3.000 ms, measured)");
+  // What rules chunks out is said as before: the measurement never ran there.
+  c.exchange_unsupported = "a pair of GPUs has no peer access";
+  BOOST_TEST(plan_chunks(c).describe == "1 (2 ranks: a pair of GPUs has no peer access)");
+  // An explicit N never measures; a measurement given anyway changes nothing.
+  c = one_rank(7);
+  c.measured = StepPathMeasurement{0.000084, 0.000080, ""};
+  BOOST_TEST(plan_chunks(c).describe == "up to 7 (persistent kernel)");
 }
 
 BOOST_AUTO_TEST_CASE(an_explicit_n_chunks_on_any_backend) {

@@ -3,9 +3,20 @@
 #include "cnn/chunk_plan.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 namespace cnn {
+namespace {
+
+// "0.130 ms": a step's seconds as the settings line gives them.
+std::string milliseconds(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3f ms", seconds * 1e3);
+  return text;
+}
+
+}  // namespace
 
 ChunkPlan plan_chunks(const ChunkConditions& c) {
   ChunkPlan plan;
@@ -21,6 +32,14 @@ ChunkPlan plan_chunks(const ChunkConditions& c) {
   if (c.steps_per_launch == 1) one_step.assign(1, "--steps-per-launch 1");
   if (c.steps_per_launch == 0 && one_step.empty() && !c.kernel_unsupported.empty())
     one_step.push_back("auto: " + c.kernel_unsupported);
+  // auto's measurement decides between the two paths the run could take (a tie keeps one step per call).
+  if (c.steps_per_launch == 0 && one_step.empty() && c.measured) {
+    if (!c.measured->skipped.empty())
+      one_step.push_back("auto: " + c.measured->skipped);
+    else if (!(c.measured->chunk_seconds < c.measured->loop_seconds))
+      one_step.push_back("auto: one launch per step measured faster: " + milliseconds(c.measured->loop_seconds) +
+                         " a step, the persistent kernel " + milliseconds(c.measured->chunk_seconds));
+  }
   if (!one_step.empty()) {
     std::string why;
     for (const std::string& each : one_step) why += (why.empty() ? "" : ", ") + each;
@@ -32,7 +51,11 @@ ChunkPlan plan_chunks(const ChunkConditions& c) {
   const std::string how = !c.kernel_unsupported.empty() ? "one kernel launch per step: " + c.kernel_unsupported
                           : c.ranks > 1 ? "persistent kernel, the gradients summed over the ranks inside it"
                                         : "persistent kernel";
-  plan.describe = "up to " + std::to_string(most) + " (" + how + ")";
+  const std::string measured = c.steps_per_launch == 0 && c.measured
+                                   ? ": " + milliseconds(c.measured->chunk_seconds) + " a step, one launch per step " +
+                                         milliseconds(c.measured->loop_seconds) + ", measured"
+                                   : "";
+  plan.describe = "up to " + std::to_string(most) + " (" + how + measured + ")";
   return plan;
 }
 
