@@ -15,6 +15,7 @@
 #include "cnn/sampler.hpp"
 #include "cnn/scaling_advisor.hpp"
 #include "cnn/settings_toml.hpp"
+#include "cnn/step_path_advisor.hpp"
 #include "cnn/train_step.hpp"
 #include "cnn/utc_time.hpp"
 
@@ -97,7 +98,8 @@ Range bind_first_step(const TrainConfig& config, TrainingRun& run) {
 }
 
 // --steps-per-launch for this run, its data and its backend (chunk_plan.hpp). Collective: every rank
-// gets the same plan.
+// gets the same plan. With auto, where chunks could run, both paths are timed from the run's first
+// step (step_path_advisor.hpp; the backend is bound to it) and the faster one is taken.
 ChunkPlan plan_step_chunks(const TrainConfig& config, const MpiWorld& world, const TrainingRun& run) {
   ChunkConditions conditions;
   conditions.steps_per_launch = config.steps_per_launch;
@@ -121,6 +123,22 @@ ChunkPlan plan_step_chunks(const TrainConfig& config, const MpiWorld& world, con
   if (world.size() > 1 && conditions.kernel_unsupported.empty() && config.steps_per_launch != 1 &&
       conditions.on_nonfinite == NonFinitePolicy::kStop && !conditions.stream && !conditions.trace)
     conditions.exchange_unsupported = run.backend->prepare_chunk_exchange(world);
+  const ChunkPlan plan = plan_chunks(conditions);
+  if (config.steps_per_launch != 0 || !plan.chunked()) return plan;  // an explicit N never measures
+  StepPathRun measured;
+  measured.world = &world;
+  measured.backend = run.backend.get();
+  measured.comm = run.comm.get();
+  measured.overlap = run.overlap.get();
+  measured.optimizer = run.optimizer;
+  measured.learning_rate = &*run.learning_rate;
+  measured.seed = config.seed;
+  measured.param_count = run.network.layout.total();
+  measured.train_count = run.data->train_count();
+  measured.batch = config.batch;
+  measured.step_in_epoch = run.resume.state.progress.step_in_epoch;
+  measured.global_step = run.resume.state.progress.global_step;
+  conditions.measured = measure_step_paths(measured);
   return plan_chunks(conditions);
 }
 
