@@ -11,7 +11,11 @@
 #   4. a SIGTERM to rank 1 alone stops every rank at the same step (the stop word travels with the
 #      in-kernel exchange: a rank that ran on would wait for the other forever), with exit 5 and a
 #      checkpoint whose resume ends bitwise as the uninterrupted run;
-#   5. CNN_TEST_NAN_AT=0:5: the divergence line naming rank 0, exit 4.
+#   5. CNN_TEST_NAN_AT=0:5: the divergence line naming rank 0, exit 4;
+#   6. auto: every rank times both paths and the slowest rank's times decide, so all take the same one
+#      (ranks on different paths would pair mismatched exchanges and hang until the time limit): the run
+#      completes, its line names the path with both times, the one it measured no slower, and after 10
+#      steps its bits are those of that path given explicitly (--steps-per-launch 600 or 1).
 # Usage: gpu_persistent_ranks_test.sh BUILD_DIR SOURCE_DIR   (env: RANKS, CNN_FASHION_DIR, PYTHON)
 source "$2/tests/gpu_two_ranks_lib.sh" "$1" "$2"
 skip_unless_gpu_runs h5py
@@ -67,6 +71,16 @@ grep -q "steps_per_launch: up to 10 (persistent kernel)" "$work/ten-one.log" ||
   fail "1 rank: settings say $(grep steps_per_launch "$work/ten-one.log" | xargs)"
 same "$n ranks vs 1 rank, global batch 200, after 10 steps" relnorm=1e-4 ten-two ten-one
 same "$n ranks in the kernel vs one step per launch, after 10 steps" relnorm=1e-4 ten-two ten-two-1
+
+# 6. auto, measured on every rank.
+ranks ten-auto "$n" -- "${ten[@]}"
+expect_rc ten-auto 0
+auto_choice "$n ranks" "$work/ten-auto.log" 10
+if [[ $taken == kernel ]]; then
+  same "$n ranks: auto (the kernel, measured faster) vs --steps-per-launch 600" exact ten-two ten-auto
+elif [[ $taken == loop ]]; then
+  same "$n ranks: auto (one launch per step, measured faster) vs --steps-per-launch 1" exact ten-two-1 ten-auto
+fi
 
 # 3. A resume from the first mid-epoch checkpoint of epoch 2; a stop hook in epoch 2 and its resume.
 mid=$(cd "$work/two/checkpoints" && ls ckpt-e0001-*.h5 | head -1)

@@ -30,6 +30,28 @@ same() {
   fi
 }
 
+# auto_choice NAME FILE STEPS: the path --steps-per-launch auto took (step_path_advisor.hpp), from its
+# settings line in FILE, in $taken: kernel (chunks of up to STEPS) or loop (one step per call). Passes
+# where the line names the path with both measured times and the path taken is the one it measured
+# no slower (in the printed ms); fails, with taken=none, otherwise.
+auto_choice() {
+  local line kernel_ms=0 loop_ms=0
+  line=$(grep -m1 "steps_per_launch:" "$2" | xargs)
+  taken=none
+  if [[ $line =~ "steps_per_launch: up to $3 (persistent kernel"(", the gradients summed over the ranks inside it")?": "([0-9.]+)" ms a step, one launch per step "([0-9.]+)" ms, measured)" ]]; then
+    taken=kernel kernel_ms=${BASH_REMATCH[2]} loop_ms=${BASH_REMATCH[3]}
+  elif [[ $line =~ "steps_per_launch: 1 (auto: one launch per step measured faster: "([0-9.]+)" ms a step, the persistent kernel "([0-9.]+)" ms)" ]]; then
+    taken=loop loop_ms=${BASH_REMATCH[1]} kernel_ms=${BASH_REMATCH[2]}
+  fi
+  if [[ $taken != none ]] && awk -v t="$taken" -v k="$kernel_ms" -v l="$loop_ms" \
+       'BEGIN { exit !(k > 0 && l > 0 && (t == "kernel" ? k <= l : l <= k)) }'; then
+    pass "$1: auto took the $taken path, measured: $line"
+  else
+    fail "$1: auto's settings line: $line"
+    taken=none
+  fi
+}
+
 # skip_unless_gpu_runs [h5py]: exit 77 (skipped) with one line where the trainer cannot run on a GPU
 # here: no GPU, a build without the CUDA backend, no Fashion-MNIST; and, with h5py, no h5py for
 # ckpt_compare.py.
