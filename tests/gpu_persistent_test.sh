@@ -15,7 +15,9 @@
 #      real SIGTERM (wherever it lands: inside a chunk through the stop word, or between chunks);
 #   4. CNN_TEST_NAN_AT: the divergence line and exit 4, the newest checkpoint the last good one;
 #   5. the kernel's chunks and --steps-per-launch 1 (the graph step, other summation orders) agree
-#      within a relative norm of 1e-4 after 10 steps.
+#      within a relative norm of 1e-4 after 10 steps;
+#   6. auto stopped after 5 steps and resumed takes the path its checkpoint recorded (no measurement),
+#      says so, and ends bitwise as that path given explicitly.
 # Usage: gpu_persistent_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
 source "$2/tests/gpu_script_lib.sh" "$1" "$2"
 skip_unless_gpu_runs h5py
@@ -106,6 +108,22 @@ for batch in 100 1000; do
     same "batch $batch: auto (the kernel, measured faster) vs --steps-per-launch 600" exact "$b-ten-auto" "$b-ten-measured"
   elif [[ $taken == loop ]]; then
     same "batch $batch: auto (one launch per step, measured faster) vs --steps-per-launch 1" exact "$b-ten-1" "$b-ten-measured"
+  fi
+
+  # 6. A resumed auto takes the path its checkpoint recorded, measuring nothing: stopped after 5 steps
+  #    and resumed, it ends bitwise as that path given explicitly.
+  CNN_TEST_STOP_AFTER_STEPS=5 run "$b-ten-resumed" "${ten[@]}"
+  expect_rc "$b-ten-resumed" 5
+  auto_choice "batch $batch, stopped" "$work/$b-ten-resumed.out" 10
+  first=$taken
+  run "$b-ten-resumed" "${ten[@]}" --resume auto
+  expect_rc "$b-ten-resumed" 0
+  if [[ $first == kernel ]] && grep -q "steps_per_launch: up to 10 (persistent kernel, as the run it resumes took)" "$work/$b-ten-resumed.out"; then
+    same "batch $batch: auto stopped and resumed (the kernel, recorded) vs --steps-per-launch 600" exact "$b-ten-auto" "$b-ten-resumed"
+  elif [[ $first == loop ]] && grep -q "steps_per_launch: 1 (auto: one launch per step, as the run it resumes took)" "$work/$b-ten-resumed.out"; then
+    same "batch $batch: auto stopped and resumed (one launch per step, recorded) vs --steps-per-launch 1" exact "$b-ten-1" "$b-ten-resumed"
+  else
+    fail "batch $batch: the resume of auto ($first before) says $(grep steps_per_launch "$work/$b-ten-resumed.out" | xargs)"
   fi
 done
 

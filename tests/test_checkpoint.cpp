@@ -142,6 +142,7 @@ void edit_file(const std::string& path, void (*edit)(hid_t file), bool seal = tr
 }
 
 const char* const kUnknownPrecision = "fp16";
+const char* const kUnknownStepPath = "sideways";
 
 // Replaces attribute `name` of `file` (the file, or any object in it).
 void replace_root_attr(hid_t file, const char* name, hid_t type, const void* value) {
@@ -259,6 +260,7 @@ void check_round_trip(const std::string& optimizer) {
     saved.config.nesterov = optimizer == "momentum";
     saved.config.label_smoothing = 0.1;
     saved.config.augment = "crop:4,flip";
+    saved.config.step_path = optimizer == "momentum" ? "persistent" : "one-step";
   }
   write_checkpoint(f.path, saved, f.layout);
   BOOST_CHECK(!fs::exists(f.path + ".tmp"));
@@ -301,6 +303,7 @@ void check_round_trip(const std::string& optimizer) {
   BOOST_CHECK_EQUAL(a.nesterov, b.nesterov);
   BOOST_CHECK_EQUAL(a.label_smoothing, b.label_smoothing);
   BOOST_CHECK_EQUAL(a.augment, b.augment);
+  BOOST_CHECK_EQUAL(a.step_path, b.step_path);  // "" for sgd: not recorded, and not written
 
   BOOST_CHECK_EQUAL(loaded.progress.epoch, saved.progress.epoch);
   BOOST_CHECK_EQUAL(loaded.progress.step_in_epoch, saved.progress.step_in_epoch);
@@ -357,8 +360,11 @@ BOOST_AUTO_TEST_CASE(checkpoints_without_a_spec_derive_it_from_model_and_filters
   BOOST_CHECK_EQUAL(c.nesterov, false);
   BOOST_CHECK_EQUAL(c.label_smoothing, 0.0);
   BOOST_CHECK_EQUAL(c.augment, "none");
+  BOOST_CHECK_EQUAL(c.step_path, "");  // a resume of auto measures again
   BOOST_CHECK_EQUAL(read_checkpoint(f.path, f.layout).params.size(), static_cast<std::size_t>(f.layout.total()));
 }
+
+
 
 BOOST_AUTO_TEST_CASE(fixed_length_strings_are_accepted) {
   Fixture f;
@@ -505,6 +511,25 @@ BOOST_AUTO_TEST_CASE(unknown_precision_is_refused) {
   write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
   edit_file(f.path, set_unknown_precision);
   expect_failure<InputError>(f.path, "/config precision 'fp16' is not fp32, tf32 or bf16",
+                             [&] { read_checkpoint_config(f.path); });
+}
+
+void set_unknown_step_path(hid_t file) {
+  const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  replace_root_attr(config, "step_path", type, &kUnknownStepPath);
+  H5Tclose(type);
+  H5Gclose(config);
+}
+
+BOOST_AUTO_TEST_CASE(unknown_step_path_is_refused) {
+  Fixture f;
+  CheckpointState state = make_state(f.layout, "momentum", kFilters);
+  state.config.step_path = "persistent";
+  write_checkpoint(f.path, state, f.layout);
+  edit_file(f.path, set_unknown_step_path);
+  expect_failure<InputError>(f.path, "/config step_path 'sideways' is not persistent or one-step",
                              [&] { read_checkpoint_config(f.path); });
 }
 

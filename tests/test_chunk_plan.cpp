@@ -71,6 +71,30 @@ BOOST_AUTO_TEST_CASE(auto_takes_the_path_its_measurement_found_faster_and_says_s
   BOOST_TEST(plan_chunks(c).describe == "up to 7 (persistent kernel)");
 }
 
+BOOST_AUTO_TEST_CASE(a_resumed_auto_takes_the_path_its_checkpoint_recorded_and_says_so) {
+  ChunkConditions c = one_rank(0);
+  c.measured = StepPathMeasurement{0.000130, 0.000134, ""};
+  BOOST_TEST(plan_chunks(c).step_path == "persistent");  // what the checkpoints record
+  c.measured.reset();
+  c.resumed_path = "persistent";
+  BOOST_TEST(plan_chunks(c).chunked());
+  BOOST_TEST(plan_chunks(c).describe == "up to 600 (persistent kernel, as the run it resumes took)");
+  BOOST_TEST(plan_chunks(c).step_path == "persistent");
+  c.resumed_path = "one-step";
+  BOOST_TEST(!plan_chunks(c).chunked());
+  BOOST_TEST(plan_chunks(c).describe == "1 (auto: one launch per step, as the run it resumes took)");
+  BOOST_TEST(plan_chunks(c).step_path == "one-step");
+  // An explicit N, and what rules chunks out, come before the recorded path.
+  c.steps_per_launch = 7;
+  BOOST_TEST(plan_chunks(c).describe == "up to 7 (persistent kernel)");
+  c = one_rank(0, "the seq backend runs one step per kernel launch");
+  c.resumed_path = "persistent";
+  BOOST_TEST(plan_chunks(c).describe == "1 (auto: the seq backend runs one step per kernel launch)");
+  BOOST_TEST(plan_chunks(c).step_path == "one-step");
+  // The default loop's chunks give the one-step loop's bits: recorded as one-step.
+  BOOST_TEST(plan_chunks(one_rank(7, "the seq backend runs one step per kernel launch")).step_path == "one-step");
+}
+
 BOOST_AUTO_TEST_CASE(an_explicit_n_chunks_on_any_backend) {
   BOOST_TEST(plan_chunks(one_rank(7)).describe == "up to 7 (persistent kernel)");
   const ChunkPlan loop = plan_chunks(one_rank(7, "the seq backend runs one step per kernel launch"));

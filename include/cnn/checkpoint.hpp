@@ -68,6 +68,11 @@ struct CheckpointConfig {
   double label_smoothing = 0.0;
   std::string augment = "none";     // augment_text() of --augment (files written before it existed: none)
   bool bn_local = false;            // --bn-local (absent in older files: global, what they could not differ in)
+  // The step path the run took (chunk_plan.hpp), so that a resume of --steps-per-launch auto takes it
+  // again rather than measure anew (the two sum in other orders): "persistent" (steps inside the
+  // persistent kernel), "one-step" (one step per call, or the default loop's chunks: the same bits),
+  // or "" (not recorded: files written before it, and checkpoints of runs that never planned steps).
+  std::string step_path;
 };
 
 struct CheckpointProgress {

@@ -35,6 +35,9 @@ class Checkpointer {
   Checkpointer(const MpiWorld& world, const CheckpointerOptions& options, CheckpointConfig saved_config,
                const ParamLayout& layout, std::string run_id);
 
+  // The step path the run takes (ChunkPlan::step_path), recorded in every checkpoint from now on.
+  void record_step_path(const std::string& step_path) { saved_config_.step_path = step_path; }
+
   // After a step inside an epoch (not its last): --checkpoint-every-steps.
   bool due_after_step(std::int64_t global_step) const;
   // After an epoch: --checkpoint-every, the step schedule, and always after the last epoch, so that

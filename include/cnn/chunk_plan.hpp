@@ -52,6 +52,9 @@ struct ChunkConditions {
   // auto only: the measurement of both paths, once the conditions above allow chunks. With it, auto
   // takes chunks only where a step inside the persistent kernel measured faster.
   std::optional<StepPathMeasurement> measured;
+  // auto, resumed: the path the checkpoint's run took (CheckpointConfig::step_path), taken again
+  // without a measurement, so that the resumed run repeats the uninterrupted one bit for bit; "": none.
+  std::string resumed_path;
 };
 
 struct ChunkPlan {
@@ -61,6 +64,9 @@ struct ChunkPlan {
   // The settings line's value: "up to 600 (persistent kernel: 0.130 ms a step, one launch per step
   // 0.134 ms, measured)", "up to 7 (persistent kernel)", "1 (2 ranks: ...)", ...
   std::string describe;
+  // What the checkpoints record (CheckpointConfig::step_path): "persistent" where the chunks run in the
+  // persistent kernel, else "one-step" (the default loop's chunks give the one-step loop's bits).
+  std::string step_path = "one-step";
 
   bool chunked() const { return cap != 1; }
 };

@@ -161,6 +161,7 @@ void write_groups(const h5::FileContext& file, hid_t fid, const CheckpointMeta& 
   h5::write_attr(file, config, "label_smoothing", c.label_smoothing);
   h5::write_attr(file, config, "augment", c.augment);
   h5::write_attr(file, config, "bn_local", static_cast<std::int64_t>(c.bn_local ? 1 : 0));
+  if (!c.step_path.empty()) h5::write_attr(file, config, "step_path", c.step_path);
 
   h5::create_group(file, fid, schema::kModelGroup);
   for (const ParamView& view : layout.views()) {

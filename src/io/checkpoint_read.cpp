@@ -142,6 +142,11 @@ void read_training_options(const h5::FileContext& file, const h5::Node& group, C
   if (has_attr(file, group, "bn_local")) bn_local = h5::read_int64_attr(file, group, "bn_local");
   if (bn_local != 0 && bn_local != 1) file.fail("/config bn_local " + std::to_string(bn_local) + " is not 0 or 1");
   c.bn_local = bn_local == 1;
+  if (has_attr(file, group, "step_path")) {
+    c.step_path = h5::read_string_attr(file, group, "step_path");
+    if (c.step_path != "persistent" && c.step_path != "one-step")
+      file.fail("/config step_path '" + c.step_path + "' is not persistent or one-step");
+  }
   if (c.warmup_steps < 0) file.fail("/config warmup_steps " + std::to_string(c.warmup_steps) + " is negative");
   if (c.total_steps < 0) file.fail("/config total_steps " + std::to_string(c.total_steps) + " is negative");
   const auto shown = [](double value) {

@@ -205,7 +205,9 @@ ResumePoint resolve_resume(const ResumeOptions& config, const MpiWorld& world, c
   broadcast_floats(world, point.state.params);
   broadcast_floats(world, point.state.optimizer_state);
   broadcast_floats(world, point.state.bn_running);
+  const std::string step_path = world.broadcast_string(point.state.config.step_path);
   if (world.rank() != 0) point.state.config = now;  // checked equal where it matters, on rank 0
+  point.state.config.step_path = step_path;          // auto's path, taken again (chunk_plan.hpp)
   return point;
 }
 

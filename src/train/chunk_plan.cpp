@@ -32,8 +32,12 @@ ChunkPlan plan_chunks(const ChunkConditions& c) {
   if (c.steps_per_launch == 1) one_step.assign(1, "--steps-per-launch 1");
   if (c.steps_per_launch == 0 && one_step.empty() && !c.kernel_unsupported.empty())
     one_step.push_back("auto: " + c.kernel_unsupported);
-  // auto's measurement decides between the two paths the run could take (a tie keeps one step per call).
-  if (c.steps_per_launch == 0 && one_step.empty() && c.measured) {
+  // A resumed auto takes the path its checkpoint's run took; otherwise its measurement decides between
+  // the two paths the run could take (a tie keeps one step per call).
+  const bool resumed = c.steps_per_launch == 0 && one_step.empty() && !c.resumed_path.empty();
+  if (resumed && c.resumed_path != "persistent")
+    one_step.push_back("auto: one launch per step, as the run it resumes took");
+  if (c.steps_per_launch == 0 && one_step.empty() && c.measured && !resumed) {
     if (!c.measured->skipped.empty())
       one_step.push_back("auto: " + c.measured->skipped);
     else if (!(c.measured->chunk_seconds < c.measured->loop_seconds))
@@ -51,11 +55,13 @@ ChunkPlan plan_chunks(const ChunkConditions& c) {
   const std::string how = !c.kernel_unsupported.empty() ? "one kernel launch per step: " + c.kernel_unsupported
                           : c.ranks > 1 ? "persistent kernel, the gradients summed over the ranks inside it"
                                         : "persistent kernel";
-  const std::string measured = c.steps_per_launch == 0 && c.measured
+  const std::string measured = resumed ? ", as the run it resumes took"
+                               : c.steps_per_launch == 0 && c.measured
                                    ? ": " + milliseconds(c.measured->chunk_seconds) + " a step, one launch per step " +
                                          milliseconds(c.measured->loop_seconds) + ", measured"
                                    : "";
   plan.describe = "up to " + std::to_string(most) + " (" + how + measured + ")";
+  if (c.kernel_unsupported.empty()) plan.step_path = "persistent";
   return plan;
 }
 

@@ -125,6 +125,12 @@ ChunkPlan plan_step_chunks(const TrainConfig& config, const MpiWorld& world, con
     conditions.exchange_unsupported = run.backend->prepare_chunk_exchange(world);
   const ChunkPlan plan = plan_chunks(conditions);
   if (config.steps_per_launch != 0 || !plan.chunked()) return plan;  // an explicit N never measures
+  // A resume takes the path its checkpoint recorded: measuring anew could take the other one, whose
+  // sums run in other orders, and the resumed run would no longer repeat the uninterrupted one.
+  if (run.resume.resumed && !run.resume.state.config.step_path.empty()) {
+    conditions.resumed_path = run.resume.state.config.step_path;
+    return plan_chunks(conditions);
+  }
   StepPathRun measured;
   measured.world = &world;
   measured.backend = run.backend.get();
@@ -244,6 +250,7 @@ std::unique_ptr<TrainingRun> set_up_run(const TrainConfig& config, const MpiWorl
     run->backend->set_statistics_communicator(run->comm.get());
   run->overlap = std::move(exchange.overlap);
   run->chunks = plan_step_chunks(config, world, *run);
+  run->checkpointer->record_step_path(run->chunks.step_path);
   print_settings(config, world, *run, exchange.report);
   return run;
 }
