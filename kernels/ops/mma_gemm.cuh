@@ -79,8 +79,18 @@ struct MmaWarpTile {
       std::uint32_t fa[MI][4], fb[NJ][2];
 #pragma unroll
       for (int i = 0; i < MI; ++i) PipeA::a(as, s, wm0 + 16 * i, lane, fa[i]);
+      if constexpr (NJ % 2 == 0) {
+        // Two n tiles per ldmatrix: x4 where two x2 were.
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) PipeB::b(bs, s, wn0 + 8 * j, lane, fb[j]);
+        for (int j = 0; j < NJ; j += 2) {
+          std::uint32_t pair[4];
+          PipeB::b_pair(bs, s, wn0 + 8 * j, lane, pair);
+          fb[j][0] = pair[0], fb[j][1] = pair[1], fb[j + 1][0] = pair[2], fb[j + 1][1] = pair[3];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) PipeB::b(bs, s, wn0 + 8 * j, lane, fb[j]);
+      }
 #pragma unroll
       for (int i = 0; i < MI; ++i)
 #pragma unroll
