@@ -5,29 +5,25 @@
 // even), when it is loaded or staged, and warps multiply tiles with mma.sync (m16n8k8 tf32, or
 // m16n8k16 bf16), accumulating in fp32.
 //
-// A block is 8 warps over a BM x BN tile; each warp owns a (BM/WARPS_M) x (BN/(8/WARPS_M)) piece of
-// 16x8 mma tiles, with one barrier per k tile. Two pipelines, by the operands' form:
+// A block is WARPS_M x WARPS_N warps (8, or 4 for the tiles that give each warp a larger piece;
+// kMmaTiles, gemm_plan.hpp) over a BM x BN tile; each warp owns a (BM/WARPS_M) x (BN/WARPS_N) piece
+// of 16x8 mma tiles (32x16 to 64x32), and reads per k step one ldmatrix x4 per 16 rows of A and one
+// per two 8-wide n tiles of B, with one barrier per k tile. Two pipelines, by the operands' form:
 //   elements  (mma_gemm_kernel) the next tile's loads go to registers during the current tile's
 //             mma, and are rounded and stored to shared memory after it: two stages.
 //   chunks    (mma_gemm_async_kernel) 16-byte chunks go from global to shared memory with cp.async,
 //             through registers never, 2 to 4 stages deep (as many as 48 KiB of shared memory
 //             holds): three k tiles in flight where the register path had one, and no registers
-//             held for them.
+//             held for them. Each chunk's k stays decoded in registers and moves on by a k tile
+//             by adding (the loaders' cursors, conv_chunk_loaders.cuh), not by two divisions per
+//             chunk and tile.
 //
-// Each operand comes in one of three forms (OperandPipe, by what its loader offers):
-//   elements      single floats, rounded here (the fc layers; fp32-style loaders). A tile is held
-//                 k-contiguous per row as 32-bit words (a tf32 element, or a bf16 pair k, k+1),
-//                 kMmaTileWords (16) words per row padded to 20, so that the fragment reads
-//                 (lane = 4 * row + word) hit 32 distinct banks. Which a thread loads (TileUnits):
-//                 where consecutive k are adjacent in memory, 16 lanes walk a row's 16 words;
-//                 otherwise a warp covers 8 rows x 4 words, lanes walking the rows.
-//   chunks along k   16-byte chunks of 4 words, staged in the precision's format (the conv forward
-//                 and input gradient, conv_tensor_core.cu); the same row-major tile.
-//   chunks across    16-byte chunks of 4 or 8 consecutive rows at one k (the conv weight gradient);
-//                 the tile held transposed, read with ldmatrix .trans.
+// The operands' forms and their pipes (elements, chunks along k, chunks across the rows) are in
+// mma_operand_pipes.cuh.
 //
-// The order of every sum is fixed by the tile (the plan) and the mma instruction: results repeat bit
-// for bit on the same GPU model.
+// The order of every sum is fixed by the split of k (the plan) and the mma instruction: k tiles in
+// order, each tile's mma k steps in order. Which block or warp holds an output does not enter it, so
+// every tile of one split repeats the same bits on the same GPU model (tests/gpu_mma_tiles.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,10 +45,9 @@ namespace cnn::cuda {
 
 // What both kernels share: a warp's place in the block tile, its accumulators, the mma of one k tile
 // held in shared memory, and the store of the results.
-template <Precision P, int BM, int BN, int WARPS_M, class PipeA, class PipeB>
+template <Precision P, int BM, int BN, int WARPS_M, int WARPS_N, class PipeA, class PipeB>
 struct MmaWarpTile {
   using Format = MmaFormat<P>;
-  static constexpr int WARPS_N = kMmaThreads / 32 / WARPS_M;
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   static constexpr int MI = WM / 16, NJ = WN / 8;  // mma tiles per warp
   static_assert(MI >= 1 && NJ >= 1 && MI * 16 == WM && NJ * 8 == WN, "warp tile: multiples of 16 x 8");
@@ -131,14 +126,15 @@ struct BlockTile {
 };
 
 // The element form: two stages through registers (the fc layers).
-template <Precision P, int BM, int BN, int WARPS_M, class LoadA, class LoadB, class Store>
-__global__ void __launch_bounds__(kMmaThreads)
+template <Precision P, int BM, int BN, int WARPS_M, int WARPS_N, class LoadA, class LoadB, class Store>
+__global__ void __launch_bounds__(32 * WARPS_M * WARPS_N)
     mma_gemm_kernel(LoadA load_a, LoadB load_b, Store store, int M, int N, int K, int k_per_split,
                     float* __restrict__ workspace /*[splits, N, M] when gridDim.z > 1*/) {
   start_after_previous_kernel();
   constexpr int BK = kMmaTileWords * MmaFormat<P>::kPerWord;
-  using PipeA = OperandPipe<P, BM, kMmaThreads, LoadA>;
-  using PipeB = OperandPipe<P, BN, kMmaThreads, LoadB>;
+  constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+  using PipeA = OperandPipe<P, BM, kThreads, LoadA>;
+  using PipeB = OperandPipe<P, BN, kThreads, LoadB>;
   __shared__ __align__(16) typename PipeA::Tile As[2];
   __shared__ __align__(16) typename PipeB::Tile Bs[2];
 
@@ -156,7 +152,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     a.stash(As[buf], t);
     b.stash(Bs[buf], t);
   };
-  MmaWarpTile<P, BM, BN, WARPS_M, PipeA, PipeB> warp(t);
+  MmaWarpTile<P, BM, BN, WARPS_M, WARPS_N, PipeA, PipeB> warp(t);
 
   if (tiles > 0) {
     fetch(k_begin);
@@ -187,14 +183,15 @@ struct AsyncStages {
 // tile t's copies, then queues tile t + kStages - 1 into the stage that tile t - 1 used (the barrier
 // has just seen every warp finish with it), then multiplies tile t. One group is committed per tile,
 // empty at the end, so that "all but kStages - 2 groups done" always means "tile t is here".
-template <Precision P, int BM, int BN, int WARPS_M, class LoadA, class LoadB, class Store>
-__global__ void __launch_bounds__(kMmaThreads)
+template <Precision P, int BM, int BN, int WARPS_M, int WARPS_N, class LoadA, class LoadB, class Store>
+__global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, (MmaTile{BM, BN, WARPS_M, WARPS_N}.min_blocks()))
     mma_gemm_async_kernel(LoadA load_a, LoadB load_b, Store store, int M, int N, int K, int k_per_split,
                           float* __restrict__ workspace /*[splits, N, M] when gridDim.z > 1*/) {
   start_after_previous_kernel();
   constexpr int BK = kMmaTileWords * MmaFormat<P>::kPerWord;
-  using PipeA = OperandPipe<P, BM, kMmaThreads, LoadA>;
-  using PipeB = OperandPipe<P, BN, kMmaThreads, LoadB>;
+  constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+  using PipeA = OperandPipe<P, BM, kThreads, LoadA>;
+  using PipeB = OperandPipe<P, BN, kThreads, LoadB>;
   constexpr int kStages = AsyncStages<PipeA, PipeB>::value;
   __shared__ __align__(16) typename PipeA::Tile As[kStages];
   __shared__ __align__(16) typename PipeB::Tile Bs[kStages];
@@ -214,7 +211,7 @@ __global__ void __launch_bounds__(kMmaThreads)
     }
     cp_async_commit();
   };
-  MmaWarpTile<P, BM, BN, WARPS_M, PipeA, PipeB> warp(t);
+  MmaWarpTile<P, BM, BN, WARPS_M, WARPS_N, PipeA, PipeB> warp(t);
 
 #pragma unroll
   for (int tile = 0; tile < kStages - 1; ++tile) issue(tile);
@@ -239,22 +236,22 @@ void launch_mma_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, const
                 "both operands chunked (cp.async) or both elements (registers)");
   if constexpr (I < std::size(kMmaTiles)) {
     constexpr MmaTile tile = kMmaTiles[I];
-    if (plan.bm != tile.bm || plan.bn != tile.bn) {
+    if (plan.bm != tile.bm || plan.bn != tile.bn || plan.warps_m != tile.warps_m || plan.warps_n != tile.warps_n) {
       launch_mma_tile<P, I + 1>(plan, a, b, store, workspace, stream);
       return;
     }
     if constexpr (is_chunked_loader<LoadA>::value) {
       // The chunk loaders advance their decoded k by the kernel's k tile, which they learn here.
       constexpr int kTileK = kMmaTileWords * MmaFormat<P>::kPerWord;
-      launch_dependent(mma_gemm_async_kernel<P, tile.bm, tile.bn, tile.warps_m, LoadA, LoadB, Store>, plan.grid(),
-                       kMmaThreads, 0, stream, a.for_k_tile(kTileK), b.for_k_tile(kTileK), store, plan.m, plan.n,
-                       plan.k, plan.k_per_split, workspace);
+      launch_dependent(mma_gemm_async_kernel<P, tile.bm, tile.bn, tile.warps_m, tile.warps_n, LoadA, LoadB, Store>,
+                       plan.grid(), tile.threads(), 0, stream, a.for_k_tile(kTileK), b.for_k_tile(kTileK), store,
+                       plan.m, plan.n, plan.k, plan.k_per_split, workspace);
     } else
-      launch_dependent(mma_gemm_kernel<P, tile.bm, tile.bn, tile.warps_m, LoadA, LoadB, Store>, plan.grid(),
-                       kMmaThreads, 0, stream, a, b, store, plan.m, plan.n, plan.k, plan.k_per_split, workspace);
+      launch_dependent(mma_gemm_kernel<P, tile.bm, tile.bn, tile.warps_m, tile.warps_n, LoadA, LoadB, Store>,
+                       plan.grid(), tile.threads(), 0, stream, a, b, store, plan.m, plan.n, plan.k, plan.k_per_split,
+                       workspace);
   } else {
-    throw Error(ExitCode::kFailure, "internal error: no tensor-core gemm tile " + std::to_string(plan.bm) + "x" +
-                                        std::to_string(plan.bn));
+    throw Error(ExitCode::kFailure, "internal error: no tensor-core gemm tile " + plan.describe());
   }
 }
 
