@@ -64,6 +64,11 @@ bool all_finite(const std::vector<float>& v) {
   return true;
 }
 
+// Room for any of the plans' split-K sums (at least one float).
+std::vector<float> workspace_for(const cnn::cuda::LayerPlans& plans) {
+  return std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(1, plans.workspace_floats())));
+}
+
 // `plan` with `tile`'s block and warps, the split of k kept.
 cnn::cuda::GemmPlan with_tile(cnn::cuda::GemmPlan plan, const cnn::cuda::MmaTile& tile) {
   plan.bm = tile.bm;
@@ -101,7 +106,7 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv
       DeviceFloats grad_in(std::vector<float>(static_cast<std::size_t>(c.n * s.in_size())));
       DeviceFloats grad_weight(std::vector<float>(static_cast<std::size_t>(s.weight_size())));
       DeviceFloats grad_bias(std::vector<float>(static_cast<std::size_t>(s.filters)));
-      DeviceFloats workspace(std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(1, plans.workspace_floats()))));
+      DeviceFloats workspace(workspace_for(plans));
       cnn::cuda::StagedBuffers staged;
       for (auto [buffer, words] : {std::pair{&staged.input, plans.staged_input_words},
                                    std::pair{&staged.output_grad, plans.staged_grad_words},
@@ -130,12 +135,12 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv
         const auto got = run(v);
         const char* names[] = {"forward", "input gradient", "weight gradient", "bias gradient"};
         const cnn::cuda::GemmPlan* used[] = {&v.forward, &v.dgrad, &v.wgrad, &v.wgrad};
+        const cnn::cuda::GemmPlan* planned[] = {&plans.forward, &plans.dgrad, &plans.wgrad, &plans.wgrad};
         for (int i = 0; i < 4; ++i)
           BOOST_TEST(same_bits(got[i], want[i]), names[i] << " " << used[i]->describe() << " (planned "
-                                                          << (i == 0 ? plans.forward : i == 1 ? plans.dgrad : plans.wgrad).describe()
-                                                          << "), " << s.channels << "->" << s.filters << " "
-                                                          << s.kernel << "x" << s.kernel << "/s" << s.stride
-                                                          << ", n " << c.n);
+                                                          << planned[i]->describe() << "), " << s.channels << "->"
+                                                          << s.filters << " " << s.kernel << "x" << s.kernel << "/s"
+                                                          << s.stride << ", n " << c.n);
       }
       for (std::uint32_t* p : {staged.input, staged.output_grad, staged.weight}) CNN_CHECK_CUDA(cudaFree(p));
     }
@@ -159,7 +164,7 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_fc_products
       DeviceFloats grad_in(std::vector<float>(static_cast<std::size_t>(c.n * c.in_features)));
       DeviceFloats grad_weight(std::vector<float>(static_cast<std::size_t>(c.out_features * c.in_features)));
       DeviceFloats grad_bias(std::vector<float>(static_cast<std::size_t>(c.out_features)));
-      DeviceFloats workspace(std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(1, plans.workspace_floats()))));
+      DeviceFloats workspace(workspace_for(plans));
       auto run = [&](const cnn::cuda::LayerPlans& p) {
         for (DeviceFloats* d : {&out, &grad_in, &grad_weight, &grad_bias}) d->poison();
         cnn::cuda::fc_forward_planned(p.forward, out.data, in.data, weight.data, bias.data, c.n, c.in_features,

@@ -553,7 +553,8 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
         if (sweep)
           for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
             cnn::cuda::LayerPlans v = plans;
-            v.forward = cnn::cuda::plan_gemm_tile(plans.forward.m, plans.forward.n, plans.forward.k, sms, true, p, tile);
+            v.forward =
+                cnn::cuda::plan_gemm_tile(plans.forward.m, plans.forward.n, plans.forward.k, sms, true, p, tile);
             v.dgrad = cnn::cuda::plan_gemm_tile(plans.dgrad.m, plans.dgrad.n, plans.dgrad.k, sms, true, p, tile);
             v.wgrad = cnn::cuda::plan_gemm_tile(plans.wgrad.m, plans.wgrad.n, plans.wgrad.k, sms, true, p, tile);
             variants.emplace_back(std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "/" +

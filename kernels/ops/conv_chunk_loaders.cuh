@@ -184,7 +184,8 @@ struct StagedGradA {
     oy /= stride;
     ox /= stride;
     if (oy >= OH || ox >= OW) return nullptr;
-    return chunk_at(grad_out, p.base + (((static_cast<std::int64_t>(oy) * OW + ox) * Fp) >> word_shift) + cursor.offset);
+    const std::int64_t position = (static_cast<std::int64_t>(oy) * OW + ox) * Fp;
+    return chunk_at(grad_out, p.base + (position >> word_shift) + cursor.offset);
   }
 };
 
