@@ -557,9 +557,12 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
                 cnn::cuda::plan_gemm_tile(plans.forward.m, plans.forward.n, plans.forward.k, sms, true, p, tile);
             v.dgrad = cnn::cuda::plan_gemm_tile(plans.dgrad.m, plans.dgrad.n, plans.dgrad.k, sms, true, p, tile);
             v.wgrad = cnn::cuda::plan_gemm_tile(plans.wgrad.m, plans.wgrad.n, plans.wgrad.k, sms, true, p, tile);
-            variants.emplace_back(std::to_string(tile.bm) + "x" + std::to_string(tile.bn) + "/" +
-                                      std::to_string(tile.warps_m) + "x" + std::to_string(tile.warps_n),
-                                  v);
+            // 64x128, or 128x64/2x2 where the tile is not 8 warps (kernels/bench/products_ab_device_run.sh
+            // matches these names between trees).
+            std::string name = std::to_string(tile.bm) + "x" + std::to_string(tile.bn);
+            if (tile.threads() != cnn::cuda::kMmaThreads)
+              name += "/" + std::to_string(tile.warps_m) + "x" + std::to_string(tile.warps_n);
+            variants.emplace_back(name, v);
           }
         for (const auto& [name, v] : variants)
           report(p, "forward staged " + name + " (" + v.forward.describe() + ")", time_us([&] {
