@@ -476,8 +476,8 @@ float* device_random(std::int64_t count, std::uint32_t seed) {
 
 // Each product of the cifar preset's conv2 and conv3 (on 3x32x32 input) alone, at batch 128, 512
 // and 2048, in each precision, in microseconds and TFLOP/s (2*M*N*K of the layer, whatever the
-// padding): in tf32 and bf16 the staged forms against the element forms, with every tile
-// (plan_gemm_tile) at 512 and 2048. The forward's time includes its staging; the backward's staging
+// padding): in tf32 and bf16 the staged forms against the element forms, with every tile and warp
+// layout of kMmaTiles (plan_gemm_tile) at 512 and 2048. The forward's time includes its staging; the backward's staging
 // is timed on its own line.
 //   ./gpu_precision --run_test=measure_layer_products
 BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
@@ -553,13 +553,16 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
         if (sweep)
           for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
             cnn::cuda::LayerPlans v = plans;
-            v.forward = cnn::cuda::plan_gemm_tile(plans.forward.m, plans.forward.n, plans.forward.k, sms, true, p,
-                                                  tile.bm, tile.bn);
-            v.dgrad = cnn::cuda::plan_gemm_tile(plans.dgrad.m, plans.dgrad.n, plans.dgrad.k, sms, true, p, tile.bm,
-                                                tile.bn);
-            v.wgrad = cnn::cuda::plan_gemm_tile(plans.wgrad.m, plans.wgrad.n, plans.wgrad.k, sms, true, p, tile.bm,
-                                                tile.bn);
-            variants.emplace_back(std::to_string(tile.bm) + "x" + std::to_string(tile.bn), v);
+            v.forward =
+                cnn::cuda::plan_gemm_tile(plans.forward.m, plans.forward.n, plans.forward.k, sms, true, p, tile);
+            v.dgrad = cnn::cuda::plan_gemm_tile(plans.dgrad.m, plans.dgrad.n, plans.dgrad.k, sms, true, p, tile);
+            v.wgrad = cnn::cuda::plan_gemm_tile(plans.wgrad.m, plans.wgrad.n, plans.wgrad.k, sms, true, p, tile);
+            // 64x128, or 128x64/2x2 where the tile is not 8 warps (kernels/bench/products_ab_device_run.sh
+            // matches these names between trees).
+            std::string name = std::to_string(tile.bm) + "x" + std::to_string(tile.bn);
+            if (tile.threads() != cnn::cuda::kMmaThreads)
+              name += "/" + std::to_string(tile.warps_m) + "x" + std::to_string(tile.warps_n);
+            variants.emplace_back(name, v);
           }
         for (const auto& [name, v] : variants)
           report(p, "forward staged " + name + " (" + v.forward.describe() + ")", time_us([&] {

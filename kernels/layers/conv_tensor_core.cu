@@ -1,6 +1,6 @@
 // The convolution's tensor-core forms (tf32, bf16; layer_ops.hpp, conv2d_forward_staged and the
-// staged backward): the staging kernels, and the chunk loaders (mma_gemm.cuh) that read what they
-// staged.
+// staged backward): the staging kernels, and the launches of the products over what they staged
+// (mma_gemm.cuh, with the chunk loaders of conv_chunk_loaders.cuh).
 //
 // Staged layouts, in the precision's 32-bit words (a tf32 value, or a bf16 pair c, c+1):
 //   input        NHWC [n,H,W,Cp], channels padded with zeros to whole 16-byte chunks (4 tf32, 8 bf16)
@@ -21,6 +21,7 @@
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/launch.hpp"
+#include "ops/conv_chunk_loaders.cuh"
 #include "ops/conv_products.cuh"
 #include "ops/layer_ops.hpp"
 #include "ops/layer_ops_gemm.cuh"
@@ -29,21 +30,6 @@
 namespace cnn::cuda {
 
 namespace {
-
-// The output position (s, oy, ox) of flat index m of [n, OH, OW], as the sample's offset into a
-// staged [n, H, W, Cp] tensor and the window's top-left input pixel (may lie in the padding).
-struct WindowOrigin {
-  std::int64_t sample;  // s*H*W*Cp
-  int y0, x0;           // oy*stride - pad, ox*stride - pad
-};
-__device__ __forceinline__ WindowOrigin window_origin(int m, const FastDiv& by_ohw, const FastDiv& by_ow, int H, int W,
-                                                      int Cp, int stride, int pad) {
-  const int s = by_ohw.div(m);
-  const int r = m - s * static_cast<int>(by_ohw.divisor);
-  const int oy = by_ow.div(r);
-  const int ox = r - oy * static_cast<int>(by_ow.divisor);
-  return {static_cast<std::int64_t>(s) * H * W * Cp, oy * stride - pad, ox * stride - pad};
-}
 
 // ---- staging --------------------------------------------------------------------------------------
 
@@ -159,147 +145,6 @@ void stage_weights(std::uint32_t* dst, const float* w, const ConvGeometry& g, cu
   CNN_CHECK_LAUNCH();
 }
 
-// ---- chunk loaders --------------------------------------------------------------------------------
-
-// A tap (i, j) and channel c of a chunk's first k = (i*KS + j)*channels + c.
-struct ChunkTap {
-  int i, j, c;
-};
-__device__ __forceinline__ ChunkTap decode_chunk(int k, const FastDiv& by_channels, const FastDiv& by_ks) {
-  const int tap = by_channels.div(k);
-  const int i = by_ks.div(tap);
-  return {i, tap - i * static_cast<int>(by_ks.divisor), k - tap * static_cast<int>(by_channels.divisor)};
-}
-
-// The chunk that starts at `element` of a staged tensor of 32-bit words.
-__device__ __forceinline__ const uint4* chunk_address(const std::uint32_t* words, std::int64_t element,
-                                                      int word_shift) {
-  return reinterpret_cast<const uint4*>(words + (element >> word_shift));
-}
-
-// The weight gradient's bias chunk, (1, 0, ...) in tf32 and in bf16 (1 in the low half): a column of
-// ones in global memory, where cp.async can copy it from.
-__device__ const uint4 kBiasChunks[2] = {{0x3F800000u, 0, 0, 0}, {0x3F80u, 0, 0, 0}};
-
-// Forward A[m = (s,oy,ox), k = (i,j,c)] over the staged input [n,H,W,Cp].
-struct StagedWindowA {
-  static constexpr bool kChunked = true;
-  const std::uint32_t* in;
-  int word_shift;  // log2 of elements per word
-  int H, W, Cp, K, stride, pad, positions;
-  FastDiv by_ohw, by_ow, by_cp, by_ks;
-  using Fixed = WindowOrigin;  // y0 = x0 = kFar: no position
-  __device__ __forceinline__ Fixed fixed(int m) const {
-    if (m >= positions) return {0, kFar, kFar};
-    return window_origin(m, by_ohw, by_ow, H, W, Cp, stride, pad);
-  }
-  __device__ __forceinline__ const uint4* chunk_source(const Fixed& p, int k) const {
-    const ChunkTap t = decode_chunk(k, by_cp, by_ks);
-    const int y = p.y0 + t.i;
-    const int x = p.x0 + t.j;
-    if (k >= K || static_cast<unsigned>(y) >= static_cast<unsigned>(H) ||
-        static_cast<unsigned>(x) >= static_cast<unsigned>(W))
-      return nullptr;
-    return chunk_address(in, p.sample + (static_cast<std::int64_t>(y) * W + x) * Cp + t.c, word_shift);
-  }
-};
-
-// Input-gradient A[m = (s,h,w), k = (i,j,f)] over the staged output gradient [n,OH,OW,Fp]: the
-// output position whose window puts tap (i,j) on pixel (h,w), when there is a whole one.
-struct StagedGradA {
-  static constexpr bool kChunked = true;
-  const std::uint32_t* grad_out;
-  int word_shift;
-  int OH, OW, Fp, K, stride, pixels;
-  int pad;
-  FastDiv by_hw, by_w, by_fp, by_ks;
-  struct Fixed {
-    std::int64_t sample;  // s*OH*OW*Fp
-    int yp, xp;           // h + pad, w + pad (-kFar: none)
-  };
-  __device__ __forceinline__ Fixed fixed(int m) const {
-    if (m >= pixels) return {0, -kFar, -kFar};
-    const int s = by_hw.div(m);
-    const int r = m - s * static_cast<int>(by_hw.divisor);
-    const int h = by_w.div(r);
-    return {static_cast<std::int64_t>(s) * OH * OW * Fp, h + pad, r - h * static_cast<int>(by_w.divisor) + pad};
-  }
-  __device__ __forceinline__ const uint4* chunk_source(const Fixed& p, int k) const {
-    const ChunkTap t = decode_chunk(k, by_fp, by_ks);
-    int oy = p.yp - t.i;
-    int ox = p.xp - t.j;
-    if (k >= K || oy < 0 || ox < 0) return nullptr;
-    if (stride != 1) {
-      if (oy % stride != 0 || ox % stride != 0) return nullptr;
-      oy /= stride;
-      ox /= stride;
-    }
-    if (oy >= OH || ox >= OW) return nullptr;
-    return chunk_address(grad_out, p.sample + (static_cast<std::int64_t>(oy) * OW + ox) * Fp + t.c, word_shift);
-  }
-};
-
-// B[k, n] = staged weight row n, [rows][K] (the forward's filters, or the input gradient's channels).
-struct StagedRowsB {
-  static constexpr bool kChunked = true;
-  const std::uint32_t* weight;
-  int word_shift;
-  int rows, K;
-  using Fixed = int;  // n*K, or -1
-  __device__ __forceinline__ Fixed fixed(int n) const { return n < rows ? n * K : -1; }
-  __device__ __forceinline__ const uint4* chunk_source(Fixed row, int k) const {
-    return row >= 0 && k < K ? chunk_address(weight, std::int64_t{row} + k, word_shift) : nullptr;
-  }
-};
-
-// Weight-gradient A[m = f, k = p]: the staged output gradient [n*OH*OW][Fp], chunks of f.
-struct StagedGradAcross {
-  static constexpr bool kChunkedAcross = true;
-  const std::uint32_t* grad_out;
-  int word_shift;
-  int Fp, positions;
-  using Fixed = int;           // f0, the chunk's first filter (>= Fp: none)
-  using Step = std::int64_t;   // p*Fp (-1: none)
-  __device__ __forceinline__ Fixed fixed(int f0) const { return f0; }
-  __device__ __forceinline__ Step step(int p) const { return p < positions ? std::int64_t{p} * Fp : -1; }
-  __device__ __forceinline__ const uint4* chunk_source(Fixed f0, Step p) const {
-    return p >= 0 && f0 < Fp ? chunk_address(grad_out, p + f0, word_shift) : nullptr;
-  }
-};
-
-// Weight-gradient B[k = p, n = (i,j,c)] over the staged input [n,H,W,Cp], chunks of c; the chunk at
-// n = KK*Cp is (1, 0, ...) for the bias.
-struct StagedWindowAcross {
-  static constexpr bool kChunkedAcross = true;
-  const std::uint32_t* in;
-  int word_shift;
-  bool bf16;  // which of kBiasChunks
-  int H, W, Cp, taps_cp, stride, pad, positions;  // taps_cp = KK*Cp
-  FastDiv by_ohw, by_ow, by_cp, by_ks;
-  struct Fixed {
-    int i, j, c;  // the chunk's tap and first channel
-    int kind;     // 0 data, 1 the bias chunk, 2 nothing
-  };
-  using Step = WindowOrigin;  // y0 = x0 = kFar: no position
-  __device__ __forceinline__ Fixed fixed(int n0) const {
-    if (n0 >= taps_cp) return {0, 0, 0, n0 == taps_cp ? 1 : 2};
-    const ChunkTap t = decode_chunk(n0, by_cp, by_ks);
-    return {t.i, t.j, t.c, 0};
-  }
-  __device__ __forceinline__ Step step(int p) const {
-    if (p >= positions) return {0, kFar, kFar};
-    return window_origin(p, by_ohw, by_ow, H, W, Cp, stride, pad);
-  }
-  __device__ __forceinline__ const uint4* chunk_source(const Fixed& f, const Step& p) const {
-    if (f.kind != 0) return f.kind == 1 && p.y0 != kFar ? &kBiasChunks[bf16 ? 1 : 0] : nullptr;
-    const int y = p.y0 + f.i;
-    const int x = p.x0 + f.j;
-    if (static_cast<unsigned>(y) >= static_cast<unsigned>(H) || static_cast<unsigned>(x) >= static_cast<unsigned>(W))
-      return nullptr;
-    return chunk_address(in, p.sample + (static_cast<std::int64_t>(y) * W + x) * Cp + f.c, word_shift);
-  }
-};
-
 // grad_weight[f, c, i, j] (+)= v for column n = (i,j,c) with c < C; column KK*Cp is the bias; the
 // padded channels and the rest of the bias chunk are dropped.
 struct StagedWeightGradStore {
@@ -330,8 +175,8 @@ void forward_staged(const LayerPlans& plans, float* out, const float* in, const 
   stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
   stage_weights<P>(staged.weight, weight, g, stream);
   const int shift = word_shift(P);
-  const StagedWindowA a{staged.input, shift, g.H, g.W, cp, g.KK * cp, g.stride, g.pad,
-                        static_cast<int>(n * g.OHW), g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
+  const StagedWindowA a{staged.input, shift, g.H, g.W, cp, g.stride, g.pad, static_cast<int>(n * g.OHW),
+                        g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
   const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
   launch_either(relu, plans.forward, a, b, ConvForwardStore<true>{out, bias, g.by_ohw, g.OHW, g.F},
                 ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
@@ -357,25 +202,23 @@ void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* 
   const ConvGeometry g(s);
   const int fp = staged_channels(g.F, P);
   const int shift = word_shift(P);
-  const StagedGradA a{staged.output_grad, shift, g.OH, g.OW, fp, g.KK * fp, g.stride,
-                      static_cast<int>(n * g.HW), g.pad, g.by_hw, g.by_w, FastDiv(fp), g.by_ks};
+  const StagedGradA a{staged.output_grad, shift, g.OH, g.OW, fp, g.stride, static_cast<int>(n * g.HW), g.pad,
+                      g.by_hw, g.by_w, FastDiv(fp), g.by_ks};
   const StagedRowsB b{dgrad_weights<P>(staged, g), shift, g.C, g.KK * fp};
   launch_either(relu_out != nullptr, plans.dgrad, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
                 ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
 }
 
 template <Precision P>
-void backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,
-                             const ConvShape& s, bool accumulate, const StagedBuffers& staged, float* workspace,
-                             cudaStream_t stream) {
+void backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, const ConvShape& s,
+                             bool accumulate, const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
   const int fp = staged_channels(g.F, P);
   const int shift = word_shift(P);
-  const int positions = static_cast<int>(n * g.OHW);
-  const StagedGradAcross a{staged.output_grad, shift, fp, positions};
-  const StagedWindowAcross b{staged.input, shift, P == Precision::kBf16, g.H, g.W, cp, g.KK * cp, g.stride, g.pad, positions,
-                             g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
+  const StagedGradAcross a{staged.output_grad, shift, fp};
+  const StagedWindowAcross b{staged.input, shift, P == Precision::kBf16, g.H, g.W, cp, g.KK * cp, g.stride, g.pad,
+                             g.OH, g.OW, g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
   launch_gemm(plans.wgrad, a, b, StagedWeightGradStore{grad_weight, grad_bias, g.C, g.KK, cp, FastDiv(cp), accumulate},
               workspace, stream);
 }
@@ -421,10 +264,10 @@ void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight,
                                     float* workspace, cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.wgrad.precision == Precision::kBf16)
-    backward_weights_staged<Precision::kBf16>(plans, grad_weight, grad_bias, n, shape, accumulate, staged, workspace,
+    backward_weights_staged<Precision::kBf16>(plans, grad_weight, grad_bias, shape, accumulate, staged, workspace,
                                               stream);
   else
-    backward_weights_staged<Precision::kTf32>(plans, grad_weight, grad_bias, n, shape, accumulate, staged, workspace,
+    backward_weights_staged<Precision::kTf32>(plans, grad_weight, grad_bias, shape, accumulate, staged, workspace,
                                               stream);
 }
 

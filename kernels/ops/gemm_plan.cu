@@ -2,6 +2,7 @@
 // shape, the precision and the GPU's multiprocessor count only, so the order of every sum is fixed.
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -27,22 +28,31 @@ constexpr int kMinTilesPerSplit = 4;
 std::string GemmPlan::describe() const {
   std::string text = std::string(tensor_cores() ? "mma." : "fma.") + precision_name(precision) + " " +
                      std::to_string(bm) + "x" + std::to_string(bn);
+  if (tensor_cores() && warps_m * warps_n != kMmaThreads / 32)
+    text += "/" + std::to_string(warps_m) + "x" + std::to_string(warps_n) + " warps";
   if (splits > 1) text += ", " + std::to_string(splits) + " splits";
   return text;
 }
 
-GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision, int bm,
-                        int bn) {
+namespace {
+// plan_gemm_tile for a tile of bm x bn (tensor cores: in warps_m x warps_n warps).
+GemmPlan plan_with_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision,
+                        const MmaTile& tile) {
   GemmPlan plan;
   plan.precision = precision;
-  plan.bm = bm;
-  plan.bn = bn;
+  plan.bm = tile.bm;
+  plan.bn = tile.bn;
+  if (plan.tensor_cores()) {
+    plan.warps_m = tile.warps_m;
+    plan.warps_n = tile.warps_n;
+  }
   plan.m = m;
   plan.n = n;
   plan.k = k;
   const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;
   const int k_tiles = std::max(1, static_cast<int>(ceil_div(k, plan.k_tile())));
-  const std::int64_t threads_per_split = ceil_div(std::max(m, 1), bm) * ceil_div(std::max(n, 1), bn) * plan.threads();
+  const std::int64_t threads_per_split =
+      ceil_div(std::max(m, 1), plan.bm) * ceil_div(std::max(n, 1), plan.bn) * plan.threads();
   int splits = 1;
   if (allow_split) {
     const int max_splits = std::min(kMaxSplits, std::max(1, k_tiles / kMinTilesPerSplit));
@@ -54,23 +64,42 @@ GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_spl
   plan.splits = static_cast<int>(ceil_div(k_tiles, tiles_per_split));
   return plan;
 }
+}  // namespace
+
+GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision, int bm,
+                        int bn) {
+  MmaTile tile{bm, bn, 0, 0};
+  if (precision != Precision::kFp32)
+    for (const MmaTile& listed : kMmaTiles)
+      if (listed.bm == bm && listed.bn == bn) {
+        tile = listed;
+        break;
+      }
+  return plan_with_tile(m, n, k, multiprocessors, allow_split, precision, tile);
+}
+
+GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision,
+                        const MmaTile& tile) {
+  return plan_with_tile(m, n, k, multiprocessors, allow_split, precision, tile);
+}
 
 GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision) {
   // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
-  constexpr std::array<std::array<int, 2>, 5> kFp32Tiles = {{{64, 64}, {128, 32}, {64, 32}, {32, 64}, {32, 32}}};
-  std::vector<std::array<int, 2>> tiles;
+  constexpr std::array<MmaTile, 5> kFp32Tiles = {{{64, 64, 0, 0}, {128, 32, 0, 0}, {64, 32, 0, 0}, {32, 64, 0, 0},
+                                                  {32, 32, 0, 0}}};
+  std::vector<MmaTile> tiles;
   if (precision == Precision::kFp32)
     tiles.assign(kFp32Tiles.begin(), kFp32Tiles.end());
   else
-    for (const MmaTile& tile : kMmaTiles) tiles.push_back({tile.bm, tile.bn});
+    tiles.assign(std::begin(kMmaTiles), std::end(kMmaTiles));
   const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;
   GemmPlan best;
   std::int64_t best_threads = -1;
-  for (const auto& [bm, bn] : tiles) {
+  for (const MmaTile& tile : tiles) {
     // No tile more than half padding (the smallest tile is always allowed).
-    const bool smallest = bm == 32 && bn == 32;
-    if (!smallest && (bm > 32 * ceil_div(m, 32) || bn > 32 * ceil_div(n, 32))) continue;
-    const GemmPlan plan = plan_gemm_tile(m, n, k, multiprocessors, allow_split, precision, bm, bn);
+    const bool smallest = tile.bm == 32 && tile.bn == 32;
+    if (!smallest && (tile.bm > 32 * ceil_div(m, 32) || tile.bn > 32 * ceil_div(n, 32))) continue;
+    const GemmPlan plan = plan_with_tile(m, n, k, multiprocessors, allow_split, precision, tile);
     const std::int64_t threads =
         std::min(target_threads, plan.grid().x * std::int64_t{plan.grid().y} * plan.splits * plan.threads());
     if (threads >= target_threads) return plan;

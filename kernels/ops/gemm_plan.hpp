@@ -19,33 +19,50 @@ namespace cnn::cuda {
 // retired since, issue 23).
 constexpr int kGemmBK = 8;
 constexpr int kGemmThreadTile = 4;
-// tf32 and bf16 (tensor cores, mma_gemm.cuh): 8 warps per block, whatever the tile, and a k tile of
-// 16 shared-memory words per row: 16 tf32 or 32 bf16 elements.
+// tf32 and bf16 (tensor cores, mma_gemm.cuh): 8 warps per block for most tiles (4 for some, kMmaTiles),
+// and a k tile of 16 shared-memory words per row: 16 tf32 or 32 bf16 elements.
 constexpr int kMmaThreads = 256;
 constexpr int kMmaTileWords = 16;
 
 // The tensor-core tiles plan_gemm may pick, in its order of preference, with their warp layouts
-// (warps_m of the 8 warps along m). launch_mma_tile (mma_gemm.cuh) walks this list. The order is
+// (warps_m x warps_n warps, each owning a bm/warps_m x bn/warps_n piece of the tile). launch_mma_tile
+// (mma_gemm.cuh) walks this list. The order is
 // measured, not the fp32 kernel's fewest-loads-first: each product of the cifar preset's conv2 and
 // conv3 timed alone with every tile (tests/gpu_precision.cpp, measure_layer_products; nvidia-h100-x1,
 // 2026-11-26, docs/PERFORMANCE.md) ran fastest with 64x128 or 64x64, never 128x128, whose 160-odd
 // registers leave one block per multiprocessor (conv2's bf16 forward at batch 2048: 64x64 419 us,
 // 128x64 454, 128x128 851; its weight gradient: 64x128 531 us, 64x64 579, 128x128 1031).
+// The last five give each warp a larger piece in 4 warps (64x32 or 32x64 of 16x8 mma tiles: more mma
+// per fragment load than the 8-warp tiles' 32x16 and 32x32) at the same shared memory per block; they
+// come last, so that they change no plan until measured (tests/gpu_precision.cpp,
+// measure_layer_products, times every tile).
 struct MmaTile {
-  int bm, bn, warps_m;
+  int bm, bn, warps_m, warps_n;
+  constexpr int threads() const { return 32 * warps_m * warps_n; }
+  // Blocks per multiprocessor that the chunk kernel's registers must allow (__launch_bounds__; the
+  // element kernel asks for none: its loads in flight live in registers, and 128 spilled): 0, none
+  // asked, of the 8-warp tiles (ptxas's choice, 72-128 registers; asking for 1 took 20-30 more); 4 of
+  // the 4-warp tiles (16 warps: at most 128 registers, where they took 122-158 unbounded), but 3 for
+  // 256 rows, whose 8 chunks of A per thread spilled 104 bytes at 128 (163-168 registers, no spill).
+  constexpr int min_blocks() const { return threads() == 256 ? 0 : bm >= 256 ? 3 : 4; }
 };
-inline constexpr MmaTile kMmaTiles[] = {{64, 128, 2}, {64, 64, 2}, {128, 64, 4}, {128, 32, 4},
-                                        {64, 32, 4},  {32, 64, 2}, {32, 32, 2},  {128, 128, 2}};
+inline constexpr MmaTile kMmaTiles[] = {
+    {64, 128, 2, 4}, {64, 64, 2, 4}, {128, 64, 4, 2}, {128, 32, 4, 2},  {64, 32, 4, 2},  {32, 64, 2, 4},
+    {32, 32, 2, 4},  {128, 128, 2, 4}, {128, 64, 2, 2}, {64, 128, 1, 4}, {64, 128, 2, 2}, {256, 32, 4, 1},
+    {64, 64, 2, 2}};
 
 // A launch of the product: precision, tile config, split-K, and the order-fixing numbers.
 struct GemmPlan {
   Precision precision = Precision::kFp32;
   int bm = 64, bn = 64;
+  int warps_m = 2, warps_n = 4;  // tensor cores: the tile's warp layout (kMmaTiles)
   int splits = 1;
   int k_per_split = 0;  // a multiple of k_tile()
   int m = 0, n = 0, k = 0;
   bool tensor_cores() const { return precision != Precision::kFp32; }
-  int threads() const { return tensor_cores() ? kMmaThreads : bm * bn / (kGemmThreadTile * kGemmThreadTile); }
+  int threads() const {
+    return tensor_cores() ? 32 * warps_m * warps_n : bm * bn / (kGemmThreadTile * kGemmThreadTile);
+  }
   // Elements of k per tile.
   int k_tile() const {
     return precision == Precision::kFp32 ? kGemmBK : precision == Precision::kTf32 ? kMmaTileWords : 2 * kMmaTileWords;
@@ -55,7 +72,8 @@ struct GemmPlan {
                 static_cast<unsigned>(splits));
   }
   std::int64_t workspace_floats() const { return splits > 1 ? std::int64_t{splits} * m * n : 0; }
-  // "mma.bf16 128x64, 3 splits": the settings block's and the tests' name for the launch.
+  // "mma.bf16 128x64, 3 splits", "mma.bf16 128x64/2x2 warps": the settings block's and the tests' name
+  // for the launch (the warp layout named where it is not 8 warps).
   std::string describe() const;
 };
 
@@ -66,8 +84,11 @@ struct GemmPlan {
 GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split,
                    Precision precision = Precision::kFp32);
 // The same for one given tile (one of the precision's): what plan_gemm weighs for each, and what the
-// tile sweeps of tests/gpu_precision.cpp time.
+// tile sweeps of tests/gpu_precision.cpp time. By bm x bn: tf32 and bf16 take the first kMmaTiles
+// entry of that size (8 warps).
 GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision, int bm,
                         int bn);
+GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision,
+                        const MmaTile& tile);
 
 }  // namespace cnn::cuda

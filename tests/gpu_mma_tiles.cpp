@@ -1,0 +1,210 @@
+// Every tensor-core tile of kMmaTiles (gemm_plan.hpp) gives the planned tile's bits, in tf32 and
+// bf16: the staged conv products (the cp.async pipeline with its chunk cursors, conv_chunk_loaders.cuh)
+// and the fc products (the element pipeline). Each output's sum runs over the k tiles in order and
+// each tile's mma k steps in order, whatever the block tile and whichever warp holds the output, so
+// with the same split of k (kept from the plan) every tile must write the same words. This is what
+// lets the planner change a layer's tile (kMmaTiles' order, measured) without changing a run's
+// bits, and it checks the 4-warp tiles and the shapes the planner does not pick: channels that fill
+// no whole chunk (5, 6, 13, 19), stride 2, a 5x5 kernel, sizes no multiple of any tile, a split k.
+// The planned tiles themselves are checked against the CPU twins in gpu_precision.
+// With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
+#define BOOST_TEST_MODULE gpu_mma_tiles
+#include "boost_test.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/ops/layer_ops.hpp"
+#include "test_util.hpp"
+#include "gpu_test_util.hpp"
+
+namespace {
+
+struct RequireGpu {
+  RequireGpu() { cnn::gpu_test::require_gpu(8); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
+
+constexpr cnn::Precision kTensorCorePrecisions[] = {cnn::Precision::kTf32, cnn::Precision::kBf16};
+
+// A device buffer of floats, freed on scope exit.
+struct DeviceFloats {
+  float* data = nullptr;
+  std::size_t count = 0;
+  explicit DeviceFloats(const std::vector<float>& host) : count(host.size()) {
+    CNN_CHECK_CUDA(cudaMalloc(&data, std::max<std::size_t>(1, count) * sizeof(float)));
+    CNN_CHECK_CUDA(cudaMemcpy(data, host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  ~DeviceFloats() { cudaFree(data); }
+  // Fills with NaN, so that an output a kernel leaves unwritten cannot match.
+  void poison() { CNN_CHECK_CUDA(cudaMemset(data, 0xFF, count * sizeof(float))); }
+  std::vector<float> download() const {
+    std::vector<float> host(count);
+    CNN_CHECK_CUDA(cudaMemcpy(host.data(), data, count * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+  }
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+// Room for any of the plans' split-K sums (at least one float).
+std::vector<float> workspace_for(const cnn::cuda::LayerPlans& plans) {
+  return std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(1, plans.workspace_floats())));
+}
+
+// `plan` with `tile`'s block and warps, the split of k kept.
+cnn::cuda::GemmPlan with_tile(cnn::cuda::GemmPlan plan, const cnn::cuda::MmaTile& tile) {
+  plan.bm = tile.bm;
+  plan.bn = tile.bn;
+  plan.warps_m = tile.warps_m;
+  plan.warps_n = tile.warps_n;
+  return plan;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv_products) {
+  struct Case {
+    cnn::ConvShape shape;
+    std::int64_t n;
+  };
+  // cifar's conv2; odd channels and filters with padding; stride 2 with a 5x5 kernel; batch 300 for
+  // M past several 256-row tiles and a longer k (the weight gradient's k is the positions).
+  const Case cases[] = {{{32, 15, 15, 64, 3, 1, 0}, 7},
+                        {{6, 11, 11, 19, 3, 1, 1}, 9},
+                        {{5, 12, 9, 13, 5, 2, 2}, 9},
+                        {{13, 7, 7, 20, 3, 1, 1}, 300}};
+  const int sms = cnn::cuda::multiprocessor_count();
+  for (const Case& c : cases)
+    for (const cnn::Precision precision : kTensorCorePrecisions) {
+      const cnn::ConvShape& s = c.shape;
+      const cnn::cuda::LayerPlans plans =
+          cnn::cuda::plan_conv(s, c.n, sms, cnn::cuda::kMaxColumnFloats, precision);
+      BOOST_REQUIRE(plans.staged);
+      DeviceFloats in(cnn::test::random_vector(static_cast<std::size_t>(c.n * s.in_size()), 2, 1.0f));
+      DeviceFloats grad_out(cnn::test::random_vector(static_cast<std::size_t>(c.n * s.out_size()), 3, 1.0f));
+      DeviceFloats weight(cnn::test::random_vector(static_cast<std::size_t>(s.weight_size()), 4, 0.5f));
+      DeviceFloats bias(cnn::test::random_vector(static_cast<std::size_t>(s.filters), 5, 0.5f));
+      DeviceFloats out(std::vector<float>(static_cast<std::size_t>(c.n * s.out_size())));
+      DeviceFloats grad_in(std::vector<float>(static_cast<std::size_t>(c.n * s.in_size())));
+      DeviceFloats grad_weight(std::vector<float>(static_cast<std::size_t>(s.weight_size())));
+      DeviceFloats grad_bias(std::vector<float>(static_cast<std::size_t>(s.filters)));
+      DeviceFloats workspace(workspace_for(plans));
+      cnn::cuda::StagedBuffers staged;
+      for (auto [buffer, words] : {std::pair{&staged.input, plans.staged_input_words},
+                                   std::pair{&staged.output_grad, plans.staged_grad_words},
+                                   std::pair{&staged.weight, plans.staged_weight_words}})
+        CNN_CHECK_CUDA(cudaMalloc(buffer, words * sizeof(std::uint32_t)));
+      // forward (with ReLU), input gradient (masked by `in`), weight and bias gradients.
+      auto run = [&](const cnn::cuda::LayerPlans& p) {
+        for (DeviceFloats* d : {&out, &grad_in, &grad_weight, &grad_bias}) d->poison();
+        cnn::cuda::conv2d_forward_staged(p, out.data, in.data, weight.data, bias.data, c.n, s, true, staged,
+                                         workspace.data, nullptr);
+        cnn::cuda::conv2d_stage_backward(p, grad_out.data, c.n, s, staged, nullptr);
+        cnn::cuda::conv2d_backward_data_staged(p, grad_in.data, in.data, c.n, s, staged, workspace.data, nullptr);
+        cnn::cuda::conv2d_backward_weights_staged(p, grad_weight.data, grad_bias.data, c.n, s, false, staged,
+                                                  workspace.data, nullptr);
+        CNN_CHECK_CUDA(cudaDeviceSynchronize());
+        return std::vector<std::vector<float>>{out.download(), grad_in.download(), grad_weight.download(),
+                                               grad_bias.download()};
+      };
+      const auto want = run(plans);
+      for (const auto& v : want) BOOST_REQUIRE(all_finite(v));
+      for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
+        cnn::cuda::LayerPlans v = plans;
+        v.forward = with_tile(plans.forward, tile);
+        v.dgrad = with_tile(plans.dgrad, tile);
+        v.wgrad = with_tile(plans.wgrad, tile);
+        const auto got = run(v);
+        const char* names[] = {"forward", "input gradient", "weight gradient", "bias gradient"};
+        const cnn::cuda::GemmPlan* used[] = {&v.forward, &v.dgrad, &v.wgrad, &v.wgrad};
+        const cnn::cuda::GemmPlan* planned[] = {&plans.forward, &plans.dgrad, &plans.wgrad, &plans.wgrad};
+        for (int i = 0; i < 4; ++i)
+          BOOST_TEST(same_bits(got[i], want[i]), names[i] << " " << used[i]->describe() << " (planned "
+                                                          << planned[i]->describe() << "), " << s.channels << "->"
+                                                          << s.filters << " " << s.kernel << "x" << s.kernel << "/s"
+                                                          << s.stride << ", n " << c.n);
+      }
+      for (std::uint32_t* p : {staged.input, staged.output_grad, staged.weight}) CNN_CHECK_CUDA(cudaFree(p));
+    }
+}
+
+BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_fc_products) {
+  // 37 -> 19 features at batch 300 and 1024 -> 64 at batch 65: no multiple of any tile, split k.
+  struct Case {
+    std::int64_t in_features, out_features, n;
+  };
+  const Case cases[] = {{37, 19, 300}, {1024, 64, 65}};
+  const int sms = cnn::cuda::multiprocessor_count();
+  for (const Case& c : cases)
+    for (const cnn::Precision precision : kTensorCorePrecisions) {
+      const cnn::cuda::LayerPlans plans = cnn::cuda::plan_fc(c.in_features, c.out_features, c.n, sms, precision);
+      DeviceFloats in(cnn::test::random_vector(static_cast<std::size_t>(c.n * c.in_features), 6, 1.0f));
+      DeviceFloats grad_out(cnn::test::random_vector(static_cast<std::size_t>(c.n * c.out_features), 7, 1.0f));
+      DeviceFloats weight(cnn::test::random_vector(static_cast<std::size_t>(c.out_features * c.in_features), 8, 0.5f));
+      DeviceFloats bias(cnn::test::random_vector(static_cast<std::size_t>(c.out_features), 9, 0.5f));
+      DeviceFloats out(std::vector<float>(static_cast<std::size_t>(c.n * c.out_features)));
+      DeviceFloats grad_in(std::vector<float>(static_cast<std::size_t>(c.n * c.in_features)));
+      DeviceFloats grad_weight(std::vector<float>(static_cast<std::size_t>(c.out_features * c.in_features)));
+      DeviceFloats grad_bias(std::vector<float>(static_cast<std::size_t>(c.out_features)));
+      DeviceFloats workspace(workspace_for(plans));
+      auto run = [&](const cnn::cuda::LayerPlans& p) {
+        for (DeviceFloats* d : {&out, &grad_in, &grad_weight, &grad_bias}) d->poison();
+        cnn::cuda::fc_forward_planned(p.forward, out.data, in.data, weight.data, bias.data, c.n, c.in_features,
+                                      c.out_features, true, workspace.data, nullptr);
+        cnn::cuda::fc_backward_data(p.dgrad, grad_in.data, grad_out.data, weight.data, in.data, c.n, c.in_features,
+                                    c.out_features, workspace.data, nullptr);
+        cnn::cuda::fc_backward_weights(p.wgrad, grad_weight.data, grad_bias.data, grad_out.data, in.data, c.n,
+                                       c.in_features, c.out_features, false, workspace.data, nullptr);
+        CNN_CHECK_CUDA(cudaDeviceSynchronize());
+        return std::vector<std::vector<float>>{out.download(), grad_in.download(), grad_weight.download(),
+                                               grad_bias.download()};
+      };
+      const auto want = run(plans);
+      for (const auto& v : want) BOOST_REQUIRE(all_finite(v));
+      for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
+        cnn::cuda::LayerPlans v = plans;
+        v.forward = with_tile(plans.forward, tile);
+        v.dgrad = with_tile(plans.dgrad, tile);
+        v.wgrad = with_tile(plans.wgrad, tile);
+        const auto got = run(v);
+        const char* names[] = {"forward", "input gradient", "weight gradient", "bias gradient"};
+        for (int i = 0; i < 4; ++i)
+          BOOST_TEST(same_bits(got[i], want[i]), names[i] << " with tile " << v.forward.describe() << ", "
+                                                          << c.in_features << "->" << c.out_features << ", n "
+                                                          << c.n);
+      }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(plans_of_every_tile_name_it_and_keep_whole_k_tiles) {
+  const int sms = cnn::cuda::multiprocessor_count();
+  std::vector<std::string> names;
+  for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
+    const cnn::cuda::GemmPlan plan =
+        cnn::cuda::plan_gemm_tile(169 * 512, 64, 288, sms, true, cnn::Precision::kBf16, tile);
+    BOOST_TEST(plan.threads() == tile.threads());
+    BOOST_TEST(plan.k_per_split % plan.k_tile() == 0);
+    BOOST_TEST(std::int64_t{plan.splits} * plan.k_per_split >= plan.k);
+    names.push_back(plan.describe());
+  }
+  for (std::size_t i = 0; i < names.size(); ++i)
+    for (std::size_t j = i + 1; j < names.size(); ++j) BOOST_TEST(names[i] != names[j]);
+}
