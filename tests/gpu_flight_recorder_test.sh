@@ -22,8 +22,10 @@ if why=$(trainer_runs_unavailable) && [[ -n $why ]]; then
   exit 77
 fi
 
+# One step per call (the steps' collectives are what the recorder records; auto could run the seed
+# model's steps inside the persistent kernel, with no host collective between them).
 small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1
-       --allreduce nccl --overlap on --stall-timeout 2 --quiet)
+       --allreduce nccl --overlap on --stall-timeout 2 --steps-per-launch 1 --quiet)
 
 # hung NAME VAR=value: the 2-rank job that rank 1's hook hangs; sets rc and line.
 hung() {

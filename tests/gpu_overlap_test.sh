@@ -20,8 +20,10 @@ if why=$(trainer_runs_unavailable) && [[ -n $why ]]; then
   exit 77
 fi
 
+# One step per call: the overlap belongs to it (auto could run the seed model's steps inside the
+# persistent kernel, and its measurement could take either path in runs that must be bitwise).
 small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1
-       --allreduce nccl --quiet)
+       --allreduce nccl --steps-per-launch 1 --quiet)
 
 run off CNN_OVERLAP_CUTS=0 -- --overlap off || { echo "gpu_overlap_test: the reference run failed"; exit 1; }
 # Each overlapped run's allreduce.csv says overlap=1 with the buckets of its plan.

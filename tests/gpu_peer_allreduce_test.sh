@@ -29,7 +29,10 @@ done
 if why=$(trainer_runs_unavailable) && [[ -n $why ]]; then
   echo "SKIP (trainer part): $why"
 else
-  small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1 --quiet)
+  # One step per call: the allreduce runs between the steps (auto could run the seed model's steps
+  # inside the persistent kernel, and its measurement could take either path in runs that must be bitwise).
+  small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --filters 64 --batch 100 --epochs 1
+         --steps-per-launch 1 --quiet)
   run off CNN_OVERLAP_CUTS=0 -- --allreduce peer --overlap off || { echo "gpu_peer_allreduce_test: the reference run failed"; exit 1; }
   grep -q "path=peer (peer)" "$work/off/scaling.log" && pass "scaling.log: path=peer (peer)" || fail "scaling.log: $(cat "$work/off/scaling.log")"
   overlap_grid "peer " --allreduce peer
