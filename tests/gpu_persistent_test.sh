@@ -22,15 +22,6 @@
 source "$2/tests/gpu_script_lib.sh" "$1" "$2"
 skip_unless_gpu_runs h5py
 
-# same NAME MODE A B: ckpt_compare MODE (exact, relnorm=TOL) on the newest checkpoints of runs A and B.
-same() {
-  local out
-  if out=$("$python" "$compare" "$2" "$(latest "$work/$3")" "$(latest "$work/$4")" 2>&1); then
-    pass "$1: $out"
-  else
-    fail "$1: $out"
-  fi
-}
 # run NAME ARGS...: the trainer, its output in $work/NAME.out and .err; sets rc.
 run() {
   local name=$1

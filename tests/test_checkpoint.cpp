@@ -497,14 +497,17 @@ BOOST_AUTO_TEST_CASE(missing_dataset) {
   expect_failure<InputError>(f.path, "missing dataset /model/fc/weight", [&] { read_checkpoint(f.path, f.layout); });
 }
 
-void set_unknown_precision(hid_t file) {
+// /config's string attribute `name` replaced by `*value` (variable-length, as the writer stores them).
+void replace_config_string(hid_t file, const char* name, const char* const* value) {
   const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
   const hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, H5T_VARIABLE);
-  replace_root_attr(config, "precision", type, &kUnknownPrecision);
+  replace_root_attr(config, name, type, value);
   H5Tclose(type);
   H5Gclose(config);
 }
+
+void set_unknown_precision(hid_t file) { replace_config_string(file, "precision", &kUnknownPrecision); }
 
 BOOST_AUTO_TEST_CASE(unknown_precision_is_refused) {
   Fixture f;
@@ -514,14 +517,7 @@ BOOST_AUTO_TEST_CASE(unknown_precision_is_refused) {
                              [&] { read_checkpoint_config(f.path); });
 }
 
-void set_unknown_step_path(hid_t file) {
-  const hid_t config = H5Gopen2(file, "/config", H5P_DEFAULT);
-  const hid_t type = H5Tcopy(H5T_C_S1);
-  H5Tset_size(type, H5T_VARIABLE);
-  replace_root_attr(config, "step_path", type, &kUnknownStepPath);
-  H5Tclose(type);
-  H5Gclose(config);
-}
+void set_unknown_step_path(hid_t file) { replace_config_string(file, "step_path", &kUnknownStepPath); }
 
 BOOST_AUTO_TEST_CASE(unknown_step_path_is_refused) {
   Fixture f;
