@@ -1,8 +1,8 @@
 // Several training steps of one rank in one call: the persistent seed kernel (issue 25) runs each
 // step's forward, loss, backward, gradient exchange (2+ ranks), divergence check and update inside
-// one launch, with grid-wide barriers between the phases, so that a step costs no kernel launches. The trainer hands the backend
-// a chunk of whole steps of one epoch (they never cross an epoch's end, a checkpoint or a stop the
-// trainer plans), and gets back how far it came.
+// one launch, with grid-wide barriers between the phases, so that a step costs no kernel launches.
+// The trainer hands the backend a chunk of whole steps of one epoch (they never cross an epoch's end,
+// a checkpoint or a stop the trainer plans), and gets back how far it came.
 //
 // What a chunk promises is what the trainer's one-step loop promises: every step's update uses the
 // schedule's lr for its global step; a signal stops at the next step boundary (the kernel polls a host

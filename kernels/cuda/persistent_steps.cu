@@ -80,8 +80,9 @@ StepChunkResult PersistentSeedSteps::run(const StepChunk& chunk, const Persisten
   const std::int64_t steps = chunk.steps();
   const std::int64_t n = chunk.batch;
   if (chunk.stride != n && peers_ == nullptr)
-    throw std::logic_error("a chunk of one rank's slices without the in-kernel exchange (prepare_exchange)");
-  if (steps < 1 || n < 1 || chunk.first < 0 || chunk.stride < n || chunk.first + (steps - 1) * chunk.stride + n > targets.order_size)
+    throw std::logic_error("a chunk of slices of a larger global batch without the in-kernel exchange (prepare_exchange)");
+  const std::int64_t end = chunk.first + (steps - 1) * chunk.stride + n;  // after the last step's last sample
+  if (steps < 1 || n < 1 || chunk.first < 0 || chunk.stride < n || end > targets.order_size)
     throw Error(ExitCode::kFailure, "internal error: a chunk of " + std::to_string(steps) + " steps of " +
                                         std::to_string(n) + " samples from " + std::to_string(chunk.first) +
                                         " lies outside this epoch's order of " + std::to_string(targets.order_size));

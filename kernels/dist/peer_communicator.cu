@@ -1,6 +1,6 @@
 // PeerCommunicator: the gradient allreduce through peer memory (peer_allreduce.cuh) in a PeerArea
-// (peer_area.hpp) of its own; the allreduce is one kernel on the stream, with no host involvement, so CUDA graphs capture it
-// like any kernel. Which variant serves which size (one-shot below, two-shot from) is measured at
+// (peer_area.hpp) of its own; the allreduce is one kernel on the stream, with no host involvement, so
+// CUDA graphs capture it like any kernel. Which variant serves which size (one-shot below, two-shot from) is measured at
 // set-up on the buffer's own sizes.
 #include <mpi.h>
 
