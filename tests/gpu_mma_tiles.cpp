@@ -78,6 +78,28 @@ cnn::cuda::GemmPlan with_tile(cnn::cuda::GemmPlan plan, const cnn::cuda::MmaTile
   return plan;
 }
 
+// Runs the layer's four products with its own plans, then with every tile of kMmaTiles in their place
+// (the split of k kept): each tile must write the planned tile's words. `run(plans)` returns the
+// forward output, input gradient, weight gradient and bias gradient; `what` names the case.
+template <class Run>
+void expect_every_tile_to_give_the_planned_bits(const cnn::cuda::LayerPlans& plans, Run&& run, const std::string& what) {
+  const auto want = run(plans);
+  for (const auto& v : want) BOOST_REQUIRE(all_finite(v));
+  for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
+    cnn::cuda::LayerPlans v = plans;
+    v.forward = with_tile(plans.forward, tile);
+    v.dgrad = with_tile(plans.dgrad, tile);
+    v.wgrad = with_tile(plans.wgrad, tile);
+    const auto got = run(v);
+    const char* names[] = {"forward", "input gradient", "weight gradient", "bias gradient"};
+    const cnn::cuda::GemmPlan* used[] = {&v.forward, &v.dgrad, &v.wgrad, &v.wgrad};
+    const cnn::cuda::GemmPlan* planned[] = {&plans.forward, &plans.dgrad, &plans.wgrad, &plans.wgrad};
+    for (int i = 0; i < 4; ++i)
+      BOOST_TEST(same_bits(got[i], want[i]),
+                 names[i] << " " << used[i]->describe() << " (planned " << planned[i]->describe() << "), " << what);
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv_products) {
@@ -125,23 +147,10 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv
         return std::vector<std::vector<float>>{out.download(), grad_in.download(), grad_weight.download(),
                                                grad_bias.download()};
       };
-      const auto want = run(plans);
-      for (const auto& v : want) BOOST_REQUIRE(all_finite(v));
-      for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
-        cnn::cuda::LayerPlans v = plans;
-        v.forward = with_tile(plans.forward, tile);
-        v.dgrad = with_tile(plans.dgrad, tile);
-        v.wgrad = with_tile(plans.wgrad, tile);
-        const auto got = run(v);
-        const char* names[] = {"forward", "input gradient", "weight gradient", "bias gradient"};
-        const cnn::cuda::GemmPlan* used[] = {&v.forward, &v.dgrad, &v.wgrad, &v.wgrad};
-        const cnn::cuda::GemmPlan* planned[] = {&plans.forward, &plans.dgrad, &plans.wgrad, &plans.wgrad};
-        for (int i = 0; i < 4; ++i)
-          BOOST_TEST(same_bits(got[i], want[i]), names[i] << " " << used[i]->describe() << " (planned "
-                                                          << planned[i]->describe() << "), " << s.channels << "->"
-                                                          << s.filters << " " << s.kernel << "x" << s.kernel << "/s"
-                                                          << s.stride << ", n " << c.n);
-      }
+      expect_every_tile_to_give_the_planned_bits(
+          plans, run,
+          std::to_string(s.channels) + "->" + std::to_string(s.filters) + " " + std::to_string(s.kernel) + "x" +
+              std::to_string(s.kernel) + "/s" + std::to_string(s.stride) + ", n " + std::to_string(c.n));
       for (std::uint32_t* p : {staged.input, staged.output_grad, staged.weight}) CNN_CHECK_CUDA(cudaFree(p));
     }
 }
@@ -177,20 +186,9 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_fc_products
         return std::vector<std::vector<float>>{out.download(), grad_in.download(), grad_weight.download(),
                                                grad_bias.download()};
       };
-      const auto want = run(plans);
-      for (const auto& v : want) BOOST_REQUIRE(all_finite(v));
-      for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
-        cnn::cuda::LayerPlans v = plans;
-        v.forward = with_tile(plans.forward, tile);
-        v.dgrad = with_tile(plans.dgrad, tile);
-        v.wgrad = with_tile(plans.wgrad, tile);
-        const auto got = run(v);
-        const char* names[] = {"forward", "input gradient", "weight gradient", "bias gradient"};
-        for (int i = 0; i < 4; ++i)
-          BOOST_TEST(same_bits(got[i], want[i]), names[i] << " with tile " << v.forward.describe() << ", "
-                                                          << c.in_features << "->" << c.out_features << ", n "
-                                                          << c.n);
-      }
+      expect_every_tile_to_give_the_planned_bits(
+          plans, run,
+          std::to_string(c.in_features) + "->" + std::to_string(c.out_features) + ", n " + std::to_string(c.n));
     }
 }
 

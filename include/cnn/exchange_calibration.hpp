@@ -23,6 +23,10 @@
 
 namespace cnn {
 
+// The median of timed samples (the upper middle one of an even count; 0 for none): the advisors' reading
+// of repeated timings, which a single late launch cannot move.
+double median(std::vector<double> samples);
+
 // The harness: this rank's slice of the run's first batch, on the backend the run trains with.
 class CalibrationHarness {
  public:

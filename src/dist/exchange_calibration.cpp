@@ -4,15 +4,12 @@
 #include <algorithm>
 
 namespace cnn {
-namespace {
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+double median(std::vector<double> samples) {
+  if (samples.empty()) return 0.0;
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
 }
-
-}  // namespace
 
 double CalibrationHarness::time(const std::function<void()>& body, int repeats) const {
   std::vector<double> samples;

@@ -8,16 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "cnn/exchange_calibration.hpp"
 #include "cnn/sampler.hpp"
 #include "cnn/train_step.hpp"
 
 namespace cnn {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Why a chunk ran fewer steps than asked; the larger wins over the ranks (allreduce_max).
 enum CutShort : int { kNotCut = 0, kNonFinite = 1, kStopWord = 2 };
