@@ -23,6 +23,9 @@ constexpr int kThreadsPerSM = 512;
 constexpr int kMaxSplits = 4096;
 // At least this many k-tiles per split. The sweep tried 2 to 32: more did not help.
 constexpr int kMinTilesPerSplit = 4;
+// plan_weight_gradient's tile, and the k tiles each of its splits must keep (gemm_plan.hpp).
+constexpr MmaTile kWeightGradientTile = {64, 64, 2, 2};
+constexpr int kWeightGradientTilesPerSplit = 16;
 }  // namespace
 
 std::string GemmPlan::describe() const {
@@ -109,6 +112,15 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, P
     }
   }
   return best;
+}
+
+GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precision precision) {
+  if (precision != Precision::kFp32 && m > 32 && n > 32) {  // no more than half padding
+    // plan_with_tile splits k to fill the multiprocessors; only a short k (few tiles per split) stops it.
+    const GemmPlan plan = plan_with_tile(m, n, k, multiprocessors, true, precision, kWeightGradientTile);
+    if (plan.k_per_split >= kWeightGradientTilesPerSplit * plan.k_tile()) return plan;
+  }
+  return plan_gemm(m, n, k, multiprocessors, true, precision);
 }
 
 }  // namespace cnn::cuda

@@ -34,8 +34,9 @@ constexpr int kMmaTileWords = 16;
 // 128x64 454, 128x128 851; its weight gradient: 64x128 531 us, 64x64 579, 128x128 1031).
 // The last five give each warp a larger piece in 4 warps (64x32 or 32x64 of 16x8 mma tiles: more mma
 // per fragment load than the 8-warp tiles' 32x16 and 32x32) at the same shared memory per block; they
-// come last, so that they change no plan until measured (tests/gpu_precision.cpp,
-// measure_layer_products, times every tile).
+// come last, so that plan_gemm takes none of them: measured (tests/gpu_precision.cpp,
+// measure_layer_products, times every tile), only 64x64/2x2 pays, on long weight gradients, where
+// plan_weight_gradient takes it.
 struct MmaTile {
   int bm, bn, warps_m, warps_n;
   constexpr int threads() const { return 32 * warps_m * warps_n; }
@@ -83,6 +84,13 @@ struct GemmPlan {
 // comes closest (ties to the earlier tile). The three numbers are constants in gemm_plan.cu.
 GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split,
                    Precision precision = Precision::kFp32);
+// A convolution's weight gradient (m = filters, n = taps, k = output positions: a long k split many
+// ways): in tf32 and bf16, 64x64 in 2x2 warps where each of its splits still gets at least 16 k tiles,
+// else plan_gemm. Each product timed alone with every tile (nvidia-h100-x1, 2026-11-27,
+// docs/PERFORMANCE.md): it beat the planned 8-warp tile on conv2 and conv3 at batch 512 and 2048 by
+// 5-19% wherever its splits kept 20 or more k tiles, and lost by 50% on conv3 at batch 512 in bf16
+// (5 k tiles a split: the copy pipeline never fills and the split sum dominates).
+GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precision precision);
 // The same for one given tile (one of the precision's): what plan_gemm weighs for each, and what the
 // tile sweeps of tests/gpu_precision.cpp time. By bm x bn: tf32 and bf16 take the first kMmaTiles
 // entry of that size (8 warps).

@@ -41,7 +41,7 @@ LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, st
     p.forward = plan_gemm(positions, s.filters, kk * cp, multiprocessors, true, precision);
     p.dgrad =
         plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, kk * fp, multiprocessors, true, precision);
-    p.wgrad = plan_gemm(s.filters, kk * cp + chunk, positions, multiprocessors, true, precision);
+    p.wgrad = plan_weight_gradient(s.filters, kk * cp + chunk, positions, multiprocessors, precision);
     p.staged_input_words = n * s.height * s.width * cp / per_word;
     p.staged_grad_words = std::int64_t{positions} * fp / per_word;
     p.staged_weight_words = (std::int64_t{s.filters} * kk * cp + std::int64_t{s.channels} * kk * fp) / per_word;
