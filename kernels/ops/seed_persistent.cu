@@ -104,6 +104,7 @@ Shape shape_of(const SeedModel& m, const SeedPersistentPlan& plan) {
   s.width = m.input.width;
   s.image = static_cast<std::int64_t>(m.input.height) * m.input.width;
   s.most_columns = plan.most_columns;
+  s.forward_lanes = plan.forward_lanes;
   s.sweep_splits = plan.sweep_splits;
   s.cells_per_block = plan.cells_per_block;
   s.chunk = 0;
@@ -140,6 +141,11 @@ SeedPersistentPlan plan_seed_persistent(const SeedModel& m, std::int64_t n) {
   plan.most_columns = static_cast<int>(ceil_div(plan.columns, plan.blocks));
   for (int b = 0; b < plan.blocks; ++b)
     plan.cells_per_block = std::max(plan.cells_per_block, ownership(b, plan.blocks, plan.columns, m.filters).cells);
+  // Threads per sample in the forward: as many as keep every thread busy on small batches.
+  plan.forward_lanes = 1;
+  while (plan.forward_lanes < 32 && n * plan.forward_lanes * 2 <= kThreads &&
+         plan.forward_lanes * 2 <= plan.most_columns)
+    plan.forward_lanes *= 2;
   plan.sweep_splits = static_cast<int>(std::clamp<std::int64_t>(kThreads / plan.most_columns, 1, std::min<std::int64_t>(n, 32)));
   // Samples per staged round of the backward: as many as the patch stage holds, in whole warps' worth.
   const std::size_t per_sample = static_cast<std::size_t>(plan.cells_per_block) * kPatchFloats * sizeof(float);

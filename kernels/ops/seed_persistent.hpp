@@ -13,8 +13,7 @@
 // pooled values and the pool winners (5 bytes per sample and column would not fit L2 at batch 1000).
 //
 // A step (n samples, G blocks):
-//   A. forward (conv on tensor cores, seed_persistent_forward_mma.cuh): each block, its columns,
-//      all samples: partial logits [G, n, 10]                                           | grid barrier
+//   A. forward: each block, its columns, all samples: partial logits [G, n, 10]      | grid barrier
 //   B. loss: a warp per sample sums the G partials (block order), softmax CE -> dL/dlogits | barrier
 //   C. backward: each block, its columns: fc weight gradient (final: the block has every sample),
 //      its share of each filter's conv gradient [G, F, 10], the non-finite check of its columns | barrier
@@ -49,6 +48,7 @@ struct SeedPersistentPlan {
   std::int64_t columns = 0; // fc inputs F * P
   int most_columns = 0;     // the most any block owns
   int cells_per_block = 0;  // the most pool cells any block's columns touch
+  int forward_lanes = 0;    // threads per sample in the forward (a power of two, <= 32)
   int sweep_splits = 0;     // threads per column in the backward, each summing an interleaved share of the samples
   int chunk = 0;            // samples per staged round of the backward (a multiple of 32)
   std::size_t shared_bytes = 0;

@@ -25,14 +25,6 @@ constexpr int kPatchFloats = kPatch * kPatch;       // one pool cell's 4x4 input
 constexpr int kMaxChunk = 256;                      // samples staged per round of the backward
 constexpr std::size_t kPatchStageBytes = 48 * 1024;  // the backward's staged patches, at most
 constexpr std::int64_t kMaxBatch = 8192;
-// The bf16 parts of each conv tap in the forward's mma (seed_persistent_forward_mma.cuh): three
-// carry all 24 bits of the float.
-constexpr int kConvWeightParts = 3;
-
-// The forward's B fragments: per filter pair, part and lane, one uint2 (two floats' room); then, for
-// batches of fewer than 16 groups of 16 samples, each work item's partial logits, [16][16][kO].
-__host__ __device__ inline int conv_fragment_floats(int filters) { return (filters + 1) / 2 * kConvWeightParts * 32 * 2; }
-constexpr int kSliceLogitFloats = 16 * 16 * kO;
 
 // The block's share of the columns, in cell-major order (q = cell * F + filter), and what it touches.
 struct Ownership {
@@ -62,6 +54,7 @@ struct Shape {
   int width;             // input W
   std::int64_t image;    // H * W
   int most_columns;
+  int forward_lanes;
   int sweep_splits;
   int chunk;             // samples per staged round of the backward
   int cells_per_block;
@@ -77,8 +70,7 @@ struct SharedLayout {
   int fc;            // [most_columns][kRow]: the owned columns' fc weights
   int sums;          // [splits][most_columns][kColumnSums]
   int logits;        // [chunk][kRow]: staged dL/dlogits
-  int patches;       // [cells_per_block][chunk][16]: staged input patches (the backward)
-  int conv_fragments;  // the same memory in the forward: its mma's B fragments and slice logits
+  int patches;       // [cells_per_block][chunk][16]: staged input patches
   int bases;         // [chunk] ints: the staged samples' indices into the data set
   int total;
 };
@@ -103,8 +95,7 @@ __host__ __device__ inline SharedLayout shared_layout(const Shape& s) {
   l.logits = at;
   at += s.chunk * kRow;
   l.patches = at;
-  l.conv_fragments = at;
-  at += round4(max(s.cells_per_block * s.chunk * kPatchFloats, conv_fragment_floats(s.filters) + kSliceLogitFloats));
+  at += s.cells_per_block * s.chunk * kPatchFloats;
   l.bases = at;
   at += s.chunk;
   l.total = at;

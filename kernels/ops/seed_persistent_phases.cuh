@@ -13,20 +13,102 @@
 #include "cuda/launch.hpp"
 #include "dist/reduce.cuh"
 #include "ops/conv_pool_cell.cuh"
+#include "ops/input_batch.cuh"
 #include "ops/nonfinite.cuh"
 #include "ops/seed_persistent.hpp"
-#include "ops/seed_persistent_forward_mma.cuh"
 #include "ops/seed_persistent_layout.cuh"
 #include "ops/softmax_kernels.cuh"
 
 namespace cnn::cuda::persistent {
 
+// A pool cell's 4x4 patch of sample s (a position in `order`) as floats, from the uint8 data set.
+__device__ __forceinline__ void load_patch(float (&patch)[1][kPatch][kPatch], const SeedPersistentArgs& a,
+                                           const Shape& s, std::int64_t sample, int cell) {
+  const std::int64_t py = cell / s.pooled_width;
+  const std::int64_t px = cell - py * s.pooled_width;
+  const std::uint8_t* pixels =
+      a.images + static_cast<std::int64_t>(__ldg(a.order + sample)) * s.image + kPoolWindow * py * s.width + kPoolWindow * px;
+  uint4 packed[1];
+  read_byte_patch<1>(patch, packed, pixels, s.image, s.width, true);
+}
+
 // ---- the phases ------------------------------------------------------------------------------------
 
-// A. This block's columns for every sample, on tensor cores: seed_persistent_forward_mma.cuh.
-__device__ inline void forward_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, float* smem,
+// A. This block's columns for every sample: conv + ReLU + pool, and their part of each sample's
+// logits. forward_lanes threads share a sample, each a contiguous run of the columns in order; their
+// sums meet in a butterfly (every lane ends with the same bits). With more samples than threads'
+// slots, a thread takes kSamples samples at a time: each column's weights, loaded from shared memory
+// once, serve both, and the two samples' sums are independent chains.
+template <int kSamples>
+__device__ inline void forward_samples(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, const float* smem,
+                                const SharedLayout& l, int step) {
+  const int lanes = s.forward_lanes;
+  const int slot = static_cast<int>(threadIdx.x) / lanes;
+  const int part = static_cast<int>(threadIdx.x) - slot * lanes;
+  const int slots = kThreads / lanes;
+  const int u_begin = part * own.count / lanes;
+  const int u_end = (part + 1) * own.count / lanes;
+  const std::int64_t step_first = static_cast<std::int64_t>(step) * a.order_stride;
+  for (std::int64_t base = 0; base < s.n; base += kSamples * slots) {
+    std::int64_t sample[kSamples];
+    bool valid[kSamples];
+    float acc[kSamples][kO];
+#pragma unroll
+    for (int i = 0; i < kSamples; ++i) {
+      sample[i] = base + i * slots + slot;
+      valid[i] = sample[i] < s.n;
+#pragma unroll
+      for (int o = 0; o < kO; ++o) acc[i][o] = 0.0f;
+    }
+    if (valid[0] && u_begin < u_end) {
+      // Columns in cell-major order: the filter steps by one, the cell (and its patches) when it wraps.
+      const std::int64_t q = own.first + u_begin;
+      int cell = static_cast<int>(q / s.filters);
+      int f = static_cast<int>(q - static_cast<std::int64_t>(cell) * s.filters);
+      float patch[kSamples][1][kPatch][kPatch];
+#pragma unroll
+      for (int i = 0; i < kSamples; ++i)
+        if (valid[i]) load_patch(patch[i], a, s, step_first + sample[i], cell);
+      for (int u = u_begin; u < u_end; ++u) {
+        float w[kRow];
+        load_float4s(w, smem + l.conv + f * kRow);
+        float w_fc[kRow];
+        load_float4s(w_fc, smem + l.fc + u * kRow);
+#pragma unroll
+        for (int i = 0; i < kSamples; ++i) {
+          const float value = fmaxf(conv_pool_value<1, kRow>(w, patch[i]), 0.0f);
+#pragma unroll
+          for (int o = 0; o < kO; ++o) acc[i][o] = fmaf(w_fc[o], value, acc[i][o]);
+        }
+        if (++f == s.filters && u + 1 < u_end) {
+          f = 0;
+          ++cell;
+#pragma unroll
+          for (int i = 0; i < kSamples; ++i)
+            if (valid[i]) load_patch(patch[i], a, s, step_first + sample[i], cell);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kSamples; ++i) {
+      for (int offset = 1; offset < lanes; offset *= 2)
+#pragma unroll
+        for (int o = 0; o < kO; ++o) acc[i][o] += __shfl_xor_sync(kFullWarp, acc[i][o], offset);
+      if (valid[i] && part == 0) {
+        float* out = a.block_logits + (static_cast<std::int64_t>(blockIdx.x) * s.n + sample[i]) * kO;
+#pragma unroll
+        for (int o = 0; o < kO; ++o) out[o] = acc[i][o];
+      }
+    }
+  }
+}
+
+__device__ inline void forward_phase(const SeedPersistentArgs& a, const Shape& s, const Ownership& own, const float* smem,
                               const SharedLayout& l, int step) {
-  forward_phase_mma(a, s, own, smem, l, step);
+  if (s.n > kThreads / s.forward_lanes)
+    forward_samples<2>(a, s, own, smem, l, step);
+  else
+    forward_samples<1>(a, s, own, smem, l, step);
 }
 
 // B. A warp per sample: logits = bias + the blocks' partial sums (lane l adds blocks l, l+32, ... in
