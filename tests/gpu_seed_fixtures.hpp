@@ -1,7 +1,8 @@
-// The seed model's fixtures that the GPU test programs share (gpu_backend, gpu_persistent): the
-// model at a filter count, random uint8 data sets, seeded initial parameters, a backend of either
-// kind, a device backend's gradient buffer read back, and one step's gradient in float64 (the
-// yardstick when float32 results differ by more than a tolerance).
+// The seed model's fixtures that the GPU test programs share (gpu_backend*, gpu_persistent; the uint8
+// data sets and download_grads also gpu_layer_runs.hpp): the model at a filter count, random uint8
+// data sets, seeded initial parameters, a backend of either kind, a device backend's gradient buffer
+// read back, and one step's gradient in float64 (the yardstick when float32 results differ by more
+// than a tolerance).
 #pragma once
 
 #include <cuda_runtime.h>

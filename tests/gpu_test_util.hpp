@@ -1,5 +1,5 @@
-// What the GPU test programs share (gpu_backend, gpu_layers, gpu_bn, gpu_precision): the skip where
-// no device is usable, copies to and from the device, poisoned buffers, random inputs, and the
+// What the GPU test programs share (gpu_backend*, gpu_layer*, gpu_bn, gpu_precision*, ...): the skip
+// where no device is usable, copies to and from the device, poisoned buffers, random inputs, and the
 // error measures their tolerances are written in.
 #pragma once
 

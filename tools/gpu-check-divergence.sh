@@ -19,11 +19,12 @@ nvidia-smi -L
 start=$(date +%s)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
   >"$out/cmake.log" 2>&1 &&
-  cmake --build build -j "$(nproc)" --target cnn_mpi gpu_backend gpu_layers >"$out/build.log" 2>&1 ||
+  cmake --build build -j "$(nproc)" --target cnn_mpi gpu_backend gpu_backend_kernels gpu_backend_randomness \
+    gpu_layers gpu_layer_networks gpu_layer_determinism >"$out/build.log" 2>&1 ||
   { tail -30 "$out/build.log" "$out/cmake.log"; exit 1; }
 echo "build: $(($(date +%s) - start)) s"
 status=0
-for unit in gpu_backend gpu_layers; do
+for unit in gpu_backend gpu_backend_kernels gpu_backend_randomness gpu_layers gpu_layer_networks gpu_layer_determinism; do
   ./build/tests/$unit >"$out/$unit.log" 2>&1; rc=$?
   echo "$unit exit $rc: $(tail -1 "$out/$unit.log")"
   [[ $rc -eq 0 ]] || { status=1; grep -m10 -E "error|fail" "$out/$unit.log"; }

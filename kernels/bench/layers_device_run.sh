@@ -2,11 +2,11 @@
 # One device call for the general-network GPU work (issue 7): builds this tree ("after") and, when
 # BEFORE_DIR holds a checkout of the commit before it, that tree ("before", seed timings only), in
 # parallel; then runs, each under its own time limit so that one hang cannot take the rest:
-#   1. gpu_layers: every layer op against its CPU twin, the cuda backend's layer ops against seq and against the
-#      fused seed op, determinism;
+#   1. gpu_layers, gpu_layer_networks, gpu_layer_determinism: every layer op against its CPU twin, the
+#      cuda backend's layer ops against seq and against the fused seed op, determinism;
 #   2. the cifar preset's ms/epoch at batch 32, 128, 512 (gpu_layers --run_test=measure_cifar_epoch_time);
 #   3. the seed model's ms/epoch, before and after (gpu_backend --run_test=measure_epoch_time);
-#   4. the whole gpu_backend suite (the fused path, after);
+#   4. the whole gpu_backend suite (gpu_backend, gpu_backend_kernels, gpu_backend_randomness; after);
 #   5. per-kernel durations of a few cifar steps (ncu), when time is left.
 # SKIP_BACKEND=1 / SKIP_NCU=1 leave out steps 4 / 5. Logs go to $OUT (default ./gpu-out); the tool
 # that brings $OUT back may take only 8 files, so the timings are also printed. Usage, from the tree:
@@ -20,7 +20,8 @@ nvcc --version | tail -2
 jobs=$(nproc)
 source "$(dirname "$0")/device_run_lib.sh"
 start=$(date +%s)
-(configure . build-after after && ninja -C build-after -j "$jobs" gpu_layers gpu_backend >"$out/build-after.log" 2>&1
+(configure . build-after after && ninja -C build-after -j "$jobs" gpu_layers gpu_layer_networks gpu_layer_determinism \
+     gpu_backend gpu_backend_kernels gpu_backend_randomness >"$out/build-after.log" 2>&1
  echo "after: build exit $? at $(($(date +%s) - start)) s") &
 if [[ -n ${BEFORE_DIR:-} ]]; then
   (configure "$BEFORE_DIR" "$BEFORE_DIR/build-before" before &&
@@ -32,6 +33,10 @@ grep -E "error" "$out/build-after.log" | head -20
 
 run 150 layers build-after/tests/gpu_layers --log_level=test_suite
 grep -E "^  |^cifar|^seed|^conv|error|fail|passed|No errors" "$out/layers.log" | head -80
+for t in layer_networks layer_determinism; do
+  run 150 "$t" "build-after/tests/gpu_$t" --log_level=test_suite
+  grep -E "^  |^cifar|^seed|^conv|error|fail|passed|No errors" "$out/$t.log" | head -80
+done
 run 100 cifar-timing build-after/tests/gpu_layers --run_test=measure_cifar_epoch_time
 cat "$out/cifar-timing.log" | grep -v "^Running\|^$"
 if [[ -n ${BEFORE_DIR:-} ]]; then
@@ -43,6 +48,10 @@ grep -E "^[0-9]|batch" "$out/seed-timing-after.log"
 if [[ -z ${SKIP_BACKEND:-} ]]; then
   run 120 backend build-after/tests/gpu_backend
   tail -3 "$out/backend.log"
+  for t in backend_kernels backend_randomness; do
+    run 120 "$t" "build-after/tests/gpu_$t"
+    tail -3 "$out/$t.log"
+  done
 fi
 if [[ -z ${SKIP_NCU:-} ]] && command -v ncu >/dev/null; then
   run 60 ncu ncu --clock-control none --metrics gpu__time_duration.sum --csv \

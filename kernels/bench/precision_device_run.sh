@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for --precision (issue 24): builds this tree ("after") and BEFORE_DIR (an export of
 # the commit before, e.g. `git archive REV | tar -x -C .carry/before`) in parallel, then
-#   1. gpu_precision (tf32 and bf16 against seq, odd shapes, determinism, plans);
+#   1. gpu_precision and gpu_precision_steps (tf32 and bf16 against seq, odd shapes, determinism, plans);
 #   2. (STEPS includes epochs) the cifar preset's ms/epoch at batch 32, 128, 512 and 2048 in tf32 and
 #      bf16; (STEPS includes ab) those and the AB_PRECISIONS (default fp32) after and before,
 #      alternated (before, after, before, after);
@@ -23,7 +23,7 @@ export CNN_FASHION_DIR=$PWD/.carry/fashion-mnist CNN_MNIST_DIR=$PWD/.carry/mnist
 source kernels/bench/device_run_lib.sh
 start=$(date +%s)
 nvidia-smi -L; date -u +%FT%TZ
-(configure . build-after after && ninja -C build-after -j 12 cnn_mpi gpu_precision gpu_layers gpu_backend >"$out/build-after.log" 2>&1
+(configure . build-after after && ninja -C build-after -j 12 cnn_mpi gpu_precision gpu_precision_steps gpu_layers gpu_backend >"$out/build-after.log" 2>&1
  echo "after build $?"; grep -E "error" "$out/build-after.log" | head -5) &
 if [[ $steps == *" ab "* ]]; then
   before_targets=gpu_layers
@@ -34,6 +34,7 @@ fi
 wait; echo "built at $(($(date +%s) - start)) s"
 
 run 240 precision build-after/tests/gpu_precision --log_level=test_suite
+run 240 precision-steps build-after/tests/gpu_precision_steps --log_level=test_suite
 grep -E "worst tensor|staged [0-9]|error|failure|No errors|SKIP" "$out/precision.log" | head -30
 
 measure() {  # NAME TREE PRECISIONS

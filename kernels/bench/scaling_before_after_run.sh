@@ -4,7 +4,8 @@
 # that it travels: `mkdir .carry/before && git archive REV | tar -x -C .carry/before`) in parallel, then runs the steps
 # named in STEPS (default: all four, in this order):
 #   tests  gpu_peer_allreduce_test.sh (2 and 4 ranks, bitwise against the rank-order sum, and the
-#          trainer on peer memory) and gpu_backend's divergence-check and fc-first cases, on the after tree;
+#          trainer on peer memory), gpu_backend_kernels' divergence-check and optimizer cases and
+#          gpu_backend's fc-first case, on the after tree;
 #   cost   (only when named) gpu_backend's measure_fc_first: the fc-first backward against the fused
 #          one on one GPU, at the benchmark's per-rank batches;
 #   micro  the allreduce alone (gpu_mpi_peer_allreduce --run_test=measure_allreduce_time), before
@@ -30,7 +31,7 @@ export CNN_FASHION_DIR=$PWD/.carry/fashion-mnist CNN_MNIST_DIR=$PWD/.carry/mnist
 source kernels/bench/device_run_lib.sh
 start=$(date +%s)
 nvidia-smi -L; date -u +%FT%TZ
-(configure . build after && ninja -C build -j 40 cnn_mpi gpu_backend gpu_mpi_peer_allreduce >"$out/build-after.log" 2>&1
+(configure . build after && ninja -C build -j 40 cnn_mpi gpu_backend gpu_backend_kernels gpu_mpi_peer_allreduce >"$out/build-after.log" 2>&1
  echo "after build $?") &
 (configure "$before" "$before/build-before" before &&
  ninja -C "$before/build-before" -j 20 cnn_mpi gpu_mpi_peer_allreduce >"$out/build-before.log" 2>&1
@@ -39,8 +40,10 @@ wait; echo "built at $(($(date +%s) - start)) s"
 
 if [[ $steps == *" tests "* ]]; then
   run 240 peer bash tests/gpu_peer_allreduce_test.sh build .; grep -E "^(ok|FAIL|SKIP)" "$out/peer.log"
-  run 180 nonfinite build/tests/gpu_backend --run_test=nonfinite_check_finds_the_first_and_gates_the_update,optimizer_kernels_match_cpu_twins,fc_first_backward_gives_the_fused_bits
+  run 180 nonfinite build/tests/gpu_backend_kernels --run_test=nonfinite_check_finds_the_first_and_gates_the_update,optimizer_kernels_match_cpu_twins
   tail -1 "$out/nonfinite.log"
+  run 180 fc-first build/tests/gpu_backend --run_test=fc_first_backward_gives_the_fused_bits
+  tail -1 "$out/fc-first.log"
 fi
 if [[ $steps == *" cost "* ]]; then
   run 150 cost build/tests/gpu_backend --run_test=measure_fc_first; grep -E "^(batch|[0-9])" "$out/cost.log"

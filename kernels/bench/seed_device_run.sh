@@ -2,7 +2,8 @@
 # One device call for a change to the seed model's fused step (seed_step.cu, conv_backward.cuh):
 # builds this tree ("after") and, when BEFORE_DIR holds an export of the commit before it, that tree
 # ("before"), in parallel; then, each step under its own time limit:
-#   1. the whole gpu_backend suite (after): the fused and unfused steps against seq, determinism;
+#   1. the whole gpu_backend suite (after; gpu_backend, gpu_backend_kernels, gpu_backend_randomness):
+#      the kernels and the fused step against seq, determinism;
 #   2. the seed model's ms/epoch (gpu_backend --run_test=measure_epoch_time), before and after
 #      alternated twice, so that drift hits both alike;
 #   3. per-kernel durations and limiters of a few eager steps (ncu), after and before.
@@ -18,7 +19,7 @@ jobs=$(nproc)
 source "$(dirname "$0")/device_run_lib.sh"
 start=$(date +%s)
 builds=(after)
-(configure . build-after after && ninja -C build-after -j "$jobs" gpu_backend >"$out/build-after.log" 2>&1
+(configure . build-after after && ninja -C build-after -j "$jobs" gpu_backend gpu_backend_kernels gpu_backend_randomness >"$out/build-after.log" 2>&1
  echo "after: build exit $? at $(($(date +%s) - start)) s") &
 if [[ -n ${BEFORE_DIR:-} ]]; then
   builds+=(before)
@@ -32,6 +33,10 @@ binary() { [[ $1 == after ]] && echo build-after/tests/gpu_backend || echo "$BEF
 
 run 150 backend build-after/tests/gpu_backend
 tail -3 "$out/backend.log"
+run 150 backend-kernels build-after/tests/gpu_backend_kernels
+tail -3 "$out/backend-kernels.log"
+run 150 backend-randomness build-after/tests/gpu_backend_randomness
+tail -3 "$out/backend-randomness.log"
 for round in 1 2; do
   for build in "${builds[@]}"; do
     run 60 "timing-$build-$round" "$(binary "$build")" --run_test=measure_epoch_time
