@@ -27,17 +27,18 @@ namespace {
 const char* const kUnknownPrecision = "fp16";
 const char* const kUnknownStepPath = "sideways";
 
-// The format attribute as the writer stores strings: variable-length UTF-8. (An ASCII one is read only
-// after some UTF-8 string was read in the same process: this test passed in the single checkpoint
-// program after the round trips, and failed when run alone.)
-void set_wrong_format(hid_t file) {
+// The format attribute as a variable-length string of the given charset: the writer stores UTF-8,
+// h5py and C tools ASCII. (The reader once asked for UTF-8 whatever the file held, and HDF5 has no
+// ASCII-to-UTF-8 conversion: an ASCII string read as "corrupt" in a fresh process.)
+void set_format(hid_t file, const char* value, H5T_cset_t charset) {
   const hid_t type = H5Tcopy(H5T_C_S1);
   H5Tset_size(type, H5T_VARIABLE);
-  H5Tset_cset(type, H5T_CSET_UTF8);
-  const char* value = "something-else";
+  H5Tset_cset(type, charset);
   replace_root_attr(file, "format", type, &value);
   H5Tclose(type);
 }
+void set_wrong_format(hid_t file) { set_format(file, "something-else", H5T_CSET_UTF8); }
+void set_wrong_format_ascii(hid_t file) { set_format(file, "something-else", H5T_CSET_ASCII); }
 
 void set_future_version(hid_t file) {
   const std::int64_t version = kCheckpointVersion + 1;
@@ -64,6 +65,16 @@ void make_conv_bias_double(hid_t file) {
 // ---- bad input: each one clear error, file untouched ----------------------------------------------
 
 BOOST_AUTO_TEST_SUITE(bad_input)
+
+// The first case of the program, so that it reads its ASCII string before the process has read any
+// UTF-8 one (the old reader's failure showed only then).
+BOOST_AUTO_TEST_CASE(wrong_format_name_in_ascii) {
+  Fixture f;
+  write_checkpoint(f.path, make_state(f.layout, "sgd", kFilters), f.layout);
+  edit_file(f.path, set_wrong_format_ascii);
+  expect_failure<InputError>(f.path, "not a cnn_mpi checkpoint (format is 'something-else'",
+                             [&] { read_checkpoint_config(f.path); });
+}
 
 BOOST_AUTO_TEST_CASE(missing_file_is_io_error) {
   Fixture f;

@@ -82,10 +82,13 @@ void write_attr_raw(const FileContext& file, const Node& node, const char* name,
   file.check(H5Awrite(attr.get(), memory_type, data), "H5Awrite", label);
 }
 
-Handle utf8_variable_string_type(const FileContext& file, const std::string& label) {
+// A variable-length string type of the given character set. HDF5 has no conversion between ASCII and
+// UTF-8 strings, so a read must name the charset the file's attribute has: h5py and C tools write
+// ASCII, the writer here UTF-8.
+Handle variable_string_type(const FileContext& file, H5T_cset_t charset, const std::string& label) {
   Handle type = file.own(H5Tcopy(H5T_C_S1), H5Tclose, "H5Tcopy", label);
   file.check(H5Tset_size(type.get(), H5T_VARIABLE), "H5Tset_size", label);
-  file.check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset", label);
+  file.check(H5Tset_cset(type.get(), charset), "H5Tset_cset", label);
   return type;
 }
 
@@ -226,7 +229,7 @@ Node read_float_dataset(const FileContext& file, hid_t file_id, const std::strin
 }
 
 void write_attr(const FileContext& file, const Node& node, const char* name, const char* value) {
-  const Handle type = utf8_variable_string_type(file, attr_label(node, name));
+  const Handle type = variable_string_type(file, H5T_CSET_UTF8, attr_label(node, name));
   // A variable-length string is written through a pointer to its char pointer.
   write_attr_raw(file, node, name, type.get(), type.get(), &value, 1, true);
 }
@@ -256,7 +259,9 @@ std::string read_string_attr(const FileContext& file, const Node& node, const ch
   const OpenAttr opened = open_attr(file, node, name, H5T_STRING, 1);
   const htri_t variable = file.check(H5Tis_variable_str(opened.type.get()), "H5Tis_variable_str", label);
   if (variable > 0) {
-    const Handle memory_type = utf8_variable_string_type(file, label);
+    const H5T_cset_t charset = H5Tget_cset(opened.type.get());
+    if (charset < 0) file.fail_call("H5Tget_cset", label);
+    const Handle memory_type = variable_string_type(file, charset, label);
     char* text = nullptr;
     file.check(H5Aread(opened.attr.get(), memory_type.get(), &text), "H5Aread", label);
     std::string value = text != nullptr ? text : "";
