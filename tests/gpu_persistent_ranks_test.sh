@@ -15,7 +15,11 @@
 #   6. auto: every rank times both paths and the slowest rank's times decide, so all take the same one
 #      (ranks on different paths would pair mismatched exchanges and hang until the time limit): the run
 #      completes, its line names the path with both times, the one it measured no slower, and after 10
-#      steps its bits are those of that path given explicitly (--steps-per-launch 600 or 1).
+#      steps its bits are those of that path given explicitly (--steps-per-launch 600 or 1);
+#   7. a rank stopped (SIGSTOP) as it begins its chunk: the others wait inside the kernel's exchange,
+#      where their host sees no step finish; the watchdog sees the silence within --stall-timeout
+#      plus the waiting phase's grace (the kernel counts its steps into a host word), where it allowed
+#      one timeout per step of the chunk before: exit 6 in seconds, naming the chunk's phase.
 # Usage: gpu_persistent_ranks_test.sh BUILD_DIR SOURCE_DIR   (env: RANKS, CNN_FASHION_DIR, PYTHON)
 source "$2/tests/gpu_two_ranks_lib.sh" "$1" "$2"
 skip_unless_gpu_runs h5py
@@ -129,6 +133,21 @@ expect_rc nan 4
 grep -q "global step 5 (1-based), layer fc.bias, rank(s) 0;" "$work/nan.log" &&
   pass "NaN in step 5 on rank 0: $(grep -o 'training diverged: non-finite gradient in global step 5[^;]*' "$work/nan.log")" ||
   fail "NaN in step 5: $(grep -m2 -i 'diverged\|error' "$work/nan.log" | xargs)"
+
+# 7. Rank 1 stops itself (CNN_TEST_SIGSTOP) as it enters its first chunk (global step 1, 30 steps an
+# epoch): rank 0 runs its own chunk and waits in step 1's exchange inside the kernel. With
+# --stall-timeout 2 its watchdog fires after 2 s plus the 5 s grace; before, the chunk's phase allowed
+# 30 timeouts (60 s).
+started=$(date +%s)
+ranks stopped "$n" "CNN_TEST_SIGSTOP=1:1:steps in one launch, exchanging with the other ranks" -- \
+  "${seed[@]}" --stall-timeout 2
+took=$(($(date +%s) - started))
+line=$(grep -m1 "^cnn_mpi: error: rank" "$work/stopped.log")
+if [[ $rc -eq 6 && $took -lt 40 && $line == *"in phase steps in one launch, exchanging with the other ranks at global step 1"* ]]; then
+  pass "rank 1 stopped as its chunk began: exit 6 after ${took} s: ${line#cnn_mpi: error: }"
+else
+  fail "rank 1 stopped as its chunk began: exit $rc after ${took} s: ${line:-$(tail -3 "$work/stopped.log" | xargs)}"
+fi
 
 if ((failures > 0)); then echo "gpu_persistent_ranks_test: $failures failure(s)"; exit 1; fi
 echo "gpu_persistent_ranks_test: passed"

@@ -8,6 +8,7 @@
 #  - CNN_TEST_STOP_AFTER_STEPS stops at the same step with the same line, checkpoint and exit 5, and
 #    the resume with chunks completes bitwise; a real SIGTERM mid-run stops at a step boundary;
 #  - CNN_TEST_NAN_AT: the same one line and exit 4 as without chunks;
+#  - CNN_TEST_STALL at a chunk's start: the watchdog fires after one --stall-timeout;
 #  - the settings line for each reason a run takes one step per call: 2 ranks, --on-nonfinite skip,
 #    stream mode, --trace.
 # Usage: steps_per_launch_test.sh BUILD_DIR SOURCE_DIR
@@ -109,6 +110,18 @@ done
 cmp -s "$WORK/nan_1.err" "$WORK/nan_7.err" && pass "nan: the same line with chunks as without" ||
   fail "nan: the lines differ"
 same_checkpoints "nan: the checkpoints before the stop" "$WORK/nan_1" "$WORK/nan_7"
+
+# ---- (f) the stall watchdog inside a chunk: a chunk beats once per step (StepChunk::on_progress), so a
+# stall at a chunk's start (CNN_TEST_STALL in its phase, global step 11: the chunk of steps 11-20) fires
+# after one --stall-timeout, as in the one-step loop (before, a chunk of N steps was allowed N timeouts).
+started=$(date +%s)
+run_as stall_chunk env "CNN_TEST_STALL=0:11:steps in one launch" "$CNN" "${RUN[@]}" --backend seq \
+  --steps-per-launch 600 --stall-timeout 1 --out "$WORK/stall_chunk"
+took=$(($(date +%s) - started))
+expect_rc stall_chunk 6
+expect_grep stall_chunk "$WORK/stall_chunk.err" "stalled: no progress for 1.* s in phase steps in one launch at global step 11 (--stall-timeout 1.0 s)"
+[ "$took" -lt 6 ] && pass "stall_chunk: the abort after $took s (one timeout, not one per step)" ||
+  fail "stall_chunk: the abort after $took s"
 
 # ---- (e) runs that take one step per call, and say why -----------------------------------------------------
 SHORT=(--data "$DATA" --train-samples 400 --test-samples 100 --filters 4 --batch 100 --threads 1 --quiet --epochs 1

@@ -22,16 +22,23 @@ BOOST_AUTO_TEST_CASE(own_work_fires_after_the_timeout) {
   BOOST_TEST(judge_stall(WatchPhase::kData, 10.1, 10, 0).fire);
 }
 
-// A chunk of N whole steps in one backend call (--steps-per-launch) beats no heartbeat until it
-// returns: it may be silent for N timeouts, one per step, as the one-step loop's heartbeats allow.
-BOOST_AUTO_TEST_CASE(a_chunk_of_steps_gets_one_timeout_per_step) {
+// A chunk of whole steps in one backend call (--steps-per-launch) beats once per step as its steps
+// complete (StepChunk::on_progress), so one timeout of silence is a stall, as in the one-step loop.
+// On 2+ ranks every step of the chunk waits for the others inside the call (the exchange): a waiting
+// phase, whose grace lets the stalled rank report first and whose stop signal ends the wait.
+BOOST_AUTO_TEST_CASE(a_chunk_of_steps_gets_the_one_step_loops_timeout) {
   BOOST_TEST(!cnn::waits_for_peers(WatchPhase::kStepChunk));
-  BOOST_TEST(!judge_stall(WatchPhase::kStepChunk, 599, 10, 0, 0, 60).fire);
-  BOOST_TEST(judge_stall(WatchPhase::kStepChunk, 601, 10, 0, 0, 60).fire);
-  BOOST_TEST(judge_stall(WatchPhase::kStepChunk, 10.1, 10, 0, 0, 1).fire);
-  BOOST_TEST(judge_stall(WatchPhase::kStepChunk, 10.1, 10, 0, 0, 0).fire);  // never below one step's
-  BOOST_TEST(judge_stall(WatchPhase::kForwardBackward, 10.1, 10, 0, 0, 60).fire);  // other phases: one
+  BOOST_TEST(!judge_stall(WatchPhase::kStepChunk, 9.9, 10, 0).fire);
+  BOOST_TEST(judge_stall(WatchPhase::kStepChunk, 10.1, 10, 0).fire);
+  BOOST_TEST(cnn::waits_for_peers(WatchPhase::kStepChunkExchange));
+  BOOST_TEST(!judge_stall(WatchPhase::kStepChunkExchange, 10.1, 10, 0).fire);  // the grace
+  BOOST_TEST(judge_stall(WatchPhase::kStepChunkExchange, 15.1, 10, 0).fire);
+  const cnn::StallVerdict signalled = judge_stall(WatchPhase::kStepChunkExchange, 5.1, 10, 15);
+  BOOST_TEST(signalled.fire);
+  BOOST_TEST(signalled.signal_exit);
   BOOST_TEST(std::string(cnn::watch_phase_name(WatchPhase::kStepChunk)) == "steps in one launch");
+  BOOST_TEST(std::string(cnn::watch_phase_name(WatchPhase::kStepChunkExchange)) ==
+             "steps in one launch, exchanging with the other ranks");
 }
 
 BOOST_AUTO_TEST_CASE(waiting_phases_defer_to_the_stalled_rank) {

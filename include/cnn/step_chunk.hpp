@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "cnn/optimizer.hpp"
@@ -34,6 +35,10 @@ struct StepChunk {
   // Test hook CNN_TEST_NAN_AT (divergence.hpp): the step, as an index into this chunk, whose gradient
   // gets a NaN in its last element before the check; -1: none.
   std::int64_t nan_at = -1;
+  // Called on the calling thread with the count of steps finished so far, as they finish (the
+  // persistent kernel: as the calling thread sees its host word move while it waits), for the stall
+  // watchdog's heartbeat: a chunk beats once per step, as the one-step loop does. May be empty.
+  std::function<void(std::int64_t steps_done)> on_progress;
 
   std::int64_t steps() const { return static_cast<std::int64_t>(optimizer.size()); }
 };

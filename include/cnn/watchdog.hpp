@@ -64,10 +64,12 @@ enum class WatchPhase : int {
   kLog,              // rank 0 appends to the run's logs
   kCheckpoint,       // rank 0 writes a checkpoint
   kCheckpointWait,   // waits for peers: the other ranks wait for rank 0's checkpoint verdict
-  kStepChunk,        // a chunk of whole steps in one backend call (chunk_plan.hpp): no heartbeat
-                     // until it returns, so it may be silent for the timeout once per step it holds
+  kStepChunk,        // a chunk of whole steps in one backend call (chunk_plan.hpp), one rank: a
+                     // heartbeat as each step completes (StepChunk::on_progress)
+  kStepChunkExchange,  // the same on 2+ ranks, the gradient exchange inside the call: every step
+                       // waits for the other ranks, as the allreduce does
 };
-inline constexpr int kWatchPhaseCount = 13;
+inline constexpr int kWatchPhaseCount = 14;
 
 const char* watch_phase_name(WatchPhase phase);
 // True for phases that only wait for other ranks (they get the grace margin).
@@ -89,9 +91,6 @@ inline constexpr double kSignalProbeSilenceSeconds = 0.25;
 void heartbeat(WatchPhase phase);
 // The global step the rank is on, for the message.
 void heartbeat_step(std::int64_t global_step);
-// Marks the start of a chunk of `steps` whole steps (WatchPhase::kStepChunk): the watchdog allows
-// that many timeouts of silence, as many as the one-step loop's heartbeats would have reset.
-void heartbeat_chunk(std::int64_t steps);
 // What the heartbeats say now (any thread), for the flight recorder.
 WatchPhase current_watch_phase() noexcept;
 std::int64_t current_global_step() noexcept;
@@ -123,9 +122,8 @@ struct StallVerdict {
   bool quiet = false;        // exit without a line (signal_exit on ranks other than 0)
   double limit = 0.0;        // the silence allowed in this phase, seconds
 };
-// `chunk_steps`: the steps of the chunk running in kStepChunk (heartbeat_chunk).
 StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal,
-                         int rank = 0, std::int64_t chunk_steps = 1);
+                         int rank = 0);
 
 // The watchdog thread of one rank, from construction to destruction (RAII: the trainer owns one for
 // its loop). timeout_seconds <= 0: off (no thread). `stall`: the test hooks CNN_TEST_STALL and

@@ -1,7 +1,9 @@
 // PersistentSeedSteps: see persistent_steps.hpp.
 #include "cuda/persistent_steps.hpp"
 
+#include <algorithm>
 #include <stdexcept>
+#include <thread>
 
 #include "cnn/errors.hpp"
 #include "cuda/cuda_check.hpp"
@@ -20,16 +22,21 @@ PersistentSeedSteps::PersistentSeedSteps(const SeedModel& model) : model_(model)
   // The kernel expects these words as it leaves them: no non-finite value seen, no stop requested.
   CNN_CHECK_CUDA(cudaMemset(verdict_.get(), 0xff, verdict_.bytes()));
   CNN_CHECK_CUDA(cudaMemset(stop_request_.get(), 0, stop_request_.bytes()));
-  void* word = nullptr;
-  CNN_CHECK_CUDA(cudaHostAlloc(&word, sizeof(int), cudaHostAllocMapped));
-  stop_word_ = static_cast<volatile int*>(word);
+  void* words = nullptr;
+  CNN_CHECK_CUDA(cudaHostAlloc(&words, 2 * sizeof(int), cudaHostAllocMapped));
+  stop_word_ = static_cast<volatile int*>(words);
+  progress_word_ = stop_word_ + 1;
   *stop_word_ = 0;
+  *progress_word_ = 0;
   void* on_device = nullptr;
-  CNN_CHECK_CUDA(cudaHostGetDevicePointer(&on_device, word, 0));
+  CNN_CHECK_CUDA(cudaHostGetDevicePointer(&on_device, words, 0));
   stop_word_device_ = static_cast<const volatile int*>(on_device);
+  progress_word_device_ = static_cast<volatile int*>(on_device) + 1;
+  CNN_CHECK_CUDA(cudaEventCreateWithFlags(&chunk_done_, cudaEventDisableTiming));
 }
 
 PersistentSeedSteps::~PersistentSeedSteps() {
+  if (chunk_done_ != nullptr) (void)cudaEventDestroy(chunk_done_);
   if (stop_word_ != nullptr) (void)cudaFreeHost(const_cast<int*>(stop_word_));
 }
 
@@ -74,6 +81,23 @@ double seconds_between(unsigned long long from, unsigned long long to) {
 }
 
 }  // namespace
+
+// Waits for the launch while the watchdog is told of every step the kernel finishes: a chunk may be a
+// whole epoch, and a kernel that stops moving (a peer rank lost in the exchange) must be seen within
+// one step's --stall-timeout, as the one-step loop is. Polls as cudaStreamSynchronize spins.
+void PersistentSeedSteps::wait_reporting_progress(const StepChunk& chunk, cudaStream_t stream) {
+  CNN_CHECK_CUDA(cudaEventRecord(chunk_done_, stream));
+  int reported = 0;
+  for (;;) {
+    const cudaError_t state = cudaEventQuery(chunk_done_);
+    if (state != cudaSuccess && state != cudaErrorNotReady) CNN_CHECK_CUDA(state);
+    const int done = *progress_word_;  // after the query: final once the event is
+    if (done > reported && chunk.on_progress) chunk.on_progress(done);
+    reported = std::max(reported, done);
+    if (state == cudaSuccess) return;
+    std::this_thread::yield();
+  }
+}
 
 StepChunkResult PersistentSeedSteps::run(const StepChunk& chunk, const PersistentTargets& targets,
                                          cudaStream_t stream) {
@@ -137,6 +161,8 @@ StepChunkResult PersistentSeedSteps::run(const StepChunk& chunk, const Persisten
   a.verdict = verdict_.get();
   a.stop_request = stop_request_.get();
   a.host_stop = stop_word_device_;
+  a.host_progress = progress_word_device_;
+  *progress_word_ = 0;
   a.outcome = outcome_.get();
   a.clocks = clocks_.get();
   a.loss_sum = targets.loss_sum;
@@ -148,7 +174,7 @@ StepChunkResult PersistentSeedSteps::run(const StepChunk& chunk, const Persisten
   CNN_CHECK_CUDA(cudaMemcpyAsync(clocks_readback_.get(), clocks_.get(),
                                  static_cast<std::size_t>(4 * steps) * sizeof(unsigned long long),
                                  cudaMemcpyDeviceToHost, stream));
-  CNN_CHECK_CUDA(cudaStreamSynchronize(stream));
+  wait_reporting_progress(chunk, stream);
 
   const SeedPersistentOutcome outcome = *outcome_readback_.get();
   StepChunkResult result;

@@ -48,13 +48,14 @@ class PersistentSeedSteps {
   // from now on sums each step's gradient over `world` inside the kernel, else why not (no peer
   // access, several nodes, GPUs with different multiprocessor counts). Collective.
   std::string prepare_exchange(const MpiWorld& world, int device);
-  // Runs the chunk on `stream` and waits for it.
+  // Runs the chunk on `stream` and waits for it, calling chunk.on_progress as its steps finish.
   StepChunkResult run(const StepChunk& chunk, const PersistentTargets& targets, cudaStream_t stream);
   // The host word the kernel polls once per step (mapped into the GPU's address space).
   volatile int* stop_word() const { return stop_word_; }
 
  private:
   const SeedPersistentPlan& plan_for(std::int64_t n);
+  void wait_reporting_progress(const StepChunk& chunk, cudaStream_t stream);
 
   SeedModel model_;
   std::map<std::int64_t, SeedPersistentPlan> plans_;  // by batch size
@@ -69,8 +70,13 @@ class PersistentSeedSteps {
   PinnedBuffer<unsigned long long> clocks_readback_;
   PinnedBuffer<SeedPersistentOutcome> outcome_readback_;
   std::unique_ptr<PeerArea> peers_;            // 2+ ranks, after prepare_exchange; null: one rank
-  volatile int* stop_word_ = nullptr;         // cudaHostAllocMapped
-  const volatile int* stop_word_device_ = nullptr;  // the same word as the GPU addresses it
+  // Two words of cudaHostAllocMapped memory: the stop word the kernel reads, and the count of steps
+  // it has finished in the running launch, which the waiting host thread reads.
+  volatile int* stop_word_ = nullptr;
+  volatile int* progress_word_ = nullptr;
+  const volatile int* stop_word_device_ = nullptr;  // the same words as the GPU addresses them
+  volatile int* progress_word_device_ = nullptr;
+  cudaEvent_t chunk_done_ = nullptr;  // recorded after each launch's readbacks
 };
 
 }  // namespace cnn::cuda

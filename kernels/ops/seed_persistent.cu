@@ -69,7 +69,11 @@ __global__ void __launch_bounds__(kThreads, 1) seed_persistent_kernel(SeedPersis
     }
     update_phase(a, s, own, smem, l, a.rules[step]);
     __syncthreads();  // the updated copies, before the next forward reads them
-    if (clock_keeper) a.clocks[step * 4 + 3] = global_ns();
+    if (clock_keeper) {
+      a.clocks[step * 4 + 3] = global_ns();
+      // For the host's watchdog (a posted write across PCIe: the step does not wait for it).
+      if (a.host_progress != nullptr) *a.host_progress = step + 1;
+    }
     if (stop != 0) {
       ++step;
       if (clock_keeper) a.outcome->stop_seen = 1;

@@ -105,6 +105,7 @@ struct SeedPersistentArgs {
   unsigned long long* verdict = nullptr;  // [1], the step's first non-finite index; kAllFinite between steps
   int* stop_request = nullptr;     // [1], 0 at launch
   const volatile int* host_stop = nullptr;  // the host's stop word, mapped (may be null)
+  volatile int* host_progress = nullptr;    // mapped: the steps finished in this launch (may be null)
   SeedPersistentOutcome* outcome = nullptr;
   unsigned long long* clocks = nullptr;  // [steps, 4]: block 0's %globaltimer at the step's start,
                                          // after the loss, after the check, after its update (ns)

@@ -41,6 +41,7 @@ StepChunkResult Backend::train_chunk(const StepChunk& chunk) {
       break;
     }
     ++result.steps_done;
+    if (chunk.on_progress) chunk.on_progress(result.steps_done);
   }
   return result;
 }

@@ -190,13 +190,17 @@ class TrainingLoop {
     // Every step of a chunk has the global batch of its first (chunk_end), and each rank its slice of it.
     const Range first = global_batch_range(step, data_.train_count(), config_.batch);
     const Range mine = rank_slice(first, world_.rank(), world_.size());
-    const StepChunk chunk =
+    StepChunk chunk =
         make_step_chunk(run_.optimizer, *run_.learning_rate, config_.seed, progress_.global_step, mine,
                         first.count, steps, divergence_.nan_hook_index(progress_.global_step, steps));
     StepEvent event{epoch, step, progress_.global_step, steps_run_};
     observers_.step_begin(event);
     times_ += backend_.take_phase_times();  // none of the chunk's steps' time (train_chunk takes theirs)
-    heartbeat_chunk(steps);
+    // A chunk of several ranks exchanges inside the call: every step waits for the others there.
+    heartbeat(world_.size() > 1 ? WatchPhase::kStepChunkExchange : WatchPhase::kStepChunk);
+    const std::int64_t chunk_first_step = progress_.global_step;
+    // The step in flight, 1-based, as the one-step loop reports it (HeartbeatObserver::on_step_begin).
+    chunk.on_progress = [chunk_first_step](std::int64_t done) { heartbeat_step(chunk_first_step + done + 1); };
     const StepChunkResult result = backend_.train_chunk(chunk);
     for (const ChunkStepTimes& t : result.times) {
       times_.add(Phase::kForward, t.forward);

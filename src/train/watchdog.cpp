@@ -26,7 +26,6 @@ namespace {
 std::atomic<std::uint64_t> g_beats{0};
 std::atomic<int> g_phase{static_cast<int>(WatchPhase::kIdle)};
 std::atomic<std::int64_t> g_step{0};
-std::atomic<std::int64_t> g_chunk_steps{1};  // heartbeat_chunk's, for kStepChunk
 
 // Test hook CNN_TEST_STALL (TestHooks::stall): this rank stops making progress when it enters the
 // phase at the global step, as a hung device, file system or peer would.
@@ -41,7 +40,8 @@ std::atomic<bool> g_hook_armed{false};
 
 constexpr const char* kPhaseNames[kWatchPhaseCount] = {
     "idle",      "data",      "forward/backward", "non-finite check", "allreduce",  "update", "step-end agreement",
-    "eval",      "eval reduction", "log write",   "checkpoint write", "checkpoint wait", "steps in one launch"};
+    "eval",      "eval reduction", "log write",   "checkpoint write", "checkpoint wait", "steps in one launch",
+    "steps in one launch, exchanging with the other ranks"};
 
 StallHook stall_hook_for(const std::optional<TestHooks::StallAt>& stall, int rank) {
   StallHook hook;
@@ -83,6 +83,7 @@ bool waits_for_peers(WatchPhase phase) {
     case WatchPhase::kStepEnd:
     case WatchPhase::kEvalReduce:
     case WatchPhase::kCheckpointWait:
+    case WatchPhase::kStepChunkExchange:
       return true;
     default:
       return false;
@@ -103,25 +104,18 @@ void heartbeat_step(std::int64_t global_step) {
   g_beats.fetch_add(1, std::memory_order_relaxed);
 }
 
-void heartbeat_chunk(std::int64_t steps) {
-  g_chunk_steps.store(std::max<std::int64_t>(1, steps), std::memory_order_relaxed);
-  heartbeat(WatchPhase::kStepChunk);
-}
-
 WatchPhase current_watch_phase() noexcept { return static_cast<WatchPhase>(g_phase.load(std::memory_order_relaxed)); }
 std::int64_t current_global_step() noexcept { return g_step.load(std::memory_order_relaxed); }
 std::uint64_t heartbeat_count() noexcept { return g_beats.load(std::memory_order_relaxed); }
 
 StallVerdict judge_stall(WatchPhase phase, double silent_seconds, double timeout_seconds, int pending_signal,
-                         int rank, std::int64_t chunk_steps) {
+                         int rank) {
   StallVerdict verdict;
   if (phase == WatchPhase::kIdle || timeout_seconds <= 0) return verdict;
   const bool waiting = waits_for_peers(phase);
   const double stagger = std::min(kRankStaggerSeconds * rank, kMaxRankStaggerSeconds);
   verdict.limit = waiting ? timeout_seconds + std::max(kMinWaitGraceSeconds, timeout_seconds / 4) + stagger
                           : timeout_seconds;
-  // A chunk of N steps is N steps' work without a heartbeat: a stall only past N timeouts.
-  if (phase == WatchPhase::kStepChunk) verdict.limit = timeout_seconds * static_cast<double>(std::max<std::int64_t>(1, chunk_steps));
   if (waiting && pending_signal != 0 && kStopSignalGraceSeconds < verdict.limit) {
     verdict.limit = kStopSignalGraceSeconds;
     verdict.signal_exit = true;
@@ -194,8 +188,7 @@ void Watchdog::run() {
         stop_if_peers_missing(phase, now - since, signo);
       }
     }
-    const StallVerdict verdict = judge_stall(phase, now - since, timeout_, local_stop_signal(), rank_,
-                                                 g_chunk_steps.load(std::memory_order_relaxed));
+    const StallVerdict verdict = judge_stall(phase, now - since, timeout_, local_stop_signal(), rank_);
     if (verdict.fire) fire(phase, now - since, verdict);
   }
 }
