@@ -288,11 +288,13 @@ __global__ void __launch_bounds__(kThreads)
           const bool valid = cell < cells;
 #pragma unroll
           for (int c = 0; c < C; ++c) {
-            const uint4 word = valid ? __ldg(patches + (s * C + c) * cells + cell) : make_uint4(0, 0, 0, 0);
-            // Pixel 8*(t&1) + g: row word 2*(t&1) + g/4, byte g%4.
-            const bool right = (g >> 2) != 0;
-            bv[step][2 * c][half][e] = byte_value(right ? word.y : word.x, g & 3);
-            bv[step][2 * c + 1][half][e] = byte_value(right ? word.w : word.z, g & 3);
+            // Pixel 8*(t&1) + g of n tile t = 2c + (t&1): byte g%4 of row 2*(t&1) + g/4, the only two of
+            // the patch's four row words this thread reads.
+            const unsigned* rows = reinterpret_cast<const unsigned*>(patches + (s * C + c) * cells + cell);
+            const unsigned upper = valid ? __ldg(rows + (g >> 2)) : 0u;
+            const unsigned lower = valid ? __ldg(rows + 2 + (g >> 2)) : 0u;
+            bv[step][2 * c][half][e] = byte_value(upper, g & 3);
+            bv[step][2 * c + 1][half][e] = byte_value(lower, g & 3);
           }
 #pragma unroll
           for (int m = 0; m < kGradTiles; ++m) {
@@ -411,8 +413,8 @@ ConvReluPoolMmaPlan plan_for(const SeedModel& m, std::int64_t n) {
   const std::int64_t chunks = n * plan.chunks_per_sample;
   const std::int64_t target = std::max<std::int64_t>(1, std::int64_t{sms} * grad_resident / plan.grad_groups);
   plan.splits = std::clamp<std::int64_t>(ceil_div(chunks, kWarps * 8), 1, target);
-  plan.chunks_per_split = ceil_div(chunks, plan.splits);
-  plan.splits = ceil_div(chunks, plan.chunks_per_split);
+  plan.chunks_per_split = std::max<std::int64_t>(1, ceil_div(chunks, plan.splits));
+  plan.splits = std::max<std::int64_t>(1, ceil_div(chunks, plan.chunks_per_split));
   plan.workspace_floats = plan.splits * plan.grad_groups * grad_record<C>();
   return plan;
 }
