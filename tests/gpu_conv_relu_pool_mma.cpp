@@ -9,7 +9,8 @@
 //   gradient  of the weights and the bias against the fp32 sweep given the same winners and
 //             dL/dpooled: within 5e-3 (tf32) or 3e-2 (bf16) norm-wise for the weights, 1e-4 for the
 //             bias (summed in fp32 both); accumulate adds to what is there;
-//   repeat    two runs give the same bits.
+//   repeat    two runs give the same bits;
+//   the op    takes these forms in tf32 and bf16 as the first op only (its settings line says so).
 // measure_conv_relu_pool (disabled unless named) times the fp32 and tensor-core kernels for the cifar
 // preset's first layer (3x32x32, 32 filters) at batch 128, 512 and 2048.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
@@ -28,6 +29,8 @@
 #include <utility>
 #include <vector>
 
+#include "cnn/backend.hpp"
+#include "cnn/network.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/ops/layer_ops.hpp"
 #include "kernels/ops/seed_shape.hpp"
@@ -299,6 +302,39 @@ BOOST_AUTO_TEST_CASE(plans_name_the_precision_and_cover_the_cells) {
       BOOST_TEST(plan.grad_groups == 5);
       BOOST_TEST(plan.splits * plan.chunks_per_split >= n * plan.chunks_per_sample);
       BOOST_TEST((plan.splits - 1) * plan.chunks_per_split < n * plan.chunks_per_sample);
+    }
+}
+
+// The op takes these forms in tf32 and bf16 as the network's first op (reading the data set) and the
+// fp32 kernels otherwise: its line of the settings block says which.
+BOOST_AUTO_TEST_CASE(the_op_runs_on_tensor_cores_as_the_first_op_in_tf32_and_bf16) {
+  struct Net {
+    const char* spec;
+    int width;
+    cnn::TensorShape input;
+    std::string line;  // the start of the op's line
+  };
+  const Net nets[] = {
+      {"cifar", 32, {3, 32, 32}, "op 0 conv_relu_pool: "},
+      {"cifar", 32, {1, 28, 28}, "op 0 conv_relu_pool: "},
+      // After a block without parameters the op reads floats: fp32 in every precision.
+      {"res[relu] conv3x3:8 relu maxpool2 res[conv3x3:8/p1] relu fc:10", 0, {3, 16, 16}, "op 1 conv_relu_pool: "},
+  };
+  for (const Net& net_case : nets)
+    for (const cnn::Precision precision : {cnn::Precision::kFp32, cnn::Precision::kTf32, cnn::Precision::kBf16}) {
+      const cnn::Network net = cnn::build_network(net_case.spec, net_case.width, net_case.input, 10);
+      cnn::BackendOptions options;
+      options.kind = cnn::BackendKind::kCuda;
+      options.optimizer = cnn::OptimizerKind::kAdam;
+      options.precision = precision;
+      const auto backend = cnn::make_backend(options, net);
+      std::string line;
+      for (const std::string& l : backend->implementation_lines(128))
+        if (l.rfind(net_case.line, 0) == 0) line = l;
+      const bool tensor_cores = precision != cnn::Precision::kFp32 && net_case.line == "op 0 conv_relu_pool: ";
+      const std::string want = tensor_cores ? std::string("mma.") + cnn::precision_name(precision) : "fma.fp32";
+      BOOST_TEST(line.find(want) != std::string::npos,
+                 net_case.spec << " in " << cnn::precision_name(precision) << ": \"" << line << "\" has no " << want);
     }
 }
 
