@@ -105,8 +105,9 @@ struct Problem {
       for (int c = 0; c < in.channels; ++c)
         for (int i = 0; i < 3; ++i)
           for (int k = 0; k < 3; ++k) {
-            const double term = static_cast<double>(weight[static_cast<std::size_t>(((f * in.channels + c) * 3 + i) * 3 + k)]) *
-                                (image[(c * in.height + y + i) * in.width + x + k] * static_cast<double>(cnn::cuda::kPixelScale));
+            const std::size_t tap = static_cast<std::size_t>(((f * in.channels + c) * 3 + i) * 3 + k);
+            const double pixel = image[(c * in.height + y + i) * in.width + x + k] * double{cnn::cuda::kPixelScale};
+            const double term = double{weight[tap]} * pixel;
             sum += term;
             size += std::abs(term);
           }

@@ -15,8 +15,12 @@
 //   weight grad  M = (f,p) of a group of 8 filters   N = (c,u,v)   K = cells of 16 per sample
 //                A[(f,p)][cell] = dL/dpooled where p won and the ReLU did not cut the cell, else 0;
 //                then dW[f,c,i,k] = sum over p of D[(f,p)][(c,a+i,b+k)] (the finalize).
-// Three quarters of each product's terms are zeros, which costs nothing that matters: the forward is
-// bound by its stores of pooled and winners, the weight gradient by its loads of dL/dpooled.
+// Three quarters of each product's terms are zeros: cheap beside the rest, since what each product
+// must move (the forward's stores of pooled and winners, the weight gradient's loads of dL/dpooled)
+// outweighs its mma work.
+//
+// This file: the forward and the plan; the weight gradient: conv_relu_pool_mma_grad.cu; what both
+// share: conv_relu_pool_mma.cuh.
 //
 // The forward's winner byte is a*2+b as in the fp32 kernel (the first maximum in that order), plus
 // kReluCutBit where the ReLU cut the cell (pooled == 0), so that the weight gradient need not read
@@ -29,56 +33,15 @@
 #include "cuda/dependent_launch.cuh"
 #include "cuda/launch.hpp"
 #include "dist/reduce.cuh"
+#include "ops/conv_relu_pool_mma.cuh"
 #include "ops/cuda_ops.hpp"
 #include "ops/input_batch.cuh"
 #include "ops/layer_ops.hpp"
-#include "ops/mma_instructions.cuh"
 
 namespace cnn::cuda {
 namespace {
 
-constexpr int kPatchPixels = kPatch * kPatch;          // 16: k (forward) or n (weight grad) per channel
-constexpr int kCellOutputs = kPoolWindow * kPoolWindow;  // 4 conv outputs under a pool cell
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-constexpr unsigned kFullWarp = 0xffffffffu;
-// Forward: a block's filters; its staged weights are 16 n tiles of 8 columns (2 filters x 4 outputs).
-constexpr int kForwardFilters = 32;
-constexpr int kForwardTiles = kForwardFilters * kCellOutputs / 8;
-constexpr int kTileCells = 16;  // the forward's m tile, the weight gradient's chunk of k
-// Weight gradient: a block's filters (2 m tiles of 16 rows (f,p)).
-constexpr int kGradFilters = 8;
-constexpr int kGradTiles = kGradFilters * kCellOutputs / 16;
-
-template <Precision P>
-__host__ __device__ constexpr int step_k() {
-  return 8 * MmaFormat<P>::kPerWord;  // k of one mma: 8 (tf32) or 16 (bf16)
-}
-template <Precision P, int C>
-__host__ __device__ constexpr int forward_steps() {
-  return C * kPatchPixels / step_k<P>();
-}
-// One (split, group) record of the weight gradient's partial sums: [8 filters][4 outputs][16C pixels],
-// then the 8 filters' bias sums.
-template <int C>
-__host__ __device__ constexpr int grad_record() {
-  return kGradFilters * kCellOutputs * kPatchPixels * C + kGradFilters;
-}
-
-// Byte `which` (0..3) of `word` as an exact float: 2^23 + byte, built by one byte permute, minus 2^23.
-__device__ __forceinline__ float byte_value(unsigned word, unsigned which) {
-  return __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7440u | which)) - 8388608.0f;
-}
-
-// The fragment layouts of mma.m16n8k8 (tf32) and m16n8k16 (bf16), for lane (g = lane/4, q = lane%4):
-// register r of A holds row g + 8*(r&1), k = kPerWord*q + e + 4*kPerWord*(r>>1) for its elements e;
-// register r of B holds column g, k = kPerWord*q + e + 4*kPerWord*r; accumulator h holds row
-// g + 8*(h>>1), column 2q + (h&1).
-template <Precision P>
-__device__ __forceinline__ int fragment_k(int q, int half, int e) {
-  constexpr int kPerWord = MmaFormat<P>::kPerWord;
-  return kPerWord * q + e + 4 * kPerWord * half;
-}
+using namespace cell_mma;  // NOLINT: the shared constants and helpers of the tensor-core forms
 
 // ---- forward --------------------------------------------------------------------------------------
 
@@ -233,166 +196,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- weight gradient ------------------------------------------------------------------------------
-
-// Block = (split, filter group of 8), its warps taking the split's chunks (16 cells of one sample) in
-// turn. Per chunk, thread (g, q) reads its 4 cells: the patches (B: pixel n = 8t + g of n tile t) and,
-// for filter 4m + (g&3) of each m tile m, dL/dpooled and the winner (A rows g and g+8: outputs
-// 2(g/4) and 2(g/4) + 1). The lanes with g < 4 also sum dL/dpooled in fp32 for the bias. The warps'
-// sums are added in warp order and written as the block's record of the partial sums.
-template <Precision P, int C>
-__global__ void __launch_bounds__(kThreads)
-    conv_relu_pool_mma_grad_kernel(float* __restrict__ partial /*[splits][groups][record]*/,
-                                   const float* __restrict__ grad_pooled /*[n,F,P]*/,
-                                   const std::uint8_t* __restrict__ winners /*[n,F,P]*/,
-                                   const uint4* __restrict__ patches /*[n,C,P]*/, std::int64_t n, int filters,
-                                   int cells, int chunks_per_sample, std::int64_t chunks_per_split, int groups) {
-  start_after_previous_kernel();
-  using Format = MmaFormat<P>;
-  constexpr int kPerWord = Format::kPerWord;
-  constexpr int kSteps = kTileCells / step_k<P>();
-  constexpr int kN = 2 * C;  // n tiles: 8 of the 16 pixels of a channel each
-  constexpr int kRecord = grad_record<C>();
-  __shared__ float sums_s[kWarps][kRecord];
-
-  const int group = static_cast<int>(blockIdx.x % groups);
-  const std::int64_t split = blockIdx.x / groups;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int first = 2 * (g >> 2);  // outputs p of rows g and g+8: first, first + 1
-  float acc[kGradTiles][kN][4];
-  float bias_acc[kGradTiles];
-#pragma unroll
-  for (int m = 0; m < kGradTiles; ++m) {
-    bias_acc[m] = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kN; ++t)
-#pragma unroll
-      for (int h = 0; h < 4; ++h) acc[m][t][h] = 0.0f;
-  }
-
-  const std::int64_t begin = split * chunks_per_split;
-  const std::int64_t end = min(n * chunks_per_sample, begin + chunks_per_split);
-  for (std::int64_t chunk = begin + warp; chunk < end; chunk += kWarps) {
-    const std::int64_t s = chunk / chunks_per_sample;
-    const int cell0 = static_cast<int>(chunk - s * chunks_per_sample) * kTileCells;
-    float av[kSteps][kGradTiles][2][2][2];  // [step][m][row half][k half][element]
-    float bv[kSteps][kN][2][2];             // [step][n tile][k half][element]
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (e >= kPerWord) continue;
-          const int cell = cell0 + step * step_k<P>() + fragment_k<P>(q, half, e);
-          const bool valid = cell < cells;
-#pragma unroll
-          for (int c = 0; c < C; ++c) {
-            // Pixel 8*(t&1) + g of n tile t = 2c + (t&1): byte g%4 of row 2*(t&1) + g/4, the only two of
-            // the patch's four row words this thread reads.
-            const unsigned* rows = reinterpret_cast<const unsigned*>(patches + (s * C + c) * cells + cell);
-            const unsigned upper = valid ? __ldg(rows + (g >> 2)) : 0u;
-            const unsigned lower = valid ? __ldg(rows + 2 + (g >> 2)) : 0u;
-            bv[step][2 * c][half][e] = byte_value(upper, g & 3);
-            bv[step][2 * c + 1][half][e] = byte_value(lower, g & 3);
-          }
-#pragma unroll
-          for (int m = 0; m < kGradTiles; ++m) {
-            const int f = group * kGradFilters + 4 * m + (g & 3);
-            const bool live = valid && f < filters;
-            const std::int64_t o = (s * filters + f) * cells + cell;
-            const unsigned won = live ? __ldg(winners + o) : kReluCutBit;
-            const float grad = (won & kReluCutBit) != 0 ? 0.0f : __ldg(grad_pooled + o);
-            if (g < 4) bias_acc[m] += grad;
-            av[step][m][0][half][e] = (won & 3u) == static_cast<unsigned>(first) ? grad : 0.0f;
-            av[step][m][1][half][e] = (won & 3u) == static_cast<unsigned>(first + 1) ? grad : 0.0f;
-          }
-        }
-#pragma unroll
-    for (int step = 0; step < kSteps; ++step) {
-      std::uint32_t b[kN][2];
-#pragma unroll
-      for (int t = 0; t < kN; ++t)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) b[t][r] = Format::pack(bv[step][t][r][0], bv[step][t][r][kPerWord - 1]);
-#pragma unroll
-      for (int m = 0; m < kGradTiles; ++m) {
-        std::uint32_t a[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r)
-          a[r] = Format::pack(av[step][m][r & 1][r >> 1][0], av[step][m][r & 1][r >> 1][kPerWord - 1]);
-#pragma unroll
-        for (int t = 0; t < kN; ++t) Format::mma(acc[m][t], a, b[t]);
-      }
-    }
-  }
-
-  // The warp's sums into shared memory: [filter][output p][pixel], then the bias sums (lanes q = 0
-  // of g < 4, after adding the four q in a fixed order).
-  float* mine = sums_s[warp];
-#pragma unroll
-  for (int m = 0; m < kGradTiles; ++m) {
-#pragma unroll
-    for (int t = 0; t < kN; ++t)
-#pragma unroll
-      for (int h = 0; h < 4; ++h) {
-        const int row = (4 * m + (g & 3)) * kCellOutputs + first + (h >> 1);
-        mine[row * C * kPatchPixels + 8 * t + 2 * q + (h & 1)] = acc[m][t][h];
-      }
-    float b = bias_acc[m];
-    b += __shfl_xor_sync(kFullWarp, b, 1);
-    b += __shfl_xor_sync(kFullWarp, b, 2);
-    if (g < 4 && q == 0) mine[kGradFilters * kCellOutputs * C * kPatchPixels + 4 * m + g] = b;
-  }
-  __syncthreads();
-  float* out = partial + (split * groups + group) * kRecord;
-  for (int i = threadIdx.x; i < kRecord; i += kThreads) {
-    float sum = sums_s[0][i];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) sum += sums_s[w][i];
-    out[i] = sum;
-  }
-}
-
-// A block per (row, filter), row = a tap (c,i,k) or (last) the bias: adds the splits' records in a
-// fixed order (a strided run per thread, then the warps in order), and for a tap the four outputs p
-// of each record: dW[f,c,i,k] = sum over p = a*2+b of D[(f,p)][(c, a+i, b+k)].
-template <int C>
-__global__ void __launch_bounds__(kThreads)
-    conv_relu_pool_mma_grad_finalize_kernel(float* __restrict__ grad_weight /*[F,C,3,3]*/,
-                                            float* __restrict__ grad_bias /*[F]*/,
-                                            const float* __restrict__ partial, std::int64_t splits, int groups,
-                                            bool accumulate) {
-  start_after_previous_kernel();
-  constexpr int kTaps = C * kTaps1;
-  constexpr int kRecord = grad_record<C>();
-  __shared__ float scratch[kWarps];
-  const int row = static_cast<int>(blockIdx.x);
-  const int f = static_cast<int>(blockIdx.y);
-  const int fl = f % kGradFilters;
-  const float* records = partial + (f / kGradFilters) * kRecord;
-  const int c = row / kTaps1, i = row % kTaps1 / kSeedKernel, k = row % kSeedKernel;
-  float acc = 0.0f;
-  for (std::int64_t split = threadIdx.x; split < splits; split += kThreads) {
-    const float* record = records + split * groups * kRecord;
-    if (row < kTaps) {
-#pragma unroll
-      for (int p = 0; p < kCellOutputs; ++p)
-        acc += __ldg(record + (fl * kCellOutputs + p) * C * kPatchPixels + c * kPatchPixels +
-                     (p / kPoolWindow + i) * kPatch + p % kPoolWindow + k);
-    } else {
-      acc += __ldg(record + kGradFilters * kCellOutputs * C * kPatchPixels + fl);
-    }
-  }
-  const float total = block_sum_shuffle(acc, scratch);
-  if (threadIdx.x == 0) {
-    float* dst = row < kTaps ? grad_weight + static_cast<std::int64_t>(f) * kTaps + row : grad_bias + f;
-    *dst = accumulate ? *dst + total : total;
-  }
-}
-
-// ---- launches -------------------------------------------------------------------------------------
-
 template <Precision P, int C>
 ConvReluPoolMmaPlan plan_for(const SeedModel& m, std::int64_t n) {
   ConvReluPoolMmaPlan plan;
@@ -401,17 +204,16 @@ ConvReluPoolMmaPlan plan_for(const SeedModel& m, std::int64_t n) {
   const std::int64_t cells = m.pooled().height * m.pooled().width;
   plan.forward_groups = static_cast<int>(ceil_div(m.filters, kForwardFilters));
   plan.fragment_words = std::int64_t{plan.forward_groups} * kForwardTiles * forward_steps<P, C>() * 64;
-  static const int forward_resident = resident_blocks_per_multiprocessor(conv_relu_pool_mma_forward_kernel<P, C>, kThreads);
   const std::int64_t tiles = ceil_div(n * cells, kTileCells);
-  plan.forward_blocks = static_cast<int>(std::clamp<std::int64_t>(
-      std::min<std::int64_t>(ceil_div(tiles, kWarps), std::int64_t{sms} * forward_resident / plan.forward_groups), 1,
-      kMaxGridBlocks));
-  // Weight gradient: about two waves' worth of resident blocks over all groups, each warp at least 8 chunks.
-  static const int grad_resident = resident_blocks_per_multiprocessor(conv_relu_pool_mma_grad_kernel<P, C>, kThreads);
+  const std::int64_t resident = std::int64_t{sms} * forward_blocks_per_multiprocessor(P, C) / plan.forward_groups;
+  plan.forward_blocks =
+      static_cast<int>(std::clamp<std::int64_t>(std::min(ceil_div(tiles, kWarps), resident), 1, kMaxGridBlocks));
+  // Weight gradient: one wave of resident blocks over all groups, each warp at least 8 chunks.
   plan.grad_groups = static_cast<int>(ceil_div(m.filters, kGradFilters));
   plan.chunks_per_sample = static_cast<int>(ceil_div(cells, kTileCells));
   const std::int64_t chunks = n * plan.chunks_per_sample;
-  const std::int64_t target = std::max<std::int64_t>(1, std::int64_t{sms} * grad_resident / plan.grad_groups);
+  const std::int64_t target =
+      std::max<std::int64_t>(1, std::int64_t{sms} * grad_blocks_per_multiprocessor(P, C) / plan.grad_groups);
   plan.splits = std::clamp<std::int64_t>(ceil_div(chunks, kWarps * 8), 1, target);
   plan.chunks_per_split = std::max<std::int64_t>(1, ceil_div(chunks, plan.splits));
   plan.splits = std::max<std::int64_t>(1, ceil_div(chunks, plan.chunks_per_split));
@@ -435,36 +237,28 @@ void forward_for(const ConvReluPoolMmaPlan& plan, float* pooled, std::uint8_t* w
   CNN_CHECK_LAUNCH();
 }
 
-template <Precision P, int C>
-void grad_for(const ConvReluPoolMmaPlan& plan, float* grad_weight, float* grad_bias, const float* grad_pooled,
-              const std::uint8_t* winners, const uint4* patches, std::int64_t n, const SeedModel& m, bool accumulate,
-              float* workspace, cudaStream_t stream) {
-  const int cells = m.pooled().height * m.pooled().width;
-  launch_dependent(conv_relu_pool_mma_grad_kernel<P, C>,
-                   dim3(static_cast<unsigned>(plan.splits * plan.grad_groups)), kThreads, 0, stream, workspace,
-                   grad_pooled, winners, patches, n, m.filters, cells, plan.chunks_per_sample, plan.chunks_per_split,
-                   plan.grad_groups);
-  CNN_CHECK_LAUNCH();
-  launch_dependent(conv_relu_pool_mma_grad_finalize_kernel<C>,
-                   dim3(C * kTaps1 + 1, static_cast<unsigned>(m.filters)), kThreads, 0, stream, grad_weight, grad_bias,
-                   static_cast<const float*>(workspace), plan.splits, plan.grad_groups, accumulate);
-  CNN_CHECK_LAUNCH();
-}
-
-void check_mma_precision(Precision precision) {
-  if (precision != Precision::kTf32 && precision != Precision::kBf16)
-    throw Error(ExitCode::kFailure, "internal error: conv_relu_pool's tensor-core form needs tf32 or bf16");
-}
-
 }  // namespace
+
+int cell_mma::forward_blocks_per_multiprocessor(Precision precision, int channels) {
+  int blocks = 0;
+  dispatch(precision, channels, [&](auto p, auto c) {
+    static const int resident =
+        resident_blocks_per_multiprocessor(conv_relu_pool_mma_forward_kernel<decltype(p)::value, decltype(c)::value>,
+                                           kThreads);
+    blocks = resident;
+  });
+  return blocks;
+}
 
 ConvReluPoolMmaPlan plan_conv_relu_pool_mma(const SeedModel& m, std::int64_t n, Precision precision) {
   check_seed_shape(m);
-  check_mma_precision(precision);
+  if (precision != Precision::kTf32 && precision != Precision::kBf16)
+    throw Error(ExitCode::kFailure, "internal error: conv_relu_pool's tensor-core form needs tf32 or bf16");
   check_int_range(n * m.pooled().size(), "conv_relu_pool's pooled output");
-  const bool one = m.input.channels == 1;
-  if (precision == Precision::kBf16) return one ? plan_for<Precision::kBf16, 1>(m, n) : plan_for<Precision::kBf16, 3>(m, n);
-  return one ? plan_for<Precision::kTf32, 1>(m, n) : plan_for<Precision::kTf32, 3>(m, n);
+  ConvReluPoolMmaPlan plan;
+  dispatch(precision, m.input.channels,
+           [&](auto p, auto c) { plan = plan_for<decltype(p)::value, decltype(c)::value>(m, n); });
+  return plan;
 }
 
 std::string ConvReluPoolMmaPlan::describe() const {
@@ -481,30 +275,10 @@ void conv_relu_pool_forward_from_data_mma(const ConvReluPoolMmaPlan& plan, float
   check_seed_shape(m);
   if (n <= 0) return;
   const GatheredBatch in{images, indices, m.input.size()};
-  const bool one = m.input.channels == 1;
-  if (plan.precision == Precision::kBf16) {
-    if (one) forward_for<Precision::kBf16, 1>(plan, pooled, winners, patches, in, weight, bias, fragments, n, m, stream);
-    else forward_for<Precision::kBf16, 3>(plan, pooled, winners, patches, in, weight, bias, fragments, n, m, stream);
-  } else {
-    if (one) forward_for<Precision::kTf32, 1>(plan, pooled, winners, patches, in, weight, bias, fragments, n, m, stream);
-    else forward_for<Precision::kTf32, 3>(plan, pooled, winners, patches, in, weight, bias, fragments, n, m, stream);
-  }
-}
-
-void conv_relu_pool_backward_weights_mma(const ConvReluPoolMmaPlan& plan, float* grad_weight, float* grad_bias,
-                                         const float* grad_pooled, const std::uint8_t* winners, const uint4* patches,
-                                         std::int64_t n, const SeedModel& m, bool accumulate, float* workspace,
-                                         cudaStream_t stream) {
-  check_seed_shape(m);
-  if (n <= 0) return;
-  const bool one = m.input.channels == 1;
-  if (plan.precision == Precision::kBf16) {
-    if (one) grad_for<Precision::kBf16, 1>(plan, grad_weight, grad_bias, grad_pooled, winners, patches, n, m, accumulate, workspace, stream);
-    else grad_for<Precision::kBf16, 3>(plan, grad_weight, grad_bias, grad_pooled, winners, patches, n, m, accumulate, workspace, stream);
-  } else {
-    if (one) grad_for<Precision::kTf32, 1>(plan, grad_weight, grad_bias, grad_pooled, winners, patches, n, m, accumulate, workspace, stream);
-    else grad_for<Precision::kTf32, 3>(plan, grad_weight, grad_bias, grad_pooled, winners, patches, n, m, accumulate, workspace, stream);
-  }
+  dispatch(plan.precision, m.input.channels, [&](auto p, auto c) {
+    forward_for<decltype(p)::value, decltype(c)::value>(plan, pooled, winners, patches, in, weight, bias, fragments,
+                                                        n, m, stream);
+  });
 }
 
 }  // namespace cnn::cuda

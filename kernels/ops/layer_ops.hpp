@@ -212,9 +212,10 @@ void conv_relu_pool_backward_weights(const ConvReluPoolPlan& plan, float* grad_w
                                      std::int64_t n, const SeedModel& m, bool accumulate, float* workspace,
                                      cudaStream_t stream);
 
-// The tensor-core forms of the first-layer conv_relu_pool (--precision tf32, bf16; conv_relu_pool_mma.cu),
-// from the uint8 data set: uint8 pixels are exact in either format, so only the weights (forward) and
-// dL/dpooled (weight gradient) are rounded, as the staged products round them, and sums are fp32.
+// The tensor-core forms of the first-layer conv_relu_pool from the uint8 data set (--precision tf32,
+// bf16; conv_relu_pool_mma.cu, conv_relu_pool_mma_grad.cu): uint8 pixels are exact in either format,
+// so only the weights (forward) and dL/dpooled (weight gradient) are rounded, as the staged products
+// round them, and the sums are fp32.
 // The forward writes the same pooled output and patches as conv_relu_pool_forward_from_data, and the
 // winner a*2+b (the first maximum in that order, of the tensor-core sums) plus kReluCutBit where the
 // ReLU cut the cell (pooled == 0), which the weight gradient reads instead of the pooled output.
