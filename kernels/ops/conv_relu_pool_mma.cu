@@ -112,37 +112,53 @@ __global__ void __launch_bounds__(kThreads)
   const std::int64_t tiles = ceil_div_device(total, kTileCells);
   const bool odd = (q & 1) != 0;
   unsigned(*patch)[C][kPatch] = patch_s[warp];
-  for (std::int64_t tile = blockIdx.x * std::int64_t{kWarps} + warp; tile < tiles;
-       tile += std::int64_t{gridDim.x} * kWarps) {
+  // The lane's share of a tile's patches: cell `local` = lane % 16, rows 2*(lane / 16) and the next of
+  // each channel, read as read_byte_patch does. A tile's reads are issued before the previous tile's
+  // products, so that they are in flight during them.
+  const int local = lane & (kTileCells - 1);
+  struct Share {
+    bool valid;
+    std::int64_t s;
+    int cell;
+    unsigned rows[C][2];
+  };
+  auto read_share = [&](std::int64_t tile, Share& share) {
+    const std::int64_t e = tile * kTileCells + local;
+    share.valid = tile < tiles && e < total;
+    share.s = share.valid ? e / cells : 0;
+    share.cell = share.valid ? static_cast<int>(e - share.s * cells) : 0;
+    const int py = share.cell / pooled_width;
+    const int px = share.cell - py * pooled_width;
+    // Past the last cell the lane reads the first cell of the batch's first sample (in bounds, with no
+    // branch around each load) and keeps zeros.
+    const std::uint8_t* pixels =
+        in.sample(share.s).pixels + static_cast<std::int64_t>(kPoolWindow * py) * width + kPoolWindow * px;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int du = 0; du < 2; ++du) {
+        const int u = 2 * (lane >> 4) + du;
+        unsigned row = 0;
+#pragma unroll
+        for (int v = 0; v < kPatch; ++v)
+          row |= static_cast<unsigned>(__ldg(pixels + c * plane + u * width + v)) << (8 * v);
+        share.rows[c][du] = share.valid ? row : 0u;
+      }
+  };
+  const std::int64_t stride = std::int64_t{gridDim.x} * kWarps;
+  Share share;
+  read_share(blockIdx.x * std::int64_t{kWarps} + warp, share);
+  for (std::int64_t tile = blockIdx.x * std::int64_t{kWarps} + warp; tile < tiles; tile += stride) {
     __syncwarp();  // the previous tile's reads of patch_s are done
-    {
-      // Lane: cell lane % 16, rows 2*(lane / 16) and the next.
-      const int local = lane & (kTileCells - 1);
-      const std::int64_t e = tile * kTileCells + local;
-      const bool valid = e < total;
-      const std::int64_t s = valid ? e / cells : 0;
-      const int cell = static_cast<int>(e - s * cells);
-      const int py = valid ? cell / pooled_width : 0;
-      const int px = valid ? cell - py * pooled_width : 0;
-      const std::uint8_t* pixels = in.sample(s).pixels + static_cast<std::int64_t>(kPoolWindow * py) * width +
-                                   kPoolWindow * px;
+#pragma unroll
+    for (int c = 0; c < C; ++c)
+#pragma unroll
+      for (int du = 0; du < 2; ++du) patch[local][c][2 * (lane >> 4) + du] = share.rows[c][du];
+    __syncwarp();
+    if (patches != nullptr && group == 0 && lane < kTileCells && share.valid)
 #pragma unroll
       for (int c = 0; c < C; ++c)
-#pragma unroll
-        for (int du = 0; du < 2; ++du) {
-          const int u = 2 * (lane >> 4) + du;
-          unsigned row = 0;
-#pragma unroll
-          for (int v = 0; v < kPatch; ++v)
-            row |= (valid ? static_cast<unsigned>(__ldg(pixels + c * plane + u * width + v)) : 0u) << (8 * v);
-          patch[local][c][u] = row;
-        }
-      __syncwarp();
-      if (patches != nullptr && group == 0 && lane < kTileCells && valid)
-#pragma unroll
-        for (int c = 0; c < C; ++c)
-          patches[(s * C + c) * cells + cell] = *reinterpret_cast<const uint4*>(patch[local][c]);
-    }
+        patches[(share.s * C + c) * cells + share.cell] = *reinterpret_cast<const uint4*>(patch[local][c]);
     // A: cell g + 8*(r&1), pixel k = (c,u,v) of the step.
     std::uint32_t a[kSteps][4];
 #pragma unroll
@@ -156,6 +172,7 @@ __global__ void __launch_bounds__(kThreads)
         const float hi = Format::kPerWord == 2 ? byte_value(word, pixel % kPatch + 1) : 0.0f;
         a[step][r] = Format::pack(lo, hi);
       }
+    read_share(tile + stride, share);
 
     const int out_local = g + (odd ? 8 : 0);
     const std::int64_t e = tile * kTileCells + out_local;
