@@ -71,23 +71,26 @@ __global__ void __launch_bounds__(kThreads)
           if (e >= kPerWord) continue;
           const int cell = cell0 + step * step_k<P>() + fragment_k<P>(q, half, e);
           const bool valid = cell < cells;
+          // Every load is in bounds and unconditional (past the last cell: cell 0, and the last filter),
+          // so that all of the chunk's loads are in flight at once; a cell or filter past the end gets
+          // A = 0, which zeroes whatever B holds for it.
+          const int at = valid ? cell : 0;
 #pragma unroll
           for (int c = 0; c < C; ++c) {
             // Pixel 8*(t&1) + g of n tile t = 2c + (t&1): byte g%4 of row 2*(t&1) + g/4, the only two of
             // the patch's four row words this thread reads.
-            const unsigned* rows = reinterpret_cast<const unsigned*>(patches + (s * C + c) * cells + cell);
-            const unsigned upper = valid ? __ldg(rows + (g >> 2)) : 0u;
-            const unsigned lower = valid ? __ldg(rows + 2 + (g >> 2)) : 0u;
-            bv[step][2 * c][half][e] = byte_value(upper, g & 3);
-            bv[step][2 * c + 1][half][e] = byte_value(lower, g & 3);
+            const unsigned* rows = reinterpret_cast<const unsigned*>(patches + (s * C + c) * cells + at);
+            bv[step][2 * c][half][e] = byte_value(__ldg(rows + (g >> 2)), g & 3);
+            bv[step][2 * c + 1][half][e] = byte_value(__ldg(rows + 2 + (g >> 2)), g & 3);
           }
 #pragma unroll
           for (int m = 0; m < kGradTiles; ++m) {
             const int f = group * kGradFilters + 4 * m + (g & 3);
-            const bool live = valid && f < filters;
-            const std::int64_t o = (s * filters + f) * cells + cell;
-            const unsigned won = live ? __ldg(winners + o) : kReluCutBit;
-            const float grad = (won & kReluCutBit) != 0 ? 0.0f : __ldg(grad_pooled + o);
+            const std::int64_t o = (s * filters + min(f, filters - 1)) * cells + at;
+            const unsigned won = __ldg(winners + o);
+            const float raw = __ldg(grad_pooled + o);
+            // Where the ReLU cut the cell, no gradient (and a NaN there is dropped, as in fp32).
+            const float grad = valid && f < filters && (won & kReluCutBit) == 0 ? raw : 0.0f;
             if (g < 4) bias_acc[m] += grad;
             av[step][m][0][half][e] = (won & 3u) == static_cast<unsigned>(first) ? grad : 0.0f;
             av[step][m][1][half][e] = (won & 3u) == static_cast<unsigned>(first + 1) ? grad : 0.0f;
