@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # One device call for --precision (issue 24): builds this tree ("after") and BEFORE_DIR (an export of
 # the commit before, e.g. `git archive REV | tar -x -C .carry/before`) in parallel, then
-#   1. gpu_precision and gpu_precision_steps (tf32 and bf16 against seq, odd shapes, determinism, plans)
-#      and gpu_conv_relu_pool_mma (the first layer's tensor-core forms against its fp32 kernels);
+#   1. gpu_precision and gpu_precision_steps (tf32 and bf16 against seq, odd shapes, determinism, plans);
 #   2. (STEPS includes epochs) the cifar preset's ms/epoch at batch 32, 128, 512 and 2048 in tf32 and
 #      bf16; (STEPS includes ab) those and the AB_PRECISIONS (default fp32) after and before,
 #      alternated (before, after, before, after);
@@ -12,8 +11,6 @@
 #   5. (STEPS includes layers) tests/gpu_precision's measure_layer_products: conv2's and conv3's products
 #      alone, every tile, the input gradient by columns and direct; (layers-before) the same in the
 #      before tree, first;
-#   5b. (STEPS includes conv1) tests/gpu_conv_relu_pool_mma's measure_conv_relu_pool: the first layer's
-#      fused conv + ReLU + pool, fp32 against tf32 and bf16 tensor cores, forward and weight gradient;
 #   6. (STEPS includes ncu) the kernels of two eager fp32 and bf16 steps at batch 512 and 2048 under ncu
 #      (kernels/bench/ncu_durations.py prints one line per launch).
 # Usage, from the tree: BEFORE_DIR=.carry/before OUT=$OUT STEPS="torch script" bash kernels/bench/precision_device_run.sh
@@ -26,7 +23,7 @@ export CNN_FASHION_DIR=$PWD/.carry/fashion-mnist CNN_MNIST_DIR=$PWD/.carry/mnist
 source kernels/bench/device_run_lib.sh
 start=$(date +%s)
 nvidia-smi -L; date -u +%FT%TZ
-(configure . build-after after && ninja -C build-after -j 12 cnn_mpi gpu_precision gpu_precision_steps gpu_conv_relu_pool_mma gpu_layers gpu_backend >"$out/build-after.log" 2>&1
+(configure . build-after after && ninja -C build-after -j 12 cnn_mpi gpu_precision gpu_precision_steps gpu_layers gpu_backend >"$out/build-after.log" 2>&1
  echo "after build $?"; grep -E "error" "$out/build-after.log" | head -5) &
 if [[ $steps == *" ab "* ]]; then
   before_targets=gpu_layers
@@ -39,8 +36,6 @@ wait; echo "built at $(($(date +%s) - start)) s"
 run 240 precision build-after/tests/gpu_precision --log_level=test_suite
 run 240 precision-steps build-after/tests/gpu_precision_steps --log_level=test_suite
 grep -E "worst tensor|staged [0-9]|error|failure|No errors|SKIP" "$out/precision.log" | head -30
-run 120 conv1-mma build-after/tests/gpu_conv_relu_pool_mma --log_level=test_suite
-grep -E "error|failure|No errors|SKIP" "$out/conv1-mma.log" | head -20
 
 measure() {  # NAME TREE PRECISIONS
   CNN_MEASURE_PRECISIONS=$3 run 200 "$1" "$2/tests/gpu_layers" --run_test=measure_cifar_epoch_time
@@ -72,10 +67,6 @@ fi
 if [[ $steps == *" layers "* ]]; then
   run 300 layers build-after/tests/gpu_precision --run_test=measure_layer_products
   cat "$out/layers.log" | grep -v "^Running\|^$"
-fi
-if [[ $steps == *" conv1 "* ]]; then
-  run 120 conv1 build-after/tests/gpu_conv_relu_pool_mma --run_test=measure_conv_relu_pool
-  grep -v "^Running\|^$" "$out/conv1.log"
 fi
 if [[ $steps == *" ncu "* ]] && command -v ncu >/dev/null; then
   metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active

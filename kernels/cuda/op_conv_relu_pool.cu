@@ -4,8 +4,7 @@
 // its gradient never exist; the backward is the weight gradient alone (no earlier op has parameters,
 // so none needs an input gradient). As the network's first op it reads the uint8 data set through
 // the batch's indices (no gathered float batch) and saves each cell's 4x4 input patch for the weight
-// gradient; behind another op it reads that op's float output. In --precision tf32 and bf16 the first
-// op runs the tensor-core forms (conv_relu_pool_mma.cu), whose winner bytes also mark the ReLU's cut.
+// gradient; behind another op it reads that op's float output.
 #include <map>
 
 #include "cnn/errors.hpp"
@@ -29,24 +28,17 @@ class ConvReluPoolOp final : public DeviceOp {
     model_.classes = network.classes;
   }
 
-  std::string implementation(std::int64_t n) const override {
-    if (tensor_cores()) return plan_conv_relu_pool_mma(model_, n, shared_.precision).describe();
-    return "fused direct conv + ReLU + pool, fma.fp32";
+  // A 3x3 kernel on 1 or 3 channels is too thin a product for tensor cores (k = 9 or 27).
+  std::string implementation(std::int64_t /*n*/) const override {
+    return "fused direct conv + ReLU + pool, fma.fp32 in every precision";
   }
 
   Prepared prepare(std::int64_t n) override {
+    auto found = plans_.find(n);
+    if (found == plans_.end()) found = plans_.emplace(n, plan_conv_relu_pool(model_, n, reads_data())).first;
     bool moved = winners_.reserve(n * out_size_);
     if (reads_data())
       moved |= patches_.reserve(n * model_.input.channels * model_.pooled().height * model_.pooled().width);
-    if (tensor_cores()) {
-      auto found = mma_plans_.find(n);
-      if (found == mma_plans_.end())
-        found = mma_plans_.emplace(n, plan_conv_relu_pool_mma(model_, n, shared_.precision)).first;
-      moved |= fragments_.reserve(found->second.fragment_words);
-      return Prepared{moved, found->second.workspace_floats};
-    }
-    auto found = plans_.find(n);
-    if (found == plans_.end()) found = plans_.emplace(n, plan_conv_relu_pool(model_, n, reads_data())).first;
     return Prepared{moved, found->second.workspace_floats};
   }
 
@@ -54,11 +46,7 @@ class ConvReluPoolOp final : public DeviceOp {
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const float* weight = shared_.params + conv_.weight_offset;
     const float* bias = shared_.params + conv_.bias_offset;
-    if (tensor_cores())
-      conv_relu_pool_forward_from_data_mma(mma_plans_.at(batch.n), t.out, winners_.get(),
-                                           batch.training ? patches_.get() : nullptr, batch.images, batch.indices,
-                                           weight, bias, fragments_.get(), batch.n, model_, shared_.stream);
-    else if (reads_data())
+    if (reads_data())
       conv_relu_pool_forward_from_data(t.out, winners_.get(), batch.training ? patches_.get() : nullptr, batch.images,
                                        batch.indices, weight, bias, batch.n, model_, shared_.stream);
     else
@@ -68,13 +56,7 @@ class ConvReluPoolOp final : public DeviceOp {
   // The pool output's gradient, its winners, and the windows from the saved patches (reads_data) or
   // from the input floats.
   void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter& ready) override {
-    if (tensor_cores())
-      conv_relu_pool_backward_weights_mma(mma_plans_.at(batch.n), shared_.grads + conv_.weight_offset,
-                                          shared_.grads + conv_.bias_offset, t.grad_out, winners_.get(),
-                                          patches_.get(), batch.n, model_, false, shared_.workspace.get(),
-                                          shared_.stream);
-    else
-      conv_relu_pool_backward_weights(plans_.at(batch.n), shared_.grads + conv_.weight_offset,
+    conv_relu_pool_backward_weights(plans_.at(batch.n), shared_.grads + conv_.weight_offset,
                                     shared_.grads + conv_.bias_offset, t.grad_out, t.out, winners_.get(), t.in,
                                     patches_.get(), batch.n, model_, false, shared_.workspace.get(), shared_.stream);
     const GradientReadyPoint range = param_range(conv_);
@@ -87,13 +69,7 @@ class ConvReluPoolOp final : public DeviceOp {
   const Layer& conv_;
   OpShared& shared_;
   SeedModel model_;  // the conv's shape as the fused kernels take it
-  // tf32 and bf16 run the tensor-core forms where the op reads the data set (uint8 pixels are exact
-  // in either format); behind another op it stays the fp32 kernels.
-  bool tensor_cores() const { return reads_data() && shared_.precision != Precision::kFp32; }
-
-  std::map<std::int64_t, ConvReluPoolPlan> plans_;         // by batch size (fp32)
-  std::map<std::int64_t, ConvReluPoolMmaPlan> mma_plans_;  // by batch size (tensor cores)
-  DeviceBuffer<std::uint32_t> fragments_;  // the forward's weights in mma fragment order (tensor cores)
+  std::map<std::int64_t, ConvReluPoolPlan> plans_;  // by batch size
   DeviceBuffer<std::uint8_t> winners_;  // [n, F, PH, PW]: which of the four conv outputs won (a*2+b)
   DeviceBuffer<uint4> patches_;         // [n, C, PH*PW] 4x4 uint8 input patches (reads_data)
 };

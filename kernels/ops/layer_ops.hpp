@@ -20,7 +20,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <string>
 
 #include "cnn/layer_ops.hpp"
 #include "cnn/model.hpp"
@@ -211,43 +210,5 @@ void conv_relu_pool_backward_weights(const ConvReluPoolPlan& plan, float* grad_w
                                      const float* in /*[n,C,H,W]*/, const uint4* patches /*[n,C,PH*PW]*/,
                                      std::int64_t n, const SeedModel& m, bool accumulate, float* workspace,
                                      cudaStream_t stream);
-
-// The tensor-core forms of the first-layer conv_relu_pool from the uint8 data set (--precision tf32,
-// bf16; conv_relu_pool_mma.cu, conv_relu_pool_mma_grad.cu): uint8 pixels are exact in either format,
-// so only the weights (forward) and dL/dpooled (weight gradient) are rounded, as the staged products
-// round them, and the sums are fp32.
-// The forward writes the same pooled output and patches as conv_relu_pool_forward_from_data, and the
-// winner a*2+b (the first maximum in that order, of the tensor-core sums) plus kReluCutBit where the
-// ReLU cut the cell (pooled == 0), which the weight gradient reads instead of the pooled output.
-// Every sum runs in an order fixed by the plan (shape, n, GPU model): the same bits on a rerun.
-constexpr unsigned kReluCutBit = 4;
-struct ConvReluPoolMmaPlan {
-  Precision precision = Precision::kTf32;
-  int forward_groups = 0;            // blocks of 32 filters (grid y)
-  int forward_blocks = 0;            // grid x of the forward (grid-stride over 16-cell tiles)
-  std::int64_t fragment_words = 0;   // the forward's weights staged in mma fragment order
-  int grad_groups = 0;               // the weight gradient's blocks of 8 filters
-  int chunks_per_sample = 0;         // its k chunks of 16 pool cells
-  std::int64_t splits = 0;           // its fixed split of the (sample, chunk)s
-  std::int64_t chunks_per_split = 0;
-  std::int64_t workspace_floats = 0; // the splits' partial sums
-  std::string describe() const;      // for the settings block
-};
-ConvReluPoolMmaPlan plan_conv_relu_pool_mma(const SeedModel& m, std::int64_t n, Precision precision);
-// fragments: plan.fragment_words, rewritten from `weight` by each call. patches may be null (evaluation).
-void conv_relu_pool_forward_from_data_mma(const ConvReluPoolMmaPlan& plan, float* pooled /*[n,F,PH,PW]*/,
-                                          std::uint8_t* winners /*[n,F,PH,PW]*/, uint4* patches /*[n,C,PH*PW]*/,
-                                          const std::uint8_t* images /*[N,C,H,W]*/,
-                                          const std::int32_t* indices /*[n]*/, const float* weight /*[F,C,3,3]*/,
-                                          const float* bias /*[F]*/, std::uint32_t* fragments, std::int64_t n,
-                                          const SeedModel& m, cudaStream_t stream);
-// grad_weight, grad_bias = (accumulate ? += : =) the batch's sums, from the forward's winners and
-// patches; workspace: plan.workspace_floats.
-void conv_relu_pool_backward_weights_mma(const ConvReluPoolMmaPlan& plan, float* grad_weight /*[F,C,3,3]*/,
-                                         float* grad_bias /*[F]*/, const float* grad_pooled /*[n,F,PH,PW]*/,
-                                         const std::uint8_t* winners /*[n,F,PH,PW]*/,
-                                         const uint4* patches /*[n,C,PH*PW]*/, std::int64_t n, const SeedModel& m,
-                                         bool accumulate, float* workspace, cudaStream_t stream);
-
 
 }  // namespace cnn::cuda
