@@ -88,7 +88,7 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split,
 // ways): in tf32 and bf16, 64x64 in 2x2 warps where each of its splits still gets at least 16 k tiles,
 // else plan_gemm. Each product timed alone with every tile (nvidia-h100-x1, 2026-11-27,
 // docs/PERFORMANCE.md): it beat the planned 8-warp tile on conv2 and conv3 at batch 512 and 2048 by
-// 5-19% wherever its splits kept 20 or more k tiles, and lost by 50% on conv3 at batch 512 in bf16
+// 5-21% wherever its splits kept 20 or more k tiles, and lost by 50% on conv3 at batch 512 in bf16
 // (5 k tiles a split: the copy pipeline never fills and the split sum dominates).
 GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precision precision);
 // The same for one given tile (one of the precision's): what plan_gemm weighs for each, and what the
