@@ -26,6 +26,11 @@ constexpr int kMinTilesPerSplit = 4;
 // plan_weight_gradient's tile, and the k tiles each of its splits must keep (gemm_plan.hpp).
 constexpr MmaTile kWeightGradientTile = {64, 64, 2, 2};
 constexpr int kWeightGradientTilesPerSplit = 16;
+// No tile more than half padding over an m x n product (the smallest, 32x32, is always allowed).
+bool at_most_half_padding(const MmaTile& tile, int m, int n) {
+  const bool smallest = tile.bm == 32 && tile.bn == 32;
+  return smallest || (tile.bm <= 32 * ceil_div(m, 32) && tile.bn <= 32 * ceil_div(n, 32));
+}
 }  // namespace
 
 std::string GemmPlan::describe() const {
@@ -99,9 +104,7 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, P
   GemmPlan best;
   std::int64_t best_threads = -1;
   for (const MmaTile& tile : tiles) {
-    // No tile more than half padding (the smallest tile is always allowed).
-    const bool smallest = tile.bm == 32 && tile.bn == 32;
-    if (!smallest && (tile.bm > 32 * ceil_div(m, 32) || tile.bn > 32 * ceil_div(n, 32))) continue;
+    if (!at_most_half_padding(tile, m, n)) continue;
     const GemmPlan plan = plan_with_tile(m, n, k, multiprocessors, allow_split, precision, tile);
     const std::int64_t threads =
         std::min(target_threads, plan.grid().x * std::int64_t{plan.grid().y} * plan.splits * plan.threads());
@@ -115,7 +118,7 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, P
 }
 
 GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precision precision) {
-  if (precision != Precision::kFp32 && m > 32 && n > 32) {  // no more than half padding
+  if (precision != Precision::kFp32 && at_most_half_padding(kWeightGradientTile, m, n)) {
     // plan_with_tile splits k to fill the multiprocessors; only a short k (few tiles per split) stops it.
     const GemmPlan plan = plan_with_tile(m, n, k, multiprocessors, true, precision, kWeightGradientTile);
     if (plan.k_per_split >= kWeightGradientTilesPerSplit * plan.k_tile()) return plan;
