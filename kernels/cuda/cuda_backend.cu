@@ -121,9 +121,15 @@ bool CudaBackend::prepare_batch(std::int64_t n) {
 }
 
 // Op k writes op k-1's output gradient staged when k-1 offers it and k can (device_op.hpp).
-StagedGrad CudaBackend::staged_handover(std::size_t k, std::int64_t n) const {
+StagedTensor CudaBackend::staged_grad_handover(std::size_t k, std::int64_t n) const {
   if (k == 0 || k >= ops_.size() || !ops_[k]->needs_input_grad() || !ops_[k]->writes_staged_input_grad()) return {};
   return ops_[k - 1]->staged_output_grad(n);
+}
+
+// Op k-1 writes op k's input staged when k offers it and k-1 can (device_op.hpp).
+StagedTensor CudaBackend::staged_input_handover(std::size_t k, std::int64_t n) const {
+  if (k == 0 || k >= ops_.size() || !ops_[k - 1]->writes_staged_output()) return {};
+  return ops_[k]->staged_input(n);
 }
 
 OpTensors CudaBackend::tensors(std::size_t k, std::int64_t n) const {
@@ -133,8 +139,10 @@ OpTensors CudaBackend::tensors(std::size_t k, std::int64_t n) const {
   t.grad_in = ops_[k]->needs_input_grad() ? gradients_[k].get() : nullptr;
   t.grad_out = gradients_[k + 1].get();
   t.input_is_relu = k > 0 && ops_[k - 1]->output_is_relu();
-  t.grad_in_staged = staged_handover(k, n);
-  t.grad_out_staged = staged_handover(k + 1, n).words != nullptr;
+  t.grad_in_staged = staged_grad_handover(k, n);
+  t.grad_out_staged = staged_grad_handover(k + 1, n).words != nullptr;
+  t.out_staged = staged_input_handover(k + 1, n);
+  t.in_staged = staged_input_handover(k, n).words != nullptr;
   return t;
 }
 

@@ -73,7 +73,10 @@ class CudaBackend final : public DeviceBackend {
   void enqueue_gather(const DeviceBatch& batch);
   void enqueue_forward(const DeviceBatch& batch);
   OpTensors tensors(std::size_t k, std::int64_t n) const;
-  StagedGrad staged_handover(std::size_t k, std::int64_t n) const;
+  // The staged tensors that a neighbour fills for a staged conv (OpTensors): op k-1's output gradient,
+  // which op k writes; op k's input, which op k-1 writes. words null: none.
+  StagedTensor staged_grad_handover(std::size_t k, std::int64_t n) const;
+  StagedTensor staged_input_handover(std::size_t k, std::int64_t n) const;
 
   Network network_;  // the ops hold references to its layers
   OpShared shared_;

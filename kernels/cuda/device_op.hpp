@@ -82,8 +82,13 @@ struct OpTensors {
   // The op before is a staged conv that takes its output gradient staged, and this op writes it
   // there instead of into grad_in (writes_staged_input_grad; the max-pool after conv2 of the cifar
   // preset): one pass fewer over the gradient.
-  StagedGrad grad_in_staged;
+  StagedTensor grad_in_staged;
   bool grad_out_staged = false;    // the op after has written this op's output gradient staged
+  // The forward's twin of the two above: the op after is a staged conv that takes its input staged,
+  // and this op writes it there beside `out` (writes_staged_output; the cifar preset's first layer and
+  // the max-pool after conv2): the conv skips its input's staging pass.
+  StagedTensor out_staged;
+  bool in_staged = false;          // the op before has written this op's input staged
 };
 
 // The overlapped step's ready points (gradient_ready.hpp), as the backward reaches them. An op with
@@ -130,9 +135,13 @@ class DeviceOp {
   // It queues work on the side stream.
   bool uses_side_stream() const { return uses_side_stream_; }
   // Where its output gradient may be written staged for a batch of n (a staged conv); words null: not.
-  virtual StagedGrad staged_output_grad(std::int64_t /*n*/) const { return {}; }
-  // It can write its input gradient into the op before's StagedGrad (OpTensors::grad_in_staged).
+  virtual StagedTensor staged_output_grad(std::int64_t /*n*/) const { return {}; }
+  // It can write its input gradient into the op before's StagedTensor (OpTensors::grad_in_staged).
   virtual bool writes_staged_input_grad() const { return false; }
+  // Where its input may be written staged for a batch of n (a staged conv); words null: not.
+  virtual StagedTensor staged_input(std::int64_t /*n*/) const { return {}; }
+  // It can write its output into the op after's StagedTensor as well (OpTensors::out_staged).
+  virtual bool writes_staged_output() const { return false; }
 
   struct Prepared {
     bool moved = false;                 // a buffer of its own moved

@@ -42,13 +42,17 @@ class ConvReluPoolOp final : public DeviceOp {
     return Prepared{moved, found->second.workspace_floats};
   }
 
-  // Writes the pool's output; evaluation saves no patches (no weight gradient follows).
+  // Reading the data set, it can write a staged conv's input as well (OpTensors::out_staged).
+  bool writes_staged_output() const override { return reads_data(); }
+
+  // Writes the pool's output (and, from the data set, a staged copy for the conv after it); evaluation
+  // saves no patches (no weight gradient follows).
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const float* weight = shared_.params + conv_.weight_offset;
     const float* bias = shared_.params + conv_.bias_offset;
     if (reads_data())
-      conv_relu_pool_forward_from_data(t.out, winners_.get(), batch.training ? patches_.get() : nullptr, batch.images,
-                                       batch.indices, weight, bias, batch.n, model_, shared_.stream);
+      conv_relu_pool_forward_from_data(t.out, winners_.get(), batch.training ? patches_.get() : nullptr, t.out_staged,
+                                       batch.images, batch.indices, weight, bias, batch.n, model_, shared_.stream);
     else
       conv_relu_pool_forward(t.out, winners_.get(), t.in, weight, bias, batch.n, model_, shared_.stream);
   }

@@ -369,16 +369,23 @@ class ConvOp final : public ProductOp {
     return prepared;
   }
 
-  StagedGrad staged_output_grad(std::int64_t n) const override {
+  StagedTensor staged_output_grad(std::int64_t n) const override {
     const LayerPlans& plans = plans_for(n);
     if (!plans.staged) return {};
     return {staged_grad_.get(), plans.wgrad.precision, staged_channels(layer_.conv.filters, plans.wgrad.precision)};
   }
 
+  StagedTensor staged_input(std::int64_t n) const override {
+    const LayerPlans& plans = plans_for(n);
+    if (!plans.staged) return {};
+    return {staged_input_.get(), plans.forward.precision,
+            staged_channels(layer_.conv.channels, plans.forward.precision)};
+  }
+
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
     if (plans.staged)
-      conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_, staged(),
+      conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_, staged(), t.in_staged,
                             shared_.workspace.get(), shared_.stream);
     else
       conv2d_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_,

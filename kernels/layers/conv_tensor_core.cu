@@ -168,11 +168,11 @@ struct StagedWeightGradStore {
 
 template <Precision P>
 void forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight, const float* bias,
-                    std::int64_t n, const ConvShape& s, bool relu, const StagedBuffers& staged, float* workspace,
-                    cudaStream_t stream) {
+                    std::int64_t n, const ConvShape& s, bool relu, const StagedBuffers& staged, bool input_staged,
+                    float* workspace, cudaStream_t stream) {
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
-  stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
+  if (!input_staged) stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
   stage_weights<P>(staged.weight, weight, g, stream);
   const int shift = word_shift(P);
   const StagedWindowA a{staged.input, shift, g.H, g.W, cp, g.stride, g.pad, static_cast<int>(n * g.OHW),
@@ -232,12 +232,14 @@ int staged_channels(int c, Precision precision) {
 
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
-                           const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
+                           const StagedBuffers& staged, bool input_staged, float* workspace, cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.forward.precision == Precision::kBf16)
-    forward_staged<Precision::kBf16>(plans, out, in, weight, bias, n, shape, relu, staged, workspace, stream);
+    forward_staged<Precision::kBf16>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged, workspace,
+                                     stream);
   else
-    forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, workspace, stream);
+    forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged, workspace,
+                                     stream);
 }
 
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,

@@ -30,26 +30,86 @@ struct PoolGeometry {
   FastDiv by_hw, by_w, by_ohw, by_ow;
 };
 
-// A thread per output; the first maximum in row-major window order wins (strictly greater replaces).
+// Window (py, px) of a plane: its maximum and where it is in the plane. The first maximum in row-major
+// window order wins (strictly greater replaces).
+struct WindowMax {
+  float value;
+  int index;
+};
+__device__ __forceinline__ WindowMax window_max(const float* __restrict__ plane, const PoolGeometry& g, int py,
+                                                int px) {
+  WindowMax best{0.0f, (py * g.stride) * g.W + px * g.stride};
+  best.value = __ldg(plane + best.index);
+  for (int a = 0; a < g.size; ++a)
+    for (int b = 0; b < g.size; ++b) {
+      const int index = (py * g.stride + a) * g.W + px * g.stride + b;
+      const float v = __ldg(plane + index);
+      if (v > best.value) best = {v, index};
+    }
+  return best;
+}
+
+// A thread per output.
 __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
                                        const float* __restrict__ in, PoolGeometry g) {
   start_after_previous_kernel();
   for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < g.total_out; e += gridDim.x * blockDim.x) {
     const auto [plane, r, py, px] = split_plane_index(e, g.by_ohw, g.by_ow);
-    const float* src = in + static_cast<std::int64_t>(plane) * g.H * g.W;
-    int best_index = (py * g.stride) * g.W + px * g.stride;
-    float best = __ldg(src + best_index);
-    for (int a = 0; a < g.size; ++a)
-      for (int b = 0; b < g.size; ++b) {
-        const int index = (py * g.stride + a) * g.W + px * g.stride + b;
-        const float v = __ldg(src + index);
-        if (v > best) {
-          best = v;
-          best_index = index;
-        }
+    const WindowMax best = window_max(in + static_cast<std::int64_t>(plane) * g.H * g.W, g, py, px);
+    out[e] = best.value;
+    argmax[e] = best.index;
+  }
+}
+
+// Tiles of the staged kernels below: 32 windows (s, py, px in the pool output's order) x 32 channels.
+constexpr int kPoolTileWindows = 32;
+constexpr int kPoolTileChannels = 32;
+
+// maxpool_forward_kernel that also writes the output into the staged input of the conv after the pool
+// ([n,OH,OW,Cp] words): a block per tile, through shared memory, as stage_nhwc_kernel stages a
+// tensor. Lanes take consecutive windows of a plane (the outputs and argmaxes written as the plain
+// kernel writes them), then each thread writes one 16-byte chunk of 4 tf32 or 8 bf16 channels of a
+// window's pixel; channels C..Cp-1 are 0.
+template <Precision P>
+__global__ void __launch_bounds__(kBlockThreads)
+    maxpool_forward_staged_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
+                                  uint4* __restrict__ staged, const float* __restrict__ in, PoolGeometry g, int C,
+                                  int Cp, int windows /*n * OH * OW*/) {
+  start_after_previous_kernel();
+  constexpr int kPerChunk = chunk_elements(P);
+  constexpr int kChunksPerTile = kPoolTileChannels / kPerChunk;
+  __shared__ float max_s[kPoolTileChannels][kPoolTileWindows + 1];
+  const int ohw = g.OH * g.OW;
+  const int w0 = blockIdx.x * kPoolTileWindows;
+  const int c_begin = blockIdx.y * kPoolTileChannels;
+  {
+    const int lw = threadIdx.x % kPoolTileWindows;
+    const int window = w0 + lw;
+    const auto [s, r, py, px] = split_plane_index(window, g.by_ohw, g.by_ow);
+    for (int lc = threadIdx.x / kPoolTileWindows; lc < kPoolTileChannels; lc += kBlockThreads / kPoolTileWindows) {
+      const int c = c_begin + lc;
+      float value = 0.0f;
+      if (window < windows && c < C) {
+        const int plane = s * C + c;
+        const WindowMax best = window_max(in + static_cast<std::int64_t>(plane) * g.H * g.W, g, py, px);
+        const int o = plane * ohw + r;
+        out[o] = best.value;
+        argmax[o] = best.index;
+        value = best.value;
       }
-    out[e] = best;
-    argmax[e] = best_index;
+      max_s[lc][lw] = value;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kPoolTileWindows * kChunksPerTile; e += kBlockThreads) {
+    const int lw = e / kChunksPerTile;
+    const int chunk = e - lw * kChunksPerTile;
+    const int c0 = c_begin + chunk * kPerChunk;
+    if (w0 + lw >= windows || c0 >= Cp) continue;
+    float v[kPerChunk];
+#pragma unroll
+    for (int q = 0; q < kPerChunk; ++q) v[q] = max_s[chunk * kPerChunk + q][lw];
+    staged[(static_cast<std::int64_t>(w0 + lw) * Cp + c0) / kPerChunk] = pack_chunk<P>(v);
   }
 }
 
@@ -108,41 +168,74 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
   }
 }
 
-// maxpool_backward_tiled_kernel into the staged layout: a thread per kWords 32-bit words (of 1 tf32
-// or 2 bf16 channels) of an input pixel, the words of a pixel on adjacent threads, so the writes are
-// whole lines; each value the winner's masked gradient or 0, as there; channels C..Cp-1 and pixels no
-// window covers are 0. kWords: 4 (a 16-byte chunk) where the chunks fill the GPU several times over,
-// 1 where they do not (maxpool_backward_masked_staged).
-template <Precision P, int kWords>
-__global__ void maxpool_backward_staged_kernel(std::uint32_t* __restrict__ dst, const float* __restrict__ grad_out,
-                                               const std::int32_t* __restrict__ argmax,
-                                               const float* __restrict__ pooled_out, PoolGeometry g, int C,
-                                               int units_per_pixel, int total_units) {
+// maxpool_backward_tiled_kernel into the staged layout: a block per tile (32 windows x 32 channels),
+// through shared memory, as stage_nhwc_kernel stages a tensor.
+// Lanes read consecutive windows of a plane (each window's argmax, gradient and maximum once), then
+// each thread writes one 16-byte chunk of 4 tf32 or 8 bf16 channels at every pixel of a window: the
+// winner's masked gradient or 0, as the tiled kernel. Channels C..Cp-1 are 0, and the last row and
+// column of windows also write the pixels no window covers (H or W not a multiple of the size), with
+// 0. For conv2 of the cifar preset at batch 2048 this takes 51-54 us in tf32 and bf16 (ncu,
+// nvidia-h200). A thread per pixel and chunk, with no shared memory, read each window once per pixel
+// of it (80 us in bf16, 101 in tf32, nvidia-h100-x1); a thread per window and chunk with windows on
+// adjacent lanes wrote 16 bytes of every 512 (74 and 163 us, nvidia-h100-x1). docs/PERFORMANCE.md.
+template <Precision P>
+__global__ void __launch_bounds__(kBlockThreads)
+    maxpool_backward_staged_kernel(uint4* __restrict__ dst, const float* __restrict__ grad_out,
+                                   const std::int32_t* __restrict__ argmax, const float* __restrict__ pooled_out,
+                                   PoolGeometry g, int C, int Cp, int windows /*n * OH * OW*/) {
   start_after_previous_kernel();
-  constexpr int kPerWord = word_elements(P);
-  constexpr int kChannels = kWords * kPerWord;
-  for (int e = blockIdx.x * blockDim.x + threadIdx.x; e < total_units; e += gridDim.x * blockDim.x) {
-    const int pixel = e / units_per_pixel;
-    const int c0 = (e - pixel * units_per_pixel) * kChannels;
-    const auto [s, r, y, x] = split_plane_index(pixel, g.by_hw, g.by_w);
-    const int py = y / g.size, px = x / g.size;
-    const bool covered = py < g.OH && px < g.OW;
-    float v[kChannels + 1];  // + 1: tf32's pack_word reads one past its value and ignores it
-#pragma unroll
-    for (int q = 0; q <= kChannels; ++q) {
-      v[q] = 0.0f;
-      const int c = c0 + q;
-      if (q == kChannels || !covered || c >= C) continue;
-      const int o = ((s * C + c) * g.OH + py) * g.OW + px;
-      if (__ldg(argmax + o) == r && (pooled_out == nullptr || __ldg(pooled_out + o) > 0.0f)) v[q] = __ldg(grad_out + o);
+  constexpr int kPerChunk = chunk_elements(P);
+  constexpr int kChunksPerTile = kPoolTileChannels / kPerChunk;
+  __shared__ std::int32_t winner_s[kPoolTileChannels][kPoolTileWindows + 1];
+  __shared__ float grad_s[kPoolTileChannels][kPoolTileWindows + 1];
+  const int ohw = g.OH * g.OW;
+  const int w0 = blockIdx.x * kPoolTileWindows;
+  const int c_begin = blockIdx.y * kPoolTileChannels;
+  {
+    const int lw = threadIdx.x % kPoolTileWindows;
+    const int window = w0 + lw;
+    const int s = g.by_ohw.div(window);
+    const int r = window - s * ohw;
+    for (int lc = threadIdx.x / kPoolTileWindows; lc < kPoolTileChannels; lc += kBlockThreads / kPoolTileWindows) {
+      const int c = c_begin + lc;
+      std::int32_t winner = -1;
+      float grad = 0.0f;
+      if (window < windows && c < C) {
+        const int o = (s * C + c) * ohw + r;
+        winner = __ldg(argmax + o);
+        if (pooled_out == nullptr || __ldg(pooled_out + o) > 0.0f) grad = __ldg(grad_out + o);
+      }
+      winner_s[lc][lw] = winner;
+      grad_s[lc][lw] = grad;
     }
-    std::uint32_t w[kWords];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kPoolTileWindows * kChunksPerTile; e += kBlockThreads) {
+    const int lw = e / kChunksPerTile;
+    const int chunk = e - lw * kChunksPerTile;
+    const int window = w0 + lw;
+    const int c0 = c_begin + chunk * kPerChunk;
+    if (window >= windows || c0 >= Cp) continue;
+    const auto [s, r, py, px] = split_plane_index(window, g.by_ohw, g.by_ow);
+    std::int32_t winner[kPerChunk];
+    float grad[kPerChunk];
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) w[i] = pack_word<P>(v[kPerWord * i], v[kPerWord * i + 1]);
-    if constexpr (kWords == 4)
-      reinterpret_cast<uint4*>(dst)[e] = make_uint4(w[0], w[1], w[2], w[3]);
-    else
-      dst[e] = w[0];
+    for (int q = 0; q < kPerChunk; ++q) {
+      winner[q] = winner_s[chunk * kPerChunk + q][lw];
+      grad[q] = grad_s[chunk * kPerChunk + q][lw];
+    }
+    const int y0 = py * g.size, x0 = px * g.size;
+    const int rows = py == g.OH - 1 ? g.H - y0 : g.size;
+    const int cols = px == g.OW - 1 ? g.W - x0 : g.size;
+    uint4* sample = dst + (static_cast<std::int64_t>(s) * g.H * g.W * Cp + c0) / kPerChunk;
+    for (int a = 0; a < rows; ++a)
+      for (int b = 0; b < cols; ++b) {
+        const int index = (y0 + a) * g.W + x0 + b;  // in the plane
+        float v[kPerChunk];
+#pragma unroll
+        for (int q = 0; q < kPerChunk; ++q) v[q] = winner[q] == index ? grad[q] : 0.0f;
+        sample[static_cast<std::int64_t>(index) * (Cp / kPerChunk)] = pack_chunk<P>(v);
+      }
   }
 }
 
@@ -179,29 +272,19 @@ void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::i
   CNN_CHECK_LAUNCH();
 }
 
-// A thread per chunk when there are at least this many chunks (4 waves of 1024 threads per SM on
-// an H100). On nvidia-h200, 2026-11-26, each against the two passes in its own call: with a thread
-// per chunk the cifar preset's bf16 step gained 5% at batch 2048 (2.8M chunks) and lost 1.2% at batch
-// 32 (43k); with a thread per word it gained 2% at 2048 and 1.5% at 32 (docs/PERFORMANCE.md).
-constexpr std::int64_t kMinChunksForChunkThreads = 4 * 132 * 1024;
-
 template <Precision P>
-void launch_maxpool_backward_staged(const StagedGrad& grad_in, const float* grad_out, const std::int32_t* argmax,
+void launch_maxpool_backward_staged(const StagedTensor& grad_in, const float* grad_out, const std::int32_t* argmax,
                                     const float* pooled_out, const PoolGeometry& g, int channels, cudaStream_t stream) {
-  const int words_per_pixel = grad_in.channels_padded / word_elements(P);
-  const std::int64_t words = std::int64_t{g.total_in} / channels * words_per_pixel;
-  check_int_range(words, "a staged max-pool gradient");
-  if (words / 4 >= kMinChunksForChunkThreads) {
-    const int chunks = static_cast<int>(words / 4);
-    launch_dependent(maxpool_backward_staged_kernel<P, 4>, grid_for(chunks), kBlockThreads, 0, stream, grad_in.words,
-                     grad_out, argmax, pooled_out, g, channels, words_per_pixel / 4, chunks);
-  } else {
-    launch_dependent(maxpool_backward_staged_kernel<P, 1>, grid_for(words), kBlockThreads, 0, stream, grad_in.words,
-                     grad_out, argmax, pooled_out, g, channels, words_per_pixel, static_cast<int>(words));
-  }
+  const int windows = g.total_out / channels;  // n * OH * OW
+  check_int_range(std::int64_t{g.total_in} / channels * grad_in.channels_padded, "a staged max-pool gradient");
+  const dim3 grid(static_cast<unsigned>(ceil_div(windows, kPoolTileWindows)),
+                  static_cast<unsigned>(ceil_div(grad_in.channels_padded, kPoolTileChannels)));
+  launch_dependent(maxpool_backward_staged_kernel<P>, grid, kBlockThreads, 0, stream,
+                   reinterpret_cast<uint4*>(grad_in.words), grad_out, argmax, pooled_out, g, channels,
+                   grad_in.channels_padded, windows);
 }
 
-void maxpool_backward_masked_staged(const StagedGrad& grad_in, const float* grad_out, const std::int32_t* argmax,
+void maxpool_backward_masked_staged(const StagedTensor& grad_in, const float* grad_out, const std::int32_t* argmax,
                                     const float* pooled_out, std::int64_t n, const PoolShape& shape,
                                     cudaStream_t stream) {
   if (n <= 0) return;
@@ -218,6 +301,24 @@ void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int
   if (n <= 0) return;
   const PoolGeometry g = pool_geometry(shape, n);
   launch_dependent(maxpool_forward_kernel, grid_for(g.total_out), kBlockThreads, 0, stream, out, argmax, in, g);
+  CNN_CHECK_LAUNCH();
+}
+
+void maxpool_forward_staged(float* out, std::int32_t* argmax, const StagedTensor& out_staged, const float* in,
+                            std::int64_t n, const PoolShape& shape, cudaStream_t stream) {
+  if (n <= 0) return;
+  const PoolGeometry g = pool_geometry(shape, n);
+  const int windows = g.total_out / shape.channels;  // n * OH * OW
+  check_int_range(std::int64_t{windows} * out_staged.channels_padded, "a staged max-pool output");
+  const dim3 grid(static_cast<unsigned>(ceil_div(windows, kPoolTileWindows)),
+                  static_cast<unsigned>(ceil_div(out_staged.channels_padded, kPoolTileChannels)));
+  auto* staged = reinterpret_cast<uint4*>(out_staged.words);
+  if (out_staged.precision == Precision::kBf16)
+    launch_dependent(maxpool_forward_staged_kernel<Precision::kBf16>, grid, kBlockThreads, 0, stream, out, argmax,
+                     staged, in, g, shape.channels, out_staged.channels_padded, windows);
+  else
+    launch_dependent(maxpool_forward_staged_kernel<Precision::kTf32>, grid, kBlockThreads, 0, stream, out, argmax,
+                     staged, in, g, shape.channels, out_staged.channels_padded, windows);
   CNN_CHECK_LAUNCH();
 }
 
@@ -240,8 +341,14 @@ class MaxPoolOp final : public DeviceOp {
   Prepared prepare(std::int64_t n) override { return Prepared{argmax_.reserve(n * out_size_), 0}; }
 
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
-    maxpool_forward(t.out, argmax_.get(), t.in, batch.n, layer_.pool, shared_.stream);
+    if (t.out_staged.words != nullptr)
+      maxpool_forward_staged(t.out, argmax_.get(), t.out_staged, t.in, batch.n, layer_.pool, shared_.stream);
+    else
+      maxpool_forward(t.out, argmax_.get(), t.in, batch.n, layer_.pool, shared_.stream);
   }
+
+  // It can write a staged conv's input as well (OpTensors::out_staged).
+  bool writes_staged_output() const override { return true; }
 
   // Tiled windows can write a staged conv's output gradient themselves (OpTensors::grad_in_staged).
   bool writes_staged_input_grad() const override { return layer_.pool.size == layer_.pool.stride; }

@@ -139,9 +139,10 @@ struct StagedBuffers {
   std::uint32_t* output_grad = nullptr;  // [n,OH,OW,Fp], staged_grad_words
   std::uint32_t* weight = nullptr;       // [F][KK*Cp] then [C][KK*Fp], staged_weight_words
 };
+// input_staged: the op before has written staged.input already (StagedTensor); else it is staged here.
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
-                           const StagedBuffers& staged, float* workspace, cudaStream_t stream);
+                           const StagedBuffers& staged, bool input_staged, float* workspace, cudaStream_t stream);
 // Stages grad_out for the two products below (after the step's conv2d_forward_staged).
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,
                            const StagedBuffers& staged, cudaStream_t stream);
@@ -154,9 +155,13 @@ void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight,
 // The channels of a staged tensor: c rounded up to whole 16-byte chunks of the precision.
 int staged_channels(int c, Precision precision);
 
-// A staged output gradient ([n,OH,OW,Fp] words, StagedBuffers::output_grad) that the op after a staged
-// conv fills directly, so that the conv skips conv2d_stage_backward; words null: none.
-struct StagedGrad {
+// A staged tensor of a conv that a neighbouring op fills directly, so that the conv skips a staging
+// pass: its output gradient ([n,OH,OW,Fp] words, StagedBuffers::output_grad), which the op after it
+// writes in its backward (conv2d_stage_backward skipped), or its input ([n,H,W,Cp],
+// StagedBuffers::input), which the op before it writes in its forward beside its own output (the
+// forward's stage_nhwc skipped). The words are those the staging would write, bit for bit; words
+// null: none.
+struct StagedTensor {
   std::uint32_t* words = nullptr;
   Precision precision = Precision::kFp32;
   int channels_padded = 0;
@@ -171,9 +176,14 @@ void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::i
 // before the pool (grad_in.words): the values maxpool_backward_masked writes, rounded as
 // conv2d_stage_backward rounds them, bit for bit, in one pass that writes 2 (bf16) or 4 (tf32) bytes
 // per element where the two wrote 4, then read 4 and wrote 2 or 4 again.
-void maxpool_backward_masked_staged(const StagedGrad& grad_in, const float* grad_out, const std::int32_t* argmax,
+void maxpool_backward_masked_staged(const StagedTensor& grad_in, const float* grad_out, const std::int32_t* argmax,
                                     const float* pooled_out, std::int64_t n, const PoolShape& shape,
                                     cudaStream_t stream);
+
+// maxpool_forward that also writes its output into the staged input of the conv after the pool
+// (out_staged.words, [n,OH,OW,Cp]): the words that conv's staging would write, bit for bit.
+void maxpool_forward_staged(float* out, std::int32_t* argmax, const StagedTensor& out_staged, const float* in,
+                            std::int64_t n, const PoolShape& shape, cudaStream_t stream);
 
 // avgpool_backward with the backward of a ReLU before the pool folded in (when relu_in, the pool's
 // input, is given): zero wherever relu_in <= 0 (avgpool.cu).
@@ -196,9 +206,11 @@ struct ConvReluPoolPlan {
   std::int64_t workspace_floats = 0;
 };
 ConvReluPoolPlan plan_conv_relu_pool(const SeedModel& m, std::int64_t n, bool from_patches);
-// patches may be null (evaluation: no weight gradient follows).
+// patches may be null (evaluation: no weight gradient follows). pooled_staged: the staged input of a
+// conv after the op, written beside `pooled` (StagedTensor), or words null.
 void conv_relu_pool_forward_from_data(float* pooled /*[n,F,PH,PW]*/, std::uint8_t* argmax /*[n,F,PH,PW]*/,
-                                      uint4* patches /*[n,C,PH*PW] or null*/, const std::uint8_t* images /*[N,C,H,W]*/,
+                                      uint4* patches /*[n,C,PH*PW] or null*/, const StagedTensor& pooled_staged,
+                                      const std::uint8_t* images /*[N,C,H,W]*/,
                                       const std::int32_t* indices /*[n]*/, const float* weight /*[F,C,3,3]*/,
                                       const float* bias /*[F]*/, std::int64_t n, const SeedModel& m,
                                       cudaStream_t stream);

@@ -1,0 +1,212 @@
+// The staged tensors that the neighbours of a staged conv write for it in tf32 and bf16
+// (OpTensors::grad_in_staged and out_staged, kernels/cuda/device_op.hpp), each against the staging
+// pass it replaces, bit for bit:
+//   1. the max-pool's backward into the staged output gradient of the conv before it;
+//   2. the max-pool's forward into the staged input of the conv after it, its own output and argmax
+//      unchanged;
+//   3. the first layer's fused conv + ReLU + pool, reading the data set, into the staged input of the
+//      conv after it, its own output and winners unchanged.
+// The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
+// With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
+#define BOOST_TEST_MODULE gpu_staged_handover
+#include "boost_test.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cnn/choices.hpp"
+#include "cnn/model.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/ops/cuda_ops.hpp"
+#include "kernels/ops/layer_ops.hpp"
+#include "test_util.hpp"
+#include "gpu_precision_bounds.hpp"
+#include "gpu_test_util.hpp"
+
+using namespace cnn::precision_test;  // tests/gpu_precision_bounds.hpp
+using cnn::gpu_test::poisoned;
+using cnn::gpu_test::to_device;
+using cnn::gpu_test::to_host;
+using cnn::cuda::DeviceBuffer;
+
+namespace {
+
+// tf32 and bf16 need compute capability 8.0.
+struct RequireGpu {
+  RequireGpu() { cnn::gpu_test::require_gpu(8); }
+};
+BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
+
+// What a staged conv of `shape` (and n) stages as its input from `in`, [n,H,W,Cp] words: its forward
+// with the staging in (input_staged false).
+std::vector<std::uint32_t> staged_input_of(const float* in, std::int64_t n, const cnn::ConvShape& shape,
+                                           cnn::Precision precision) {
+  const cnn::cuda::LayerPlans plans =
+      cnn::cuda::plan_conv(shape, n, cnn::cuda::multiprocessor_count(), cnn::cuda::kMaxColumnFloats, precision);
+  BOOST_REQUIRE(plans.staged);
+  DeviceBuffer<std::uint32_t> input(plans.staged_input_words), grad(plans.staged_grad_words),
+      weight(plans.staged_weight_words);
+  DeviceBuffer<float> out(n * shape.out_size()), workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
+  const DeviceBuffer<float> w =
+      to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.weight_size()), 4, 0.5f));
+  const DeviceBuffer<float> b = to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.filters), 5, 0.5f));
+  cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
+  cnn::cuda::conv2d_forward_staged(plans, out.get(), in, w.get(), b.get(), n, shape, true, staged, false,
+                                   workspace.get(), nullptr);
+  return to_host(input);
+}
+
+// The first `words` words (a staged buffer may be longer than the tensor: sized for the largest batch).
+std::vector<std::uint32_t> head_of_vector(std::vector<std::uint32_t> all, std::int64_t words) {
+  BOOST_REQUIRE(static_cast<std::int64_t>(all.size()) >= words);
+  all.resize(static_cast<std::size_t>(words));
+  return all;
+}
+
+std::int64_t words_of(std::int64_t pixels, int channels_padded, cnn::Precision precision) {
+  return pixels * channels_padded / (precision == cnn::Precision::kBf16 ? 2 : 1);
+}
+
+}  // namespace
+
+// The max-pool's backward written straight into the staged output gradient of the conv before it
+// (maxpool_backward_masked_staged, what the backend runs for conv relu maxpool2): the same words as
+// maxpool_backward_masked followed by conv2d_stage_backward, bit for bit, with and without the ReLU's
+// mask, for channels that fill whole chunks (64) and that do not (20), a plane (13x13) whose last
+// row and column no window covers, and a batch of less than one tile of windows (5) and one of many (512).
+BOOST_AUTO_TEST_CASE(pool_backward_into_the_staged_gradient_gives_the_bits_of_the_two_passes) {
+  for (const std::int64_t n : {5, 512})
+  for (const int channels : {64, 20})
+    for (const cnn::Precision precision : kTensorCorePrecisions)
+      for (const bool relu : {true, false}) {
+        const cnn::ConvShape conv{3, 15, 15, channels, 3, 1, 0};  // its output: channels x 13 x 13
+        const cnn::PoolShape pool{channels, 13, 13, 2, 2};
+        const cnn::cuda::LayerPlans plans =
+            cnn::cuda::plan_conv(conv, n, cnn::cuda::multiprocessor_count(), cnn::cuda::kMaxColumnFloats, precision);
+        BOOST_REQUIRE(plans.staged);
+        const std::size_t in_count = static_cast<std::size_t>(n * pool.in_size());
+        const std::size_t out_count = static_cast<std::size_t>(n * pool.out_size());
+        const auto x = cnn::test::random_vector(in_count, 6, 1.0f);
+        const auto grad_out = cnn::test::random_vector(out_count, 7, 1.0f);
+        float *d_x = nullptr, *d_pooled = nullptr, *d_grad_out = nullptr, *d_grad_in = nullptr;
+        std::int32_t* d_argmax = nullptr;
+        std::uint32_t *two_passes = nullptr, *one_pass = nullptr;
+        CNN_CHECK_CUDA(cudaMalloc(&d_x, in_count * sizeof(float)));
+        CNN_CHECK_CUDA(cudaMalloc(&d_grad_in, in_count * sizeof(float)));
+        CNN_CHECK_CUDA(cudaMalloc(&d_pooled, out_count * sizeof(float)));
+        CNN_CHECK_CUDA(cudaMalloc(&d_grad_out, out_count * sizeof(float)));
+        CNN_CHECK_CUDA(cudaMalloc(&d_argmax, out_count * sizeof(std::int32_t)));
+        CNN_CHECK_CUDA(cudaMalloc(&two_passes, plans.staged_grad_words * sizeof(std::uint32_t)));
+        CNN_CHECK_CUDA(cudaMalloc(&one_pass, plans.staged_grad_words * sizeof(std::uint32_t)));
+        CNN_CHECK_CUDA(cudaMemset(one_pass, 0xff, plans.staged_grad_words * sizeof(std::uint32_t)));
+        CNN_CHECK_CUDA(cudaMemcpy(d_x, x.data(), in_count * sizeof(float), cudaMemcpyHostToDevice));
+        CNN_CHECK_CUDA(cudaMemcpy(d_grad_out, grad_out.data(), out_count * sizeof(float), cudaMemcpyHostToDevice));
+        cnn::cuda::maxpool_forward(d_pooled, d_argmax, d_x, n, pool, nullptr);
+        const float* pooled = relu ? d_pooled : nullptr;
+        cnn::cuda::maxpool_backward_masked(d_grad_in, d_grad_out, d_argmax, pooled, n, pool, nullptr);
+        cnn::cuda::StagedBuffers staged;
+        staged.output_grad = two_passes;
+        cnn::cuda::conv2d_stage_backward(plans, d_grad_in, n, conv, staged, nullptr);
+        const int padded = cnn::cuda::staged_channels(channels, precision);
+        cnn::cuda::maxpool_backward_masked_staged({one_pass, precision, padded}, d_grad_out, d_argmax, pooled, n, pool,
+                                                  nullptr);
+        const std::size_t words =
+            static_cast<std::size_t>(n * 13 * 13 * padded / (precision == cnn::Precision::kBf16 ? 2 : 1));
+        std::vector<std::uint32_t> want(words), got(words);
+        CNN_CHECK_CUDA(cudaMemcpy(want.data(), two_passes, words * sizeof(std::uint32_t), cudaMemcpyDeviceToHost));
+        CNN_CHECK_CUDA(cudaMemcpy(got.data(), one_pass, words * sizeof(std::uint32_t), cudaMemcpyDeviceToHost));
+        for (void* p : {static_cast<void*>(d_x), static_cast<void*>(d_pooled), static_cast<void*>(d_grad_out),
+                        static_cast<void*>(d_grad_in), static_cast<void*>(d_argmax), static_cast<void*>(two_passes),
+                        static_cast<void*>(one_pass)})
+          CNN_CHECK_CUDA(cudaFree(p));
+        const auto nonzero = static_cast<std::size_t>(
+            std::count_if(want.begin(), want.end(), [](std::uint32_t w) { return w != 0; }));
+        BOOST_TEST_MESSAGE("pool into staged, batch " << n << ", " << channels << " channels, "
+                                                << cnn::precision_name(precision)
+                                                << (relu ? ", masked" : "") << ": " << nonzero << " of " << words
+                                                << " words nonzero");
+        BOOST_TEST(nonzero > words / 20);  // gradient did get through
+        BOOST_TEST((got == want), channels << " channels, " << cnn::precision_name(precision)
+                                           << (relu ? ", masked" : ", unmasked") << ": the words differ");
+      }
+}
+
+// maxpool_forward_staged: the staged words of the conv after the pool, as its forward's staging writes
+// them from the pool's output, and the output and argmax of maxpool_forward, bit for bit; channels
+// that fill whole tiles of 32 (64) and that do not (20, padded to 24), windows that overlap (3x3,
+// stride 2) and that tile, a batch of less than one tile of windows (5) and one of many (512).
+BOOST_AUTO_TEST_CASE(pool_forward_into_the_staged_input_gives_the_bits_of_the_staging) {
+  for (const std::int64_t n : {5, 512})
+    for (const int channels : {64, 20})
+      for (const int size : {2, 3})
+        for (const cnn::Precision precision : kTensorCorePrecisions) {
+          const cnn::PoolShape pool{channels, 13, 13, size, 2};
+          const cnn::ConvShape conv{channels, pool.out_h(), pool.out_w(), 16, 3, 1, 1};
+          const int padded = cnn::cuda::staged_channels(channels, precision);
+          const DeviceBuffer<float> x =
+              to_device(cnn::test::random_vector(static_cast<std::size_t>(n * pool.in_size()), 6, 1.0f));
+          auto pooled = poisoned<float>(n * pool.out_size()), pooled_one_pass = poisoned<float>(n * pool.out_size());
+          auto argmax = poisoned<std::int32_t>(n * pool.out_size());
+          auto argmax_one_pass = poisoned<std::int32_t>(n * pool.out_size());
+          const std::int64_t words = words_of(n * pool.out_h() * pool.out_w(), padded, precision);
+          auto one_pass = poisoned<std::uint32_t>(words);
+          cnn::cuda::maxpool_forward(pooled.get(), argmax.get(), x.get(), n, pool, nullptr);
+          const std::vector<std::uint32_t> want =
+              head_of_vector(staged_input_of(pooled.get(), n, conv, precision), words);
+          cnn::cuda::maxpool_forward_staged(pooled_one_pass.get(), argmax_one_pass.get(),
+                                            {one_pass.get(), precision, padded}, x.get(), n, pool, nullptr);
+          const std::vector<std::uint32_t> got = to_host(one_pass);
+          BOOST_TEST_MESSAGE("pool forward into staged, batch " << n << ", " << channels << " channels, " << size << "x"
+                                                                << size << ", " << cnn::precision_name(precision));
+          BOOST_TEST(std::count(want.begin(), want.end(), 0u) < static_cast<std::ptrdiff_t>(want.size()) / 2);
+          BOOST_TEST((got == want), "the staged words differ");
+          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(pooled_one_pass), to_host(pooled)));
+          BOOST_TEST((to_host(argmax_one_pass) == to_host(argmax)));
+        }
+}
+
+// conv_relu_pool_forward_from_data with a staged tensor: its pooled values staged as the next conv's
+// forward stages them, bit for bit, and its pooled output and winners unchanged; 3 channels in, 32
+// filters (two blocks of 16, whole chunks) and 20 (the second block short, the staged channels padded),
+// a batch of 7 through shuffled indices.
+BOOST_AUTO_TEST_CASE(first_layer_into_the_staged_input_gives_the_bits_of_the_staging) {
+  const std::int64_t n = 7, images = 11;
+  for (const int filters : {32, 20})
+    for (const cnn::Precision precision : kTensorCorePrecisions) {
+      cnn::SeedModel m;
+      m.input = {3, 32, 32};
+      m.filters = filters;
+      const cnn::TensorShape p = m.pooled();
+      std::mt19937 rng(3);
+      const auto data =
+          to_device(cnn::gpu_test::random_bytes(rng, static_cast<std::size_t>(images * m.input.size()), 256));
+      const auto indices = to_device(std::vector<std::int32_t>{3, 9, 0, 10, 5, 5, 1});
+      const auto weight =
+          to_device(cnn::test::random_vector(static_cast<std::size_t>(filters * m.input.channels * 9), 7, 0.3f));
+      const auto bias = to_device(cnn::test::random_vector(static_cast<std::size_t>(filters), 8, 0.3f));
+      auto pooled = poisoned<float>(n * p.size()), pooled_one_pass = poisoned<float>(n * p.size());
+      auto winners = poisoned<std::uint8_t>(n * p.size()), winners_one_pass = poisoned<std::uint8_t>(n * p.size());
+      const int padded = cnn::cuda::staged_channels(filters, precision);
+      const std::int64_t words = words_of(n * p.height * p.width, padded, precision);
+      auto one_pass = poisoned<std::uint32_t>(words);
+      cnn::cuda::conv_relu_pool_forward_from_data(pooled.get(), winners.get(), nullptr, {}, data.get(), indices.get(),
+                                                  weight.get(), bias.get(), n, m, nullptr);
+      cnn::cuda::conv_relu_pool_forward_from_data(pooled_one_pass.get(), winners_one_pass.get(), nullptr,
+                                                  {one_pass.get(), precision, padded}, data.get(), indices.get(),
+                                                  weight.get(), bias.get(), n, m, nullptr);
+      const cnn::ConvShape next{filters, p.height, p.width, 16, 3, 1, 0};
+      const std::vector<std::uint32_t> want =
+          head_of_vector(staged_input_of(pooled.get(), n, next, precision), words);
+      const std::vector<std::uint32_t> got = to_host(one_pass);
+      BOOST_TEST_MESSAGE("first layer into staged, " << filters << " filters, " << cnn::precision_name(precision));
+      BOOST_TEST(std::count(want.begin(), want.end(), 0u) < static_cast<std::ptrdiff_t>(want.size()) * 3 / 4);
+      BOOST_TEST((got == want), "the staged words differ");
+      BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(pooled_one_pass), to_host(pooled)));
+      BOOST_TEST((to_host(winners_one_pass) == to_host(winners)));
+    }
+}
