@@ -17,3 +17,16 @@ run() {
   echo "$name: exit $status"
   return $status
 }
+
+# ncu_cifar_steps BUILD_DIR PRECISIONS CSV_DIR TXT: the kernels of gpu_layers' profile_cifar_steps
+# (two eager steps per batch, 512 and 2048, in each of PRECISIONS) under ncu, one line per launch in
+# TXT (kernels/bench/ncu_durations.py); the raw csv and ncu's stderr go to CSV_DIR.
+ncu_cifar_steps() {
+  local metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active
+  metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
+  metrics+=,l1tex__throughput.avg.pct_of_peak_sustained_active
+  CNN_MEASURE_PRECISIONS=$2 timeout 400 ncu --clock-control none --metrics "$metrics" --csv \
+    "$1/tests/gpu_layers" --run_test=profile_cifar_steps >"$3/ncu.csv" 2>"$3/ncu.err"
+  echo "ncu exit $?"
+  python3 kernels/bench/ncu_durations.py "$3/ncu.csv" >"$4" 2>&1; tail -3 "$4"
+}

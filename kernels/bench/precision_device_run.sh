@@ -69,12 +69,6 @@ if [[ $steps == *" layers "* ]]; then
   cat "$out/layers.log" | grep -v "^Running\|^$"
 fi
 if [[ $steps == *" ncu "* ]] && command -v ncu >/dev/null; then
-  metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active
-  metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
-  metrics+=,l1tex__throughput.avg.pct_of_peak_sustained_active
-  CNN_MEASURE_PRECISIONS=${NCU_PRECISIONS:-fp32,bf16} timeout 400 ncu --clock-control none --metrics "$metrics" --csv \
-    build-after/tests/gpu_layers --run_test=profile_cifar_steps >"$out/ncu.csv" 2>"$out/ncu.err"
-  echo "ncu exit $?"
-  python3 kernels/bench/ncu_durations.py "$out/ncu.csv" >"$out/ncu.txt" 2>&1; tail -3 "$out/ncu.txt"
+  ncu_cifar_steps build-after "${NCU_PRECISIONS:-fp32,bf16}" "$out" "$out/ncu.txt"
 fi
 echo "done at $(($(date +%s) - start)) s"

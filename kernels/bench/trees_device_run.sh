@@ -50,13 +50,7 @@ if [[ $steps == *" epochs "* ]]; then
   paste -d' ' <(awk '{print $1, $2}' "$logs/epochs-0-1") "$logs"/col-* | sed 's/ / | /2'
 fi
 if [[ $steps == *" ncu "* ]] && command -v ncu >/dev/null; then
-  metrics=gpu__time_duration.sum,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active
-  metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed
-  metrics+=,l1tex__throughput.avg.pct_of_peak_sustained_active
-  CNN_MEASURE_PRECISIONS=${PRECISIONS:-tf32,bf16} timeout 400 ncu --clock-control none --metrics "$metrics" --csv \
-    build-after/tests/gpu_layers --run_test=profile_cifar_steps >"$logs/ncu.csv" 2>"$logs/ncu.err"
-  echo "ncu exit $?"
-  python3 kernels/bench/ncu_durations.py "$logs/ncu.csv" >"$out/ncu.txt" 2>&1; tail -3 "$out/ncu.txt"
+  ncu_cifar_steps build-after "${PRECISIONS:-tf32,bf16}" "$logs" "$out/ncu.txt"
 fi
 echo "done at $(($(date +%s) - start)) s"
 rm -rf "$logs"

@@ -61,15 +61,55 @@ __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __
   }
 }
 
-// Tiles of the staged kernels below: 32 windows (s, py, px in the pool output's order) x 32 channels.
-constexpr int kPoolTileWindows = 32;
-constexpr int kPoolTileChannels = 32;
+// A block's tile of the staged kernels below, as stage_nhwc_kernel stages a tensor: 32 windows (s, py,
+// px in the pool output's order) x 32 channels, read with lanes on consecutive windows of a plane
+// (coalesced in the pool's NCHW output) into shared memory, then written as 16-byte chunks of a
+// pixel's channels (whole sectors of the staged NHWC words).
+struct PoolTile {
+  static constexpr int kWindows = 32;
+  static constexpr int kChannels = 32;
+
+  // inside(lc, lw, plane, o, py, px) for each (channel, window) of the block's tile in the tensor,
+  // o its index in the pool's output [n,C,OH,OW] and plane = s * C + c; outside(lc, lw) for the rest.
+  template <class Inside, class Outside>
+  static __device__ __forceinline__ void read(const PoolGeometry& g, int C, int windows, Inside inside,
+                                              Outside outside) {
+    const int lw = threadIdx.x % kWindows;
+    const int window = blockIdx.x * kWindows + lw;
+    const auto [s, r, py, px] = split_plane_index(window, g.by_ohw, g.by_ow);
+    for (int lc = threadIdx.x / kWindows; lc < kChannels; lc += kBlockThreads / kWindows) {
+      const int c = blockIdx.y * kChannels + lc;
+      if (window < windows && c < C)
+        inside(lc, lw, s * C + c, (s * C + c) * g.OH * g.OW + r, py, px);
+      else
+        outside(lc, lw);
+    }
+  }
+
+  // chunk(window, lw, j, c0) for each chunk j of kPerChunk channels c0.. (c0 < Cp) of each window of
+  // the block's tile in the tensor.
+  template <int kPerChunk, class Chunk>
+  static __device__ __forceinline__ void write(int Cp, int windows, Chunk chunk) {
+    constexpr int kChunksPerTile = kChannels / kPerChunk;
+    for (int e = threadIdx.x; e < kWindows * kChunksPerTile; e += kBlockThreads) {
+      const int lw = e / kChunksPerTile;
+      const int j = e - lw * kChunksPerTile;
+      const int window = blockIdx.x * kWindows + lw;
+      const int c0 = blockIdx.y * kChannels + j * kPerChunk;
+      if (window < windows && c0 < Cp) chunk(window, lw, j, c0);
+    }
+  }
+
+  static dim3 grid(int windows, int channels_padded) {
+    return dim3(static_cast<unsigned>(ceil_div(windows, kWindows)),
+                static_cast<unsigned>(ceil_div(channels_padded, kChannels)));
+  }
+};
 
 // maxpool_forward_kernel that also writes the output into the staged input of the conv after the pool
-// ([n,OH,OW,Cp] words): a block per tile, through shared memory, as stage_nhwc_kernel stages a
-// tensor. Lanes take consecutive windows of a plane (the outputs and argmaxes written as the plain
-// kernel writes them), then each thread writes one 16-byte chunk of 4 tf32 or 8 bf16 channels of a
-// window's pixel; channels C..Cp-1 are 0.
+// ([n,OH,OW,Cp] words), a block per PoolTile: the outputs and argmaxes as the plain kernel writes
+// them, then one 16-byte chunk of 4 tf32 or 8 bf16 channels of a window's pixel per thread; channels
+// C..Cp-1 are 0.
 template <Precision P>
 __global__ void __launch_bounds__(kBlockThreads)
     maxpool_forward_staged_kernel(float* __restrict__ out, std::int32_t* __restrict__ argmax,
@@ -77,40 +117,23 @@ __global__ void __launch_bounds__(kBlockThreads)
                                   int Cp, int windows /*n * OH * OW*/) {
   start_after_previous_kernel();
   constexpr int kPerChunk = chunk_elements(P);
-  constexpr int kChunksPerTile = kPoolTileChannels / kPerChunk;
-  __shared__ float max_s[kPoolTileChannels][kPoolTileWindows + 1];
-  const int ohw = g.OH * g.OW;
-  const int w0 = blockIdx.x * kPoolTileWindows;
-  const int c_begin = blockIdx.y * kPoolTileChannels;
-  {
-    const int lw = threadIdx.x % kPoolTileWindows;
-    const int window = w0 + lw;
-    const auto [s, r, py, px] = split_plane_index(window, g.by_ohw, g.by_ow);
-    for (int lc = threadIdx.x / kPoolTileWindows; lc < kPoolTileChannels; lc += kBlockThreads / kPoolTileWindows) {
-      const int c = c_begin + lc;
-      float value = 0.0f;
-      if (window < windows && c < C) {
-        const int plane = s * C + c;
+  __shared__ float max_s[PoolTile::kChannels][PoolTile::kWindows + 1];
+  PoolTile::read(
+      g, C, windows,
+      [&](int lc, int lw, int plane, int o, int py, int px) {
         const WindowMax best = window_max(in + static_cast<std::int64_t>(plane) * g.H * g.W, g, py, px);
-        const int o = plane * ohw + r;
         out[o] = best.value;
         argmax[o] = best.index;
-        value = best.value;
-      }
-      max_s[lc][lw] = value;
-    }
-  }
+        max_s[lc][lw] = best.value;
+      },
+      [&](int lc, int lw) { max_s[lc][lw] = 0.0f; });
   __syncthreads();
-  for (int e = threadIdx.x; e < kPoolTileWindows * kChunksPerTile; e += kBlockThreads) {
-    const int lw = e / kChunksPerTile;
-    const int chunk = e - lw * kChunksPerTile;
-    const int c0 = c_begin + chunk * kPerChunk;
-    if (w0 + lw >= windows || c0 >= Cp) continue;
+  PoolTile::write<kPerChunk>(Cp, windows, [&](int window, int lw, int j, int c0) {
     float v[kPerChunk];
 #pragma unroll
-    for (int q = 0; q < kPerChunk; ++q) v[q] = max_s[chunk * kPerChunk + q][lw];
-    staged[(static_cast<std::int64_t>(w0 + lw) * Cp + c0) / kPerChunk] = pack_chunk<P>(v);
-  }
+    for (int q = 0; q < kPerChunk; ++q) v[q] = max_s[j * kPerChunk + q][lw];
+    staged[(static_cast<std::int64_t>(window) * Cp + c0) / kPerChunk] = pack_chunk<P>(v);
+  });
 }
 
 // The mask of a ReLU folded in before the pool: a window's winner let gradient through iff the
@@ -168,11 +191,9 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
   }
 }
 
-// maxpool_backward_tiled_kernel into the staged layout: a block per tile (32 windows x 32 channels),
-// through shared memory, as stage_nhwc_kernel stages a tensor.
-// Lanes read consecutive windows of a plane (each window's argmax, gradient and maximum once), then
-// each thread writes one 16-byte chunk of 4 tf32 or 8 bf16 channels at every pixel of a window: the
-// winner's masked gradient or 0, as the tiled kernel. Channels C..Cp-1 are 0, and the last row and
+// maxpool_backward_tiled_kernel into the staged layout, a block per PoolTile: each window's argmax,
+// gradient and maximum read once, then one 16-byte chunk of 4 tf32 or 8 bf16 channels per thread at
+// every pixel of a window: the winner's masked gradient or 0, as the tiled kernel. Channels C..Cp-1 are 0, and the last row and
 // column of windows also write the pixels no window covers (H or W not a multiple of the size), with
 // 0. For conv2 of the cifar preset at batch 2048 this takes 51-54 us in tf32 and bf16 (ncu,
 // nvidia-h200). A thread per pixel and chunk, with no shared memory, read each window once per pixel
@@ -185,44 +206,27 @@ __global__ void __launch_bounds__(kBlockThreads)
                                    PoolGeometry g, int C, int Cp, int windows /*n * OH * OW*/) {
   start_after_previous_kernel();
   constexpr int kPerChunk = chunk_elements(P);
-  constexpr int kChunksPerTile = kPoolTileChannels / kPerChunk;
-  __shared__ std::int32_t winner_s[kPoolTileChannels][kPoolTileWindows + 1];
-  __shared__ float grad_s[kPoolTileChannels][kPoolTileWindows + 1];
-  const int ohw = g.OH * g.OW;
-  const int w0 = blockIdx.x * kPoolTileWindows;
-  const int c_begin = blockIdx.y * kPoolTileChannels;
-  {
-    const int lw = threadIdx.x % kPoolTileWindows;
-    const int window = w0 + lw;
-    const int s = g.by_ohw.div(window);
-    const int r = window - s * ohw;
-    for (int lc = threadIdx.x / kPoolTileWindows; lc < kPoolTileChannels; lc += kBlockThreads / kPoolTileWindows) {
-      const int c = c_begin + lc;
-      std::int32_t winner = -1;
-      float grad = 0.0f;
-      if (window < windows && c < C) {
-        const int o = (s * C + c) * ohw + r;
-        winner = __ldg(argmax + o);
-        if (pooled_out == nullptr || __ldg(pooled_out + o) > 0.0f) grad = __ldg(grad_out + o);
-      }
-      winner_s[lc][lw] = winner;
-      grad_s[lc][lw] = grad;
-    }
-  }
+  __shared__ std::int32_t winner_s[PoolTile::kChannels][PoolTile::kWindows + 1];
+  __shared__ float grad_s[PoolTile::kChannels][PoolTile::kWindows + 1];
+  PoolTile::read(
+      g, C, windows,
+      [&](int lc, int lw, int /*plane*/, int o, int /*py*/, int /*px*/) {
+        winner_s[lc][lw] = __ldg(argmax + o);
+        grad_s[lc][lw] = pooled_out == nullptr || __ldg(pooled_out + o) > 0.0f ? __ldg(grad_out + o) : 0.0f;
+      },
+      [&](int lc, int lw) {
+        winner_s[lc][lw] = -1;
+        grad_s[lc][lw] = 0.0f;
+      });
   __syncthreads();
-  for (int e = threadIdx.x; e < kPoolTileWindows * kChunksPerTile; e += kBlockThreads) {
-    const int lw = e / kChunksPerTile;
-    const int chunk = e - lw * kChunksPerTile;
-    const int window = w0 + lw;
-    const int c0 = c_begin + chunk * kPerChunk;
-    if (window >= windows || c0 >= Cp) continue;
+  PoolTile::write<kPerChunk>(Cp, windows, [&](int window, int lw, int j, int c0) {
     const auto [s, r, py, px] = split_plane_index(window, g.by_ohw, g.by_ow);
     std::int32_t winner[kPerChunk];
     float grad[kPerChunk];
 #pragma unroll
     for (int q = 0; q < kPerChunk; ++q) {
-      winner[q] = winner_s[chunk * kPerChunk + q][lw];
-      grad[q] = grad_s[chunk * kPerChunk + q][lw];
+      winner[q] = winner_s[j * kPerChunk + q][lw];
+      grad[q] = grad_s[j * kPerChunk + q][lw];
     }
     const int y0 = py * g.size, x0 = px * g.size;
     const int rows = py == g.OH - 1 ? g.H - y0 : g.size;
@@ -236,7 +240,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         for (int q = 0; q < kPerChunk; ++q) v[q] = winner[q] == index ? grad[q] : 0.0f;
         sample[static_cast<std::int64_t>(index) * (Cp / kPerChunk)] = pack_chunk<P>(v);
       }
-  }
+  });
 }
 
 PoolGeometry pool_geometry(const PoolShape& s, std::int64_t n) {
@@ -277,8 +281,7 @@ void launch_maxpool_backward_staged(const StagedTensor& grad_in, const float* gr
                                     const float* pooled_out, const PoolGeometry& g, int channels, cudaStream_t stream) {
   const int windows = g.total_out / channels;  // n * OH * OW
   check_int_range(std::int64_t{g.total_in} / channels * grad_in.channels_padded, "a staged max-pool gradient");
-  const dim3 grid(static_cast<unsigned>(ceil_div(windows, kPoolTileWindows)),
-                  static_cast<unsigned>(ceil_div(grad_in.channels_padded, kPoolTileChannels)));
+  const dim3 grid = PoolTile::grid(windows, grad_in.channels_padded);
   launch_dependent(maxpool_backward_staged_kernel<P>, grid, kBlockThreads, 0, stream,
                    reinterpret_cast<uint4*>(grad_in.words), grad_out, argmax, pooled_out, g, channels,
                    grad_in.channels_padded, windows);
@@ -310,8 +313,7 @@ void maxpool_forward_staged(float* out, std::int32_t* argmax, const StagedTensor
   const PoolGeometry g = pool_geometry(shape, n);
   const int windows = g.total_out / shape.channels;  // n * OH * OW
   check_int_range(std::int64_t{windows} * out_staged.channels_padded, "a staged max-pool output");
-  const dim3 grid(static_cast<unsigned>(ceil_div(windows, kPoolTileWindows)),
-                  static_cast<unsigned>(ceil_div(out_staged.channels_padded, kPoolTileChannels)));
+  const dim3 grid = PoolTile::grid(windows, out_staged.channels_padded);
   auto* staged = reinterpret_cast<uint4*>(out_staged.words);
   if (out_staged.precision == Precision::kBf16)
     launch_dependent(maxpool_forward_staged_kernel<Precision::kBf16>, grid, kBlockThreads, 0, stream, out, argmax,
