@@ -102,6 +102,9 @@ common=(--model "$model" --quiet --checkpoint-every 0)
 # One run's numbers from its metrics.csv, the columns found by name (docs/LOGS.md):
 #   final_percent epochs total_seconds reached_epoch seconds_to_target   (reached_epoch 0: not reached)
 # Accuracies are counts of test images over the test set, compared as integers in 1/100 of a percent.
+# The seconds keep every digit (%.17g): the table rounds them once, to 1/100 s. Rounded to 1/1000 here
+# first, a sum such as 5.53502 became 5.535 and then 5.53 (5.535 lies just below in binary), where
+# the test, rounding once, said 5.54.
 run_numbers() {
   awk -F, -v target="$2" '
     NR == 1 { for (i = 1; i <= NF; ++i) column[$i] = i; next }
@@ -111,7 +114,7 @@ run_numbers() {
       if (!reached && hundredths >= int(target * 100 + 0.5)) { reached = $column["epoch"]; to_target = total }
       final = hundredths; epochs = $column["epoch"]
     }
-    END { printf "%.2f %d %.3f %d %.3f\n", final / 100, epochs, total, reached, to_target }' "$1"
+    END { printf "%.2f %d %.17g %d %.17g\n", final / 100, epochs, total, reached, to_target }' "$1"
 }
 
 table=$out/table.md
