@@ -193,9 +193,9 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
 
 // maxpool_backward_tiled_kernel into the staged layout, a block per PoolTile: each window's argmax,
 // gradient and maximum read once, then one 16-byte chunk of 4 tf32 or 8 bf16 channels per thread at
-// every pixel of a window: the winner's masked gradient or 0, as the tiled kernel. Channels C..Cp-1 are 0, and the last row and
-// column of windows also write the pixels no window covers (H or W not a multiple of the size), with
-// 0. For conv2 of the cifar preset at batch 2048 this takes 51-54 us in tf32 and bf16 (ncu,
+// every pixel of a window: the winner's masked gradient or 0, as the tiled kernel. Channels C..Cp-1
+// are 0, and the last row and column of windows also write the pixels no window covers (H or W not a
+// multiple of the size), with 0. For conv2 of the cifar preset at batch 2048 this takes 51-54 us in tf32 and bf16 (ncu,
 // nvidia-h200). A thread per pixel and chunk, with no shared memory, read each window once per pixel
 // of it (80 us in bf16, 101 in tf32, nvidia-h100-x1); a thread per window and chunk with windows on
 // adjacent lanes wrote 16 bytes of every 512 (74 and 163 us, nvidia-h100-x1). docs/PERFORMANCE.md.

@@ -170,12 +170,18 @@ void forward_for_precision(float* pooled, std::uint8_t* argmax, uint4* patches, 
                            const float* bias, std::int64_t n, const SeedModel& m, const StagedTensor& staged,
                            cudaStream_t stream) {
   static_assert(kFiltersPerBlock % chunk_elements(Precision::kBf16) == 0, "a block's filters: whole chunks");
-  if (staged.words == nullptr)
+  // Only the data set's form writes a staged copy (conv_relu_pool_forward_from_data); the twin's
+  // gathered floats take the fp32 kernel alone, so no staged kernel is built for them.
+  if (!std::is_same_v<Input, GatheredBatch> || staged.words == nullptr) {
     forward_for_channels<C, Input, Precision::kFp32>(pooled, argmax, patches, in, weight, bias, n, m, staged, stream);
-  else if (staged.precision == Precision::kBf16)
-    forward_for_channels<C, Input, Precision::kBf16>(pooled, argmax, patches, in, weight, bias, n, m, staged, stream);
-  else
-    forward_for_channels<C, Input, Precision::kTf32>(pooled, argmax, patches, in, weight, bias, n, m, staged, stream);
+    return;
+  }
+  if constexpr (std::is_same_v<Input, GatheredBatch>) {
+    if (staged.precision == Precision::kBf16)
+      forward_for_channels<C, Input, Precision::kBf16>(pooled, argmax, patches, in, weight, bias, n, m, staged, stream);
+    else
+      forward_for_channels<C, Input, Precision::kTf32>(pooled, argmax, patches, in, weight, bias, n, m, staged, stream);
+  }
 }
 
 template <class Input>
