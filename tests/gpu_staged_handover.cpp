@@ -5,7 +5,9 @@
 //   2. the max-pool's forward into the staged input of the conv after it, its own output and argmax
 //      unchanged;
 //   3. the first layer's fused conv + ReLU + pool, reading the data set, into the staged input of the
-//      conv after it, its own output and winners unchanged.
+//      conv after it, its own output and winners unchanged;
+//   4. a staged conv + ReLU that runs the 2x2 max-pool after it in its store (OpTensors::pooled):
+//      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward.
 // The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_staged_handover
@@ -209,4 +211,82 @@ BOOST_AUTO_TEST_CASE(first_layer_into_the_staged_input_gives_the_bits_of_the_sta
       BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(pooled_one_pass), to_host(pooled)));
       BOOST_TEST((to_host(winners_one_pass) == to_host(winners)));
     }
+}
+
+// conv2d_forward_staged_pooled: the pool's output, argmax and the staged words of the conv after it,
+// as conv2d_forward_staged (ReLU, k not split) followed by maxpool_forward_staged write them, bit for
+// bit, through every tile the pooled plan may take (whole 32 rows per warp: one or two pairs of mma
+// tiles). Shapes: the cifar preset's conv2 (32 -> 64 channels, 13x13 outputs, whose last row and
+// column no window covers), 5 -> 20 channels with padding (filters padded to whole chunks, a 10x11
+// output), and 8 -> 24 at stride 2 (9x9); batches whose windows end inside a 32-row block (5, 7) and
+// one of many tiles (512); with and without a conv after the pool taking the staged words.
+BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then_pool) {
+  const int multiprocessors = cnn::cuda::multiprocessor_count();
+  const cnn::ConvShape shapes[] = {{32, 15, 15, 64, 3, 1, 0}, {5, 10, 11, 20, 3, 1, 1}, {8, 17, 17, 24, 3, 2, 1}};
+  for (const cnn::ConvShape& shape : shapes)
+    for (const std::int64_t n : {5, 7, 512})
+      for (const cnn::Precision precision : kTensorCorePrecisions) {
+        if (n == 512 && shape.channels != 32) continue;
+        cnn::cuda::LayerPlans plans =
+            cnn::cuda::plan_conv(shape, n, multiprocessors, cnn::cuda::kMaxColumnFloats, precision);
+        BOOST_REQUIRE(plans.staged);
+        const int positions = static_cast<int>(n * shape.out_h() * shape.out_w());
+        const int k = shape.kernel * shape.kernel * cnn::cuda::staged_channels(shape.channels, precision);
+        plans.forward = cnn::cuda::plan_gemm(positions, shape.filters, k, multiprocessors, false, precision);
+        const cnn::PoolShape pool{shape.filters, shape.out_h(), shape.out_w(), 2, 2};
+        const int windows = static_cast<int>(n * pool.out_h() * pool.out_w());
+        const int padded = cnn::cuda::staged_channels(shape.filters, precision);
+        const std::int64_t words = words_of(windows, padded, precision);
+
+        const DeviceBuffer<float> x =
+            to_device(cnn::test::random_vector(static_cast<std::size_t>(n * shape.in_size()), 9, 1.0f));
+        const DeviceBuffer<float> w =
+            to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.weight_size()), 10, 0.3f));
+        const DeviceBuffer<float> b =
+            to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.filters), 11, 0.3f));
+        DeviceBuffer<std::uint32_t> input(plans.staged_input_words), grad(plans.staged_grad_words),
+            weight(plans.staged_weight_words);
+        const cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
+
+        // Two passes: the conv's output, then the pool's staged forward over it.
+        auto conv_out = poisoned<float>(n * shape.out_size());
+        DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
+        cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), x.get(), w.get(), b.get(), n, shape, true, staged,
+                                         false, workspace.get(), nullptr);
+        auto pooled = poisoned<float>(n * pool.out_size());
+        auto argmax = poisoned<std::int32_t>(n * pool.out_size());
+        auto staged_words = poisoned<std::uint32_t>(words);
+        cnn::cuda::maxpool_forward_staged(pooled.get(), argmax.get(), {staged_words.get(), precision, padded},
+                                          conv_out.get(), n, pool, nullptr);
+        const std::vector<float> want_pooled = to_host(pooled);
+        const std::vector<std::int32_t> want_argmax = to_host(argmax);
+        const std::vector<std::uint32_t> want_words = to_host(staged_words);
+        BOOST_TEST(std::count(want_pooled.begin(), want_pooled.end(), 0.0f) <
+                   static_cast<std::ptrdiff_t>(want_pooled.size()) / 4);
+
+        const int m = 32 * ((windows + 7) / 8);
+        for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
+          if (!tile.holds_pool_windows()) continue;
+          for (const bool with_staged : {true, false}) {
+            plans.pooled_forward = cnn::cuda::plan_gemm_tile(m, shape.filters, k, multiprocessors, false, precision,
+                                                             tile);
+            auto got_pooled = poisoned<float>(n * pool.out_size());
+            auto got_argmax = poisoned<std::int32_t>(n * pool.out_size());
+            auto got_words = poisoned<std::uint32_t>(words);
+            const cnn::cuda::StagedTensor out_staged =
+                with_staged ? cnn::cuda::StagedTensor{got_words.get(), precision, padded} : cnn::cuda::StagedTensor{};
+            cnn::cuda::conv2d_forward_staged_pooled(plans, {got_pooled.get(), got_argmax.get(), out_staged}, x.get(),
+                                                    w.get(), b.get(), n, shape, staged, false, nullptr);
+            const std::string what = std::to_string(shape.channels) + " -> " + std::to_string(shape.filters) +
+                                     ", batch " + std::to_string(n) + ", " + cnn::precision_name(precision) + ", " +
+                                     plans.pooled_forward.describe() + (with_staged ? ", staged" : "");
+            BOOST_TEST_MESSAGE("conv with the pool in its store: " << what);
+            BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got_pooled), want_pooled), what << ": the pooled values differ");
+            BOOST_TEST((to_host(got_argmax) == want_argmax), what << ": the argmax differs");
+            if (with_staged) BOOST_TEST((to_host(got_words) == want_words), what << ": the staged words differ");
+          }
+        }
+        // The planned tile is one of those.
+        BOOST_TEST(cnn::cuda::plan_conv_pooled(shape, n, multiprocessors, precision).m == m);
+      }
 }

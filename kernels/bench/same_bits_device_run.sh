@@ -6,7 +6,7 @@
 #      in each of PRECISIONS (default tf32,bf16) and compares the checkpoints bit for bit
 #      (tests/ckpt_compare.py exact);
 #   2. tests/gpu_precision_test.sh on the after tree (determinism, resume, 2 ranks, 3-epoch fidelity);
-#   3. compute-sanitizer memcheck and racecheck on SANITIZE (default gpu_staged_handover), after tree.
+#   3. compute-sanitizer memcheck, racecheck and synccheck on SANITIZE (default gpu_staged_handover), after tree.
 # Usage: BEFORE_DIR=.carry/tree-base bash kernels/bench/same_bits_device_run.sh
 set -uo pipefail
 before=${BEFORE_DIR:-.carry/tree-base}
@@ -37,7 +37,7 @@ done
 (cd build-after && PYTHON=python3 timeout 300 bash ../tests/gpu_precision_test.sh . .. >"$logs/script.log" 2>&1
  echo "gpu_precision_test.sh exit $?")
 grep -E "^(ok|FAIL|skip)|mean" "$logs/script.log"
-for tool in memcheck racecheck; do
+for tool in memcheck racecheck synccheck; do
   timeout 150 compute-sanitizer --tool "$tool" "build-after/tests/$sanitize" >"$logs/$tool.log" 2>&1
   echo "compute-sanitizer $tool $sanitize: exit $?, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logs/$tool.log" | tail -1)"
 done

@@ -6,7 +6,9 @@
 #      gpu_precision_steps, gpu_staged_handover, gpu_layer_networks, gpu_layer_determinism, gpu_mma_tiles;
 #   3. (STEPS includes epochs) the cifar preset's ms/epoch at batch 32, 128, 512 and 2048 in
 #      PRECISIONS (default tf32,bf16), the trees in the order given, then after, ROUNDS times (default 2);
-#   4. (STEPS includes ncu) the after tree's kernels of two eager steps per batch (512, 2048) under ncu,
+#   4. (STEPS includes torch) PyTorch's best (.carry/anchors/torch_cifar_best.py, from ../shared/anchors)
+#      at the same batches and PRECISIONS, for the "x PyTorch" column in the same call;
+#   5. (STEPS includes ncu) the after tree's kernels of two eager steps per batch (512, 2048) under ncu,
 #      into $OUT/ncu.txt (kernels/bench/ncu_durations.py).
 # Usage: OUT=$OUT TREES=".carry/tree-a .carry/tree-b" STEPS="tests epochs" bash kernels/bench/trees_device_run.sh
 set -uo pipefail
@@ -48,6 +50,11 @@ if [[ $steps == *" epochs "* ]]; then
     for ((round = 1; round <= ${ROUNDS:-2}; ++round)); do awk '{print $3}' "$logs/epochs-$i-$round" >"$logs/col-$i-$round"; done
   done
   paste -d' ' <(awk '{print $1, $2}' "$logs/epochs-0-1") "$logs"/col-* | sed 's/ / | /2'
+fi
+if [[ $steps == *" torch "* ]]; then
+  timeout 400 python3 .carry/anchors/torch_cifar_best.py '[32,128,512,2048]' "${PRECISIONS:-tf32,bf16}" \
+    >"$logs/torch.log" 2>&1
+  echo "torch exit $?"; grep -v "^ *$" "$logs/torch.log" | tail -12
 fi
 if [[ $steps == *" ncu "* ]] && command -v ncu >/dev/null; then
   ncu_cifar_steps build-after "${PRECISIONS:-tf32,bf16}" "$logs" "$out/ncu.txt"

@@ -132,6 +132,14 @@ StagedTensor CudaBackend::staged_input_handover(std::size_t k, std::int64_t n) c
   return ops_[k]->staged_input(n);
 }
 
+// Op k runs the max-pool op k+1 in its store when k can and k+1 is one (device_op.hpp).
+PooledOutput CudaBackend::pool_handover(std::size_t k, std::int64_t n) const {
+  if (k + 1 >= ops_.size() || !ops_[k]->pools_output(n)) return {};
+  std::int32_t* argmax = ops_[k + 1]->pool_argmax();
+  if (argmax == nullptr) return {};
+  return {activations_[k + 2].get(), argmax, staged_input_handover(k + 2, n)};
+}
+
 OpTensors CudaBackend::tensors(std::size_t k, std::int64_t n) const {
   OpTensors t;
   t.in = activations_[k].get();
@@ -143,6 +151,8 @@ OpTensors CudaBackend::tensors(std::size_t k, std::int64_t n) const {
   t.grad_out_staged = staged_grad_handover(k + 1, n).words != nullptr;
   t.out_staged = staged_input_handover(k + 1, n);
   t.in_staged = staged_input_handover(k, n).words != nullptr;
+  t.pooled = pool_handover(k, n);
+  t.pooled_before = k > 0 && pool_handover(k - 1, n).out != nullptr;
   return t;
 }
 

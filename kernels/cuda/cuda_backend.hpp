@@ -77,6 +77,9 @@ class CudaBackend final : public DeviceBackend {
   // which op k writes; op k's input, which op k-1 writes. words null: none.
   StagedTensor staged_grad_handover(std::size_t k, std::int64_t n) const;
   StagedTensor staged_input_handover(std::size_t k, std::int64_t n) const;
+  // The max-pool op k+1 that op k runs in its store (OpTensors::pooled): the pool's output, argmax
+  // and staged output. out null: none.
+  PooledOutput pool_handover(std::size_t k, std::int64_t n) const;
 
   Network network_;  // the ops hold references to its layers
   OpShared shared_;

@@ -74,7 +74,7 @@ DeviceOp::Prepared ProductOp::prepare(std::int64_t n) {
 
 std::string ProductOp::implementation(std::int64_t n) const {
   const LayerPlans plans = plan(n);
-  std::string text = std::string(plans.staged ? "staged NHWC, " : "") + "forward " + plans.forward.describe();
+  std::string text = std::string(plans.staged ? "staged NHWC, " : "") + "forward " + forward_description(plans);
   if (needs_input_grad())
     text += "; input gradient " + plans.dgrad.describe() + (plans.dgrad_by_columns ? " + col2im (fp32)" : "");
   return text + "; weight gradient " + plans.wgrad.describe();

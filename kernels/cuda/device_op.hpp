@@ -89,6 +89,11 @@ struct OpTensors {
   // the max-pool after conv2): the conv skips its input's staging pass.
   StagedTensor out_staged;
   bool in_staged = false;          // the op before has written this op's input staged
+  // The op after is a 2x2/2 max-pool that this op (a staged conv + ReLU) runs in its store
+  // (pools_output): it writes the pool's output, argmax and out_staged, and not `out` (the cifar
+  // preset's conv2). out null: not.
+  PooledOutput pooled;
+  bool pooled_before = false;      // the op before has pooled in its store: this max-pool has no forward
 };
 
 // The overlapped step's ready points (gradient_ready.hpp), as the backward reaches them. An op with
@@ -142,6 +147,10 @@ class DeviceOp {
   virtual StagedTensor staged_input(std::int64_t /*n*/) const { return {}; }
   // It can write its output into the op after's StagedTensor as well (OpTensors::out_staged).
   virtual bool writes_staged_output() const { return false; }
+  // For a batch of n it can run the 2x2/2 max-pool op after it in its store (OpTensors::pooled).
+  virtual bool pools_output(std::int64_t /*n*/) const { return false; }
+  // A max-pool's argmax, for the op before when that op pools in its store; null: not a max-pool.
+  virtual std::int32_t* pool_argmax() const { return nullptr; }
 
   struct Prepared {
     bool moved = false;                 // a buffer of its own moved
@@ -189,6 +198,8 @@ class ProductOp : public DeviceOp {
  protected:
   // The launch shapes of the layer's three products for a batch of n.
   virtual LayerPlans plan(std::int64_t n) const = 0;
+  // The forward's launch in implementation()'s line.
+  virtual std::string forward_description(const LayerPlans& plans) const { return plans.forward.describe(); }
   const LayerPlans& plans_for(std::int64_t n) const { return plans_.at(n); }
   // The parameters' range is final (in stream order) once the products of backward() are queued.
   void report_ready(ReadyReporter& ready, const OpShared::Place& weight_grad_place) const;

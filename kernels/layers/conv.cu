@@ -353,9 +353,17 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
 
 namespace {
 
+// A 2x2/2 max-pool right after the conv's folded ReLU: the staged forward can pool in its store.
+bool pool_follows(const Op& op, const Network& network) {
+  if (!op.relu_after || op.last_layer + 1 >= network.layers.size()) return false;
+  const Layer& next = network.layers[op.last_layer + 1];
+  return next.kind == LayerKind::kMaxPool && next.pool.size == 2 && next.pool.stride == 2;
+}
+
 class ConvOp final : public ProductOp {
  public:
-  using ProductOp::ProductOp;
+  ConvOp(const Op& op, const Network& network, OpShared& shared)
+      : ProductOp(op, network, shared), pool_follows_(pool_follows(op, network)) {}
 
   // In tf32 and bf16, the staged copies of conv_tensor_core.cu, sized for the largest batch so far.
   Prepared prepare(std::int64_t n) override {
@@ -382,9 +390,14 @@ class ConvOp final : public ProductOp {
             staged_channels(layer_.conv.channels, plans.forward.precision)};
   }
 
+  bool pools_output(std::int64_t n) const override { return plans_for(n).pooled_forward.m > 0; }
+
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
-    if (plans.staged)
+    if (t.pooled.out != nullptr)
+      conv2d_forward_staged_pooled(plans, t.pooled, t.in, weight(), bias(), batch.n, layer_.conv, staged(),
+                                   t.in_staged, shared_.stream);
+    else if (plans.staged)
       conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_, staged(), t.in_staged,
                             shared_.workspace.get(), shared_.stream);
     else
@@ -420,12 +433,20 @@ class ConvOp final : public ProductOp {
 
  private:
   LayerPlans plan(std::int64_t n) const override {
-    return plan_conv(layer_.conv, n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision);
+    LayerPlans plans = plan_conv(layer_.conv, n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision);
+    if (plans.staged && pool_follows_)
+      plans.pooled_forward = plan_conv_pooled(layer_.conv, n, shared_.multiprocessors, shared_.precision);
+    return plans;
+  }
+  std::string forward_description(const LayerPlans& plans) const override {
+    if (plans.pooled_forward.m == 0) return ProductOp::forward_description(plans);
+    return plans.pooled_forward.describe() + " with the 2x2 max-pool in its store";
   }
   StagedBuffers staged() const {
     return StagedBuffers{staged_input_.get(), staged_grad_.get(), staged_weight_.get()};
   }
 
+  const bool pool_follows_;
   // The forward's staged input (read again by the weight gradient), the staged output gradient, the
   // staged weights.
   DeviceBuffer<std::uint32_t> staged_input_, staged_grad_, staged_weight_;

@@ -12,6 +12,10 @@
 //   forward      M = n*OH*OW (s,oy,ox)  N = F              K = KK*Cp (i,j,c)   chunks along k
 //   input grad   M = n*H*W   (s,h,w)    N = C              K = KK*Fp (i,j,f)   chunks along k
 //   weight grad  M = F                  N = KK*Cp + chunk  K = n*OH*OW         chunks across m and n
+// With a 2x2/2 max-pool after the conv's ReLU (the cifar preset's conv2), the forward's rows are the
+// pool windows' outputs in fours (PoolOrderedWindowA) and its store pools them in registers
+// (ConvPooledStore): the pool's output, argmax and the next conv's staged input are written there, and
+// the conv's own output, and the pool's pass over it, are not (89 MB written and read at batch 2048).
 // The input gradient's A is the staged output gradient at ((h+pad-i)/S, (w+pad-j)/S). The weight
 // gradient's A is the staged output gradient, f contiguous at each position; its B the staged
 // input's windows, c contiguous at each (position, tap), plus one chunk whose first column is 1
@@ -182,6 +186,86 @@ void forward_staged(const LayerPlans& plans, float* out, const float* in, const 
                 ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
 }
 
+// The forward's outputs through the ReLU and the 2x2/2 max-pool after it, a window at a time
+// (MmaWarpTile::store_windows; rows of PoolOrderedWindowA): each output is v + bias[f] through the
+// ReLU, as ConvForwardStore<true> stores it, and the window's first maximum in row-major order wins,
+// as maxpool_forward_kernel picks it. Writes the pool's output and argmax (an index into the conv's
+// output plane, OW wide) and, where staged is given, the words of the conv after the pool ([n,PH,PW,Fp]:
+// a bf16 pair of filters n, n+1 in one word, or one tf32 word each; filters F..Fp-1 zero).
+template <Precision P>
+struct ConvPooledStore {
+  static constexpr bool kPoolWindows = true;
+  float* pooled;
+  std::int32_t* argmax;
+  std::uint32_t* staged;  // null: no conv after the pool takes it staged
+  const float* bias;
+  int windows, filters, filters_padded, ow;
+  FastDiv by_phw, by_pw;
+  __device__ __forceinline__ void window(int w, int n, const float (&z0)[4], const float (&z1)[4]) const {
+    if (w >= windows || n >= filters_padded) return;
+    const int s = by_phw.div(w);
+    const int r = w - s * static_cast<int>(by_phw.divisor);
+    const int py = by_pw.div(r);
+    const int px = r - py * static_cast<int>(by_pw.divisor);
+    float best[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int f = n + q;
+      if (f >= filters) continue;
+      const float(&z)[4] = q == 0 ? z0 : z1;
+      const float b = bias[f];
+      best[q] = fmaxf(z[0] + b, 0.0f);
+      int which = 0;
+#pragma unroll
+      for (int e = 1; e < 4; ++e) {
+        const float y = fmaxf(z[e] + b, 0.0f);
+        if (y > best[q]) best[q] = y, which = e;
+      }
+      const std::int64_t o = (static_cast<std::int64_t>(s) * filters + f) * by_phw.divisor + r;
+      pooled[o] = best[q];
+      argmax[o] = (2 * py + (which >> 1)) * ow + 2 * px + (which & 1);
+    }
+    if (staged == nullptr) return;
+    const std::int64_t word = (static_cast<std::int64_t>(w) * filters_padded + n) >> word_shift(P);
+    if constexpr (P == Precision::kBf16) {
+      staged[word] = pack_word<P>(best[0], best[1]);
+    } else {
+      staged[word] = pack_word<P>(best[0], 0.0f);
+      staged[word + 1] = pack_word<P>(best[1], 0.0f);
+    }
+  }
+};
+
+template <Precision P>
+void forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in, const float* weight,
+                           const float* bias, std::int64_t n, const ConvShape& s, const StagedBuffers& staged,
+                           bool input_staged, cudaStream_t stream) {
+  const ConvGeometry g(s);
+  const PoolShape pool{g.F, g.OH, g.OW, 2, 2};
+  const int cp = staged_channels(g.C, P);
+  const int fp = staged_channels(g.F, P);
+  const int windows = static_cast<int>(n * pool.out_h() * pool.out_w());
+  if (pooled.out_staged.words != nullptr &&
+      (pooled.out_staged.precision != P || pooled.out_staged.channels_padded != fp))
+    throw Error(ExitCode::kFailure, "internal error: a pooled conv's staged output in another layout");
+  if (!input_staged) stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
+  stage_weights<P>(staged.weight, weight, g, stream);
+  const int shift = word_shift(P);
+  const FastDiv by_phw(pool.out_h() * pool.out_w()), by_pw(pool.out_w());
+  const PoolOrderedWindowA a{{staged.input, shift, g.H, g.W, cp, g.stride, g.pad, 0, g.by_ohw, g.by_ow, FastDiv(cp),
+                              g.by_ks},
+                             windows,
+                             by_phw,
+                             by_pw};
+  const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
+  const ConvPooledStore<P> store{pooled.out, pooled.argmax, pooled.out_staged.words, bias, windows, g.F, fp, g.OW,
+                                 by_phw, by_pw};
+  if (plans.pooled_forward.splits != 1)
+    throw Error(ExitCode::kFailure, "internal error: a pooled forward's plan splits k");
+  launch_mma_tile<P>(plans.pooled_forward, a, b, store, nullptr, stream);
+  CNN_CHECK_LAUNCH();
+}
+
 // The input gradient's weights [C][KK*Fp], after the forward's [F][KK*Cp] (staged by the forward,
 // with its own).
 template <Precision P>
@@ -240,6 +324,16 @@ void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in,
   else
     forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged, workspace,
                                      stream);
+}
+
+void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in,
+                                  const float* weight, const float* bias, std::int64_t n, const ConvShape& shape,
+                                  const StagedBuffers& staged, bool input_staged, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (plans.pooled_forward.precision == Precision::kBf16)
+    forward_staged_pooled<Precision::kBf16>(plans, pooled, in, weight, bias, n, shape, staged, input_staged, stream);
+  else
+    forward_staged_pooled<Precision::kTf32>(plans, pooled, in, weight, bias, n, shape, staged, input_staged, stream);
 }
 
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,

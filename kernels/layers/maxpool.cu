@@ -6,6 +6,8 @@
 //
 // The maxpool op: the forward keeps each window's argmax; the backward routes the gradient to it,
 // with the backward of a ReLU before the pool folded in (maxpool_backward_masked, layer_ops.hpp).
+// After a staged conv + ReLU that pools in its store (OpTensors::pooled), the op's forward is that
+// conv's: it only lends its argmax (pool_argmax).
 #include <cstdint>
 
 #include "cuda/cuda_check.hpp"
@@ -342,7 +344,10 @@ class MaxPoolOp final : public DeviceOp {
 
   Prepared prepare(std::int64_t n) override { return Prepared{argmax_.reserve(n * out_size_), 0}; }
 
+  std::int32_t* pool_argmax() const override { return argmax_.get(); }
+
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
+    if (t.pooled_before) return;  // the conv before wrote the output, argmax and staged words
     if (t.out_staged.words != nullptr)
       maxpool_forward_staged(t.out, argmax_.get(), t.out_staged, t.in, batch.n, layer_.pool, shared_.stream);
     else

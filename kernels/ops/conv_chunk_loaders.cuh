@@ -2,6 +2,7 @@
 // pipes of mma_gemm.cuh (mma_operand_pipes.cuh) read from the staged NHWC tensors.
 //
 //   forward      A = StagedWindowA       [m = (s,oy,ox)][k = (i,j,c)]   chunks along k
+//                  or PoolOrderedWindowA [m = (window, dy, dx)]           (the max-pool in the store)
 //                B = StagedRowsB         the staged weights [F][KK*Cp]
 //   input grad   A = StagedGradA         [m = (s,h,w)][k = (i,j,f)]     chunks along k
 //                B = StagedRowsB         the staged weights [C][KK*Fp]
@@ -123,6 +124,32 @@ struct StagedWindowA {
     if (static_cast<unsigned>(y) >= static_cast<unsigned>(H) || static_cast<unsigned>(x) >= static_cast<unsigned>(W))
       return nullptr;
     return chunk_at(in, p.base + cursor.offset);
+  }
+};
+
+// StagedWindowA with its rows in 2x2 pool-window order, for a forward that pools in its store
+// (MmaWarpTile::store_windows): row m is element (dy, dx) = ((m >> 4) & 1, (m >> 3) & 1) of window
+// (m >> 5) * 8 + (m & 7), and window (s, py, px) of [n, PH, PW] is the outputs (2py + dy, 2px + dx).
+// The conv outputs that no window covers (an odd last row or column) are never computed.
+struct PoolOrderedWindowA : StagedWindowA {
+  int windows;          // n * PH * PW
+  FastDiv by_phw, by_pw;
+  PoolOrderedWindowA for_k_tile(int k_tile) const {
+    PoolOrderedWindowA loader = *this;
+    loader.tile_step = split_tap(k_tile, Cp, static_cast<int>(by_ks.divisor));
+    return loader;
+  }
+  __device__ __forceinline__ Fixed fixed(int m) const {
+    const int window = (m >> 5) * 8 + (m & 7);
+    if (window >= windows) return {0, kFar, kFar};
+    const int s = by_phw.div(window);
+    const int r = window - s * static_cast<int>(by_phw.divisor);
+    const int py = by_pw.div(r);
+    const int px = r - py * static_cast<int>(by_pw.divisor);
+    const int y0 = (2 * py + ((m >> 4) & 1)) * stride - pad;
+    const int x0 = (2 * px + ((m >> 3) & 1)) * stride - pad;
+    const std::int64_t sample = static_cast<std::int64_t>(s) * H * W * Cp;
+    return {(sample + (static_cast<std::int64_t>(y0) * W + x0) * Cp) >> word_shift, y0, x0};
   }
 };
 

@@ -91,15 +91,11 @@ GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_spl
   return plan_with_tile(m, n, k, multiprocessors, allow_split, precision, tile);
 }
 
-GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision) {
-  // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
-  constexpr std::array<MmaTile, 5> kFp32Tiles = {{{64, 64, 0, 0}, {128, 32, 0, 0}, {64, 32, 0, 0}, {32, 64, 0, 0},
-                                                  {32, 32, 0, 0}}};
-  std::vector<MmaTile> tiles;
-  if (precision == Precision::kFp32)
-    tiles.assign(kFp32Tiles.begin(), kFp32Tiles.end());
-  else
-    tiles.assign(std::begin(kMmaTiles), std::end(kMmaTiles));
+namespace {
+// The first of `tiles` that is at most half padding and fills the multiprocessors (kThreadsPerSM),
+// else the one that comes closest (ties to the earlier tile).
+GemmPlan first_filling(const std::vector<MmaTile>& tiles, int m, int n, int k, int multiprocessors, bool allow_split,
+                       Precision precision) {
   const std::int64_t target_threads = std::int64_t{multiprocessors} * kThreadsPerSM;
   GemmPlan best;
   std::int64_t best_threads = -1;
@@ -115,6 +111,33 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, P
     }
   }
   return best;
+}
+}  // namespace
+
+GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision) {
+  // Fewest loads per output first; 128x32 for narrow products (conv with few filters).
+  constexpr std::array<MmaTile, 5> kFp32Tiles = {{{64, 64, 0, 0}, {128, 32, 0, 0}, {64, 32, 0, 0}, {32, 64, 0, 0},
+                                                  {32, 32, 0, 0}}};
+  std::vector<MmaTile> tiles;
+  if (precision == Precision::kFp32)
+    tiles.assign(kFp32Tiles.begin(), kFp32Tiles.end());
+  else
+    tiles.assign(std::begin(kMmaTiles), std::end(kMmaTiles));
+  return first_filling(tiles, m, n, k, multiprocessors, allow_split, precision);
+}
+
+GemmPlan plan_pool_windows(int windows, int n, int k, int multiprocessors, Precision precision) {
+  std::vector<MmaTile> tiles;
+  for (const MmaTile& tile : kMmaTiles)
+    if (tile.holds_pool_windows()) tiles.push_back(tile);
+  const int m = 32 * static_cast<int>(ceil_div(windows, 8));
+  const GemmPlan plan = first_filling(tiles, m, n, k, multiprocessors, false, precision);
+  if (plan.m == m) return plan;
+  // Every tile is more than half padding (a tiny product): the smallest.
+  const auto smallest = std::min_element(tiles.begin(), tiles.end(), [](const MmaTile& a, const MmaTile& b) {
+    return a.bm * a.bn < b.bm * b.bn;
+  });
+  return plan_with_tile(m, n, k, multiprocessors, false, precision, *smallest);
 }
 
 GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precision precision) {

@@ -46,6 +46,9 @@ struct MmaTile {
   // the 4-warp tiles (16 warps: at most 128 registers, where they took 122-158 unbounded), but 3 for
   // 256 rows, whose 8 chunks of A per thread spilled 104 bytes at 128 (163-168 registers, no spill).
   constexpr int min_blocks() const { return threads() == 256 ? 0 : bm >= 256 ? 3 : 4; }
+  // A tile plan_pool_windows may pick: 8 warps, each over whole 32 rows (8 pool windows of 2x2 in the
+  // store's order, mma_gemm.cuh).
+  constexpr bool holds_pool_windows() const { return threads() == kMmaThreads && (bm / warps_m) % 32 == 0; }
 };
 inline constexpr MmaTile kMmaTiles[] = {
     {64, 128, 2, 4}, {64, 64, 2, 4}, {128, 64, 4, 2}, {128, 32, 4, 2},  {64, 32, 4, 2},  {32, 64, 2, 4},
@@ -91,6 +94,10 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split,
 // 5-21% wherever its splits kept 20 or more k tiles, and lost by 50% on conv3 at batch 512 in bf16
 // (5 k tiles a split: the copy pipeline never fills and the split sum dominates).
 GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precision precision);
+// A convolution's forward with its 2x2 max-pool in the store (conv_tensor_core.cu): the rows are
+// pool windows in fours, 32 rows per 8 windows (m = 32 * ceil(windows / 8)), k is not split (the
+// store pools final sums), and the tile is one that holds_pool_windows; among those, as plan_gemm.
+GemmPlan plan_pool_windows(int windows, int n, int k, int multiprocessors, Precision precision);
 // The same for one given tile (one of the precision's): what plan_gemm weighs for each, and what the
 // tile sweeps of tests/gpu_precision.cpp time. By bm x bn: tf32 and bf16 take the first kMmaTiles
 // entry of that size (8 warps).

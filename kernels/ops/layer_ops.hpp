@@ -94,6 +94,9 @@ struct LayerPlans {
   // these 32-bit words for the staged tensors (StagedBuffers).
   bool staged = false;
   std::int64_t staged_input_words = 0, staged_grad_words = 0, staged_weight_words = 0;
+  // A staged conv + ReLU with a 2x2/2 max-pool after it: the forward that pools in its store
+  // (conv2d_forward_staged_pooled, plan_conv_pooled); m == 0: none planned.
+  GemmPlan pooled_forward{};
   std::int64_t workspace_floats() const;
 };
 constexpr std::int64_t kMaxColumnFloats = std::int64_t{1} << 26;  // 256 MiB
@@ -101,6 +104,9 @@ constexpr std::int64_t kMaxColumnFloats = std::int64_t{1} << 26;  // 256 MiB
 // adds in fp32 whatever it is.
 LayerPlans plan_conv(const ConvShape& shape, std::int64_t n, int multiprocessors,
                      std::int64_t max_column_floats = kMaxColumnFloats, Precision precision = Precision::kFp32);
+// The forward of a staged conv (tf32, bf16) that pools its ReLU's output 2x2/2 in its store
+// (plan_pool_windows): LayerPlans::pooled_forward.
+GemmPlan plan_conv_pooled(const ConvShape& shape, std::int64_t n, int multiprocessors, Precision precision);
 LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors,
                    Precision precision = Precision::kFp32);
 
@@ -166,6 +172,22 @@ struct StagedTensor {
   Precision precision = Precision::kFp32;
   int channels_padded = 0;
 };
+
+// The output of a conv + ReLU + 2x2/2 max-pool whose pool runs in the conv's store: the pool's
+// output [n,F,PH,PW] and argmax (in the conv's output plane), and the staged input of the conv after
+// the pool ([n,PH,PW,Fp] words) where out_staged.words. out null: none.
+struct PooledOutput {
+  float* out = nullptr;
+  std::int32_t* argmax = nullptr;
+  StagedTensor out_staged;
+};
+// conv2d_forward_staged with relu, then maxpool_forward_staged of 2x2/2, in one product whose rows
+// are the pool windows' outputs (plans.pooled_forward): the pool's output, argmax and staged words
+// those two write, bit for bit, where the forward's plan does not split k (the pooled product never
+// does). The conv's own output is not written, nor computed where no window covers it.
+void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in,
+                                  const float* weight, const float* bias, std::int64_t n, const ConvShape& shape,
+                                  const StagedBuffers& staged, bool input_staged, cudaStream_t stream);
 
 // maxpool_backward with the backward of a ReLU before the pool folded in (when pooled_out, the
 // pool's output, is given): zero wherever the pool's input <= 0. Only winners get gradient, and a

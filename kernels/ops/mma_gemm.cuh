@@ -18,6 +18,9 @@
 //             by adding (the loaders' cursors, conv_chunk_loaders.cuh), not by two divisions per
 //             chunk and tile.
 //
+// A store takes one output at a time, or (Store::kPoolWindows) the four outputs of a 2x2 pool window
+// that a thread holds when the rows come in pool-window order (MmaWarpTile::store_windows).
+//
 // The operands' forms and their pipes (elements, chunks along k, chunks across the rows) are in
 // mma_operand_pipes.cuh.
 //
@@ -42,6 +45,13 @@
 #include "ops/mma_operand_pipes.cuh"
 
 namespace cnn::cuda {
+
+// A store that takes whole 2x2 pool windows (Store::kPoolWindows, MmaWarpTile::store_windows)
+// instead of one output at a time.
+template <class Store, class = void>
+struct stores_pool_windows : std::false_type {};
+template <class Store>
+struct stores_pool_windows<Store, std::void_t<decltype(Store::kPoolWindows)>> : std::bool_constant<Store::kPoolWindows> {};
 
 // What both kernels share: a warp's place in the block tile, its accumulators, the mma of one k tile
 // held in shared memory, and the store of the results.
@@ -97,22 +107,47 @@ struct MmaWarpTile {
   // One split of several writes its partial sums to the workspace, [splits, N, M].
   template <class Store>
   __device__ __forceinline__ void store(const Store& store, int m0, int n0, int M, int N, float* workspace) const {
+    if constexpr (stores_pool_windows<Store>::value) {
+      store_windows(store, m0, n0);
+    } else {
+      const int group = lane >> 2, quad = lane & 3;
+      float* split_out = gridDim.z == 1 ? nullptr : workspace + static_cast<std::int64_t>(blockIdx.z) * N * M;
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int h = 0; h < 4; ++h) {
+            const int m = m0 + wm0 + 16 * i + group + (h >= 2 ? 8 : 0);
+            const int n = n0 + wn0 + 8 * j + 2 * quad + (h & 1);
+            if (m >= M || n >= N) continue;
+            if (split_out == nullptr)
+              store(m, n, acc[i][j][h]);
+            else
+              split_out[static_cast<std::int64_t>(n) * M + m] = acc[i][j][h];
+          }
+    }
+  }
+
+  // The rows in pool-window order (PoolOrderedWindowA): each 32 rows are 8 windows of 2x2, row
+  // 16*dy + 8*dx + w holding element (dy, dx) of window w. So mma tiles i and i + 1 of a warp's 32
+  // rows hold a window's four outputs in one thread, in accumulators h and h + 2 of each: the pool
+  // takes its maximum in registers. store.window(window, n, z_n, z_n1) gets the four outputs of
+  // columns n and n + 1 in row-major order (dy*2 + dx), before bias; it tests the window and n.
+  template <class Store>
+  __device__ __forceinline__ void store_windows(const Store& store, int m0, int n0) const {
+    static_assert(MI % 2 == 0, "a pool-window store needs warp pieces of whole 32 rows");
     const int group = lane >> 2, quad = lane & 3;
-    float* split_out = gridDim.z == 1 ? nullptr : workspace + static_cast<std::int64_t>(blockIdx.z) * N * M;
 #pragma unroll
-    for (int i = 0; i < MI; ++i)
+    for (int i = 0; i < MI; i += 2) {
+      const int window = (m0 + wm0 + 16 * i) / 4 + group;
 #pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int h = 0; h < 4; ++h) {
-          const int m = m0 + wm0 + 16 * i + group + (h >= 2 ? 8 : 0);
-          const int n = n0 + wn0 + 8 * j + 2 * quad + (h & 1);
-          if (m >= M || n >= N) continue;
-          if (split_out == nullptr)
-            store(m, n, acc[i][j][h]);
-          else
-            split_out[static_cast<std::int64_t>(n) * M + m] = acc[i][j][h];
-        }
+      for (int j = 0; j < NJ; ++j) {
+        const float z0[4] = {acc[i][j][0], acc[i][j][2], acc[i + 1][j][0], acc[i + 1][j][2]};
+        const float z1[4] = {acc[i][j][1], acc[i][j][3], acc[i + 1][j][1], acc[i + 1][j][3]};
+        store.window(window, n0 + wn0 + 8 * j + 2 * quad, z0, z1);
+      }
+    }
   }
 };
 
@@ -236,20 +271,24 @@ void launch_mma_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, const
                 "both operands chunked (cp.async) or both elements (registers)");
   if constexpr (I < std::size(kMmaTiles)) {
     constexpr MmaTile tile = kMmaTiles[I];
-    if (plan.bm != tile.bm || plan.bn != tile.bn || plan.warps_m != tile.warps_m || plan.warps_n != tile.warps_n) {
+    // A pool-window store is built for the tiles plan_pool_windows may pick only.
+    constexpr bool kBuilt = !stores_pool_windows<Store>::value || tile.holds_pool_windows();
+    if constexpr (!kBuilt) {
       launch_mma_tile<P, I + 1>(plan, a, b, store, workspace, stream);
-      return;
-    }
-    if constexpr (is_chunked_loader<LoadA>::value) {
+    } else if (plan.bm != tile.bm || plan.bn != tile.bn || plan.warps_m != tile.warps_m ||
+               plan.warps_n != tile.warps_n) {
+      launch_mma_tile<P, I + 1>(plan, a, b, store, workspace, stream);
+    } else if constexpr (is_chunked_loader<LoadA>::value) {
       // The chunk loaders advance their decoded k by the kernel's k tile, which they learn here.
       constexpr int kTileK = kMmaTileWords * MmaFormat<P>::kPerWord;
       launch_dependent(mma_gemm_async_kernel<P, tile.bm, tile.bn, tile.warps_m, tile.warps_n, LoadA, LoadB, Store>,
                        plan.grid(), tile.threads(), 0, stream, a.for_k_tile(kTileK), b.for_k_tile(kTileK), store,
                        plan.m, plan.n, plan.k, plan.k_per_split, workspace);
-    } else
+    } else {
       launch_dependent(mma_gemm_kernel<P, tile.bm, tile.bn, tile.warps_m, tile.warps_n, LoadA, LoadB, Store>,
                        plan.grid(), tile.threads(), 0, stream, a, b, store, plan.m, plan.n, plan.k, plan.k_per_split,
                        workspace);
+    }
   } else {
     throw Error(ExitCode::kFailure, "internal error: no tensor-core gemm tile " + plan.describe());
   }
