@@ -5,7 +5,8 @@
 #   1. trains the cifar preset on Fashion-MNIST (4000 images, batch 512, 2 epochs, Adam) with each tree
 #      in each of PRECISIONS (default tf32,bf16) and compares the checkpoints bit for bit
 #      (tests/ckpt_compare.py exact);
-#   2. tests/gpu_precision_test.sh on the after tree (determinism, resume, 2 ranks, 3-epoch fidelity);
+#   2. tests/gpu_precision_test.sh on the after tree (determinism, resume, 2 ranks, 3-epoch fidelity),
+#      unless PRECISION_TEST=0 (bitwise checkpoints already carry its results over);
 #   3. compute-sanitizer memcheck, racecheck and synccheck on SANITIZE (default gpu_staged_handover), after tree.
 # Usage: BEFORE_DIR=.carry/tree-base bash kernels/bench/same_bits_device_run.sh
 set -uo pipefail
@@ -34,9 +35,11 @@ for p in "${precisions[@]}"; do
   verdict=$(python3 tests/ckpt_compare.py exact "$a" "$b" 2>&1)
   echo "$p, after against before: exit $?, $(tail -1 <<<"$verdict")"
 done
-(cd build-after && PYTHON=python3 timeout 300 bash ../tests/gpu_precision_test.sh . .. >"$logs/script.log" 2>&1
- echo "gpu_precision_test.sh exit $?")
-grep -E "^(ok|FAIL|skip)|mean" "$logs/script.log"
+if [[ ${PRECISION_TEST:-1} == 1 ]]; then
+  (cd build-after && PYTHON=python3 timeout 300 bash ../tests/gpu_precision_test.sh . .. >"$logs/script.log" 2>&1
+   echo "gpu_precision_test.sh exit $?")
+  grep -E "^(ok|FAIL|skip)|mean" "$logs/script.log"
+fi
 for tool in memcheck racecheck synccheck; do
   timeout 150 compute-sanitizer --tool "$tool" "build-after/tests/$sanitize" >"$logs/$tool.log" 2>&1
   echo "compute-sanitizer $tool $sanitize: exit $?, $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$logs/$tool.log" | tail -1)"

@@ -169,9 +169,15 @@ __global__ void __launch_bounds__(BM* BN / 16)
   }
 }
 
-// Adds the splits of each (m,n) in split order and stores. Few splits: a thread per output; many
-// (long weight-gradient reductions): a warp per output, lane l adding splits l, l+32, ... in order,
-// then a fixed butterfly.
+// Adds the splits of each (m,n) in split order and stores. Few splits: a thread per output. Many
+// (long weight-gradient reductions): for each output, partial l sums splits l, l+32, ... in order,
+// then the 32 partials are added as a butterfly over lanes adds them (offsets 16, 8, 4, 2, 1), in
+// shared memory: a block per kFinalizeOutputs consecutive outputs, each warp reading one partial's
+// splits of all of them (coalesced: consecutive outputs are consecutive floats of a split). (A warp
+// per output, its lanes reading 32 splits of one output, used 4 bytes of every 32-byte sector it
+// read: 17.5 us for conv3's 52 splits at batch 2048, as long as the product; docs/PERFORMANCE.md.)
+constexpr int kFinalizeOutputs = 32;
+constexpr int kFinalizePartials = 32;
 template <class Store>
 __global__ void gemm_finalize_kernel(Store store, const float* __restrict__ workspace, int M, int N, int splits) {
   start_after_previous_kernel();
@@ -187,18 +193,32 @@ __global__ void gemm_finalize_kernel(Store store, const float* __restrict__ work
     }
     return;
   }
-  const unsigned lane = threadIdx.x & 31u;
-  const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32; e < outputs;
-       e += warps) {
-    float sum = 0.0f;
-    for (int z = static_cast<int>(lane); z < splits; z += 32) sum += workspace[z * plane + e];
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarp, sum, offset);
-    if (lane == 0) {
-      const int n = static_cast<int>(e / M);
-      store(static_cast<int>(e - static_cast<std::int64_t>(n) * M), n, sum);
+  __shared__ float partial_s[kFinalizePartials][kFinalizeOutputs + 1];
+  const int lane = static_cast<int>(threadIdx.x % kFinalizeOutputs);
+  const int warp = static_cast<int>(threadIdx.x / kFinalizeOutputs);
+  const int warps = static_cast<int>(blockDim.x / kFinalizeOutputs);
+  for (std::int64_t e0 = blockIdx.x * static_cast<std::int64_t>(kFinalizeOutputs); e0 < outputs;
+       e0 += static_cast<std::int64_t>(gridDim.x) * kFinalizeOutputs) {
+    const std::int64_t e = e0 + lane;
+    for (int l = warp; l < kFinalizePartials; l += warps) {
+      float sum = 0.0f;
+      if (e < outputs)
+        for (int z = l; z < splits; z += kFinalizePartials) sum += workspace[z * plane + e];
+      partial_s[l][lane] = sum;
     }
+    __syncthreads();
+    if (warp == 0 && e < outputs) {
+      float v[kFinalizePartials];
+#pragma unroll
+      for (int l = 0; l < kFinalizePartials; ++l) v[l] = partial_s[l][lane];
+#pragma unroll
+      for (int offset = kFinalizePartials / 2; offset > 0; offset /= 2)
+#pragma unroll
+        for (int l = 0; l < offset; ++l) v[l] += v[l + offset];
+      const int n = static_cast<int>(e / M);
+      store(static_cast<int>(e - static_cast<std::int64_t>(n) * M), n, v[0]);
+    }
+    __syncthreads();
   }
 }
 
@@ -245,7 +265,8 @@ void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Sto
   CNN_CHECK_LAUNCH();
   if (plan.splits > 1) {
     const std::int64_t outputs = std::int64_t{plan.m} * plan.n;
-    const std::int64_t threads_needed = plan.splits <= 16 ? outputs : outputs * 32;
+    const std::int64_t threads_needed =
+        plan.splits <= 16 ? outputs : ceil_div(outputs, kFinalizeOutputs) * kBlockThreads;
     launch_dependent(gemm_finalize_kernel<Store>, grid_for(threads_needed), kBlockThreads, 0, stream, store, workspace,
                      plan.m, plan.n, plan.splits);
     CNN_CHECK_LAUNCH();
