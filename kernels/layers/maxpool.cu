@@ -197,10 +197,12 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
 // gradient and maximum read once, then one 16-byte chunk of 4 tf32 or 8 bf16 channels per thread at
 // every pixel of a window: the winner's masked gradient or 0, as the tiled kernel. Channels C..Cp-1
 // are 0, and the last row and column of windows also write the pixels no window covers (H or W not a
-// multiple of the size), with 0. For conv2 of the cifar preset at batch 2048 this takes 51-54 us in tf32 and bf16 (ncu,
-// nvidia-h200). A thread per pixel and chunk, with no shared memory, read each window once per pixel
-// of it (80 us in bf16, 101 in tf32, nvidia-h100-x1); a thread per window and chunk with windows on
-// adjacent lanes wrote 16 bytes of every 512 (74 and 163 us, nvidia-h100-x1). docs/PERFORMANCE.md.
+// multiple of the size), with 0. For conv2 of the cifar preset at batch 2048 this takes 67-68 us in
+// tf32 and bf16 on nvidia-h100-x1 and 51-54 on nvidia-h200 (ncu). Slower forms, nvidia-h100-x1: a
+// thread per (window, pixel, chunk), 75-77 us in bf16; a thread per pixel and chunk with no shared
+// memory, reading each window once per pixel of it, 80 us in bf16 and 101 in tf32; a thread per window
+// and chunk with windows on adjacent lanes, writing 16 bytes of every 512, 74 and 163 us.
+// docs/PERFORMANCE.md.
 template <Precision P>
 __global__ void __launch_bounds__(kBlockThreads)
     maxpool_backward_staged_kernel(uint4* __restrict__ dst, const float* __restrict__ grad_out,
