@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --precision tf32 and bf16 through the real binary (label gpu; exit 77 = skipped where no GPU is usable):
 #   1. the settings block names the precision and each op's kernels per pass (mma.<precision> for the
-#      conv and fc products), and the checkpoint's /config stores it;
+#      conv and fc products), and the checkpoint's /config stores it; the cifar preset's conv2 pools in
+#      its store, a conv + relu + maxpool2 inside a block does not and says so;
 #   2. determinism: two identical runs give bitwise identical checkpoints, and a run stopped mid-epoch
 #      (CNN_TEST_STOP_AFTER_STEPS) and resumed ends bitwise equal to an uninterrupted one, with CUDA
 #      graphs, the deferred non-finite check and --overlap on (2 ranks sharing the GPU) alike;
@@ -34,6 +35,23 @@ for p in tf32 bf16; do
     fi
     stored=$("$python" -c "import h5py, sys; v = h5py.File(sys.argv[1])['config'].attrs['precision']; print(v.decode() if isinstance(v, bytes) else v)" "$(latest "$work/$p-a")" 2>&1)
     [[ $stored == "$p" ]] && pass "$p: the checkpoint stores precision $stored" || fail "$p: checkpoint precision '$stored'"
+    # The 2x2 max-pool runs in the store of the conv before it in the backend's sequence of ops: the
+    # cifar preset's conv2 says so; a conv + relu + maxpool2 inside a block runs its plain forward, and
+    # its settings line must not claim the pool.
+    if grep -q "with the 2x2 max-pool in its store" "$work/$p-a.log"; then
+      pass "$p: the cifar preset's conv2 pools in its store"
+    else
+      fail "$p: no conv of the cifar preset pools in its store: $(grep 'op ' "$work/$p-a.log" | xargs)"
+    fi
+    block=(--device gpu --data "$fashion" --model "conv3x3:8/p1 relu res[conv3x3:16/p1 relu maxpool2] fc:10"
+           --train-samples 500 --test-samples 100 --batch 100 --epochs 1 --precision "$p")
+    if ! "$binary" "${block[@]}" --out "$work/$p-block" >"$work/$p-block.log" 2>&1; then
+      fail "$p: a block with a max-pool inside exited $?: $(tail -3 "$work/$p-block.log" | xargs)"
+    elif grep -q "max-pool in its store" "$work/$p-block.log"; then
+      fail "$p: a block's inner conv claims the max-pool: $(grep 'op 1 ' "$work/$p-block.log" | xargs)"
+    else
+      pass "$p: a block's inner conv runs its plain forward: $(grep -m1 'op 1 ' "$work/$p-block.log" | cut -c1-120)"
+    fi
   else
     fail "$p run exited $?: $(tail -3 "$work/$p-a.log" | xargs)"
     continue

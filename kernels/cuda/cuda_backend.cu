@@ -78,6 +78,10 @@ CudaBackend::CudaBackend(const BackendOptions& options, const Network& network, 
     ops_.push_back(make_device_op(op, network_, shared_));
     op_names_.push_back(op.name());
   }
+  // A max-pool that the op before may run in its store is offered to it here, where the sequence is
+  // known (a block's inner ops are never offered one: they run their own forwards).
+  for (std::size_t k = 0; k + 1 < ops_.size(); ++k)
+    if (ops_[k + 1]->can_be_pooled_before()) ops_[k]->offer_pool_after();
   if (std::any_of(ops_.begin(), ops_.end(), [](const auto& op) { return op->uses_side_stream(); }))
     shared_.make_side_stream();
   if (ops.size() == 1 && ops.front().kind == OpKind::kConvReluPoolFcSoftmax) {

@@ -147,6 +147,11 @@ class DeviceOp {
   virtual StagedTensor staged_input(std::int64_t /*n*/) const { return {}; }
   // It can write its output into the op after's StagedTensor as well (OpTensors::out_staged).
   virtual bool writes_staged_output() const { return false; }
+  // It is a 2x2/2 max-pool that the op before may run in its store (lending pool_argmax): the backend
+  // then offers it to that op (offer_pool_after), before any plan is made.
+  virtual bool can_be_pooled_before() const { return false; }
+  // The op after it is such a max-pool, in the backend's own sequence of ops (not inside a block).
+  virtual void offer_pool_after() {}
   // For a batch of n it can run the 2x2/2 max-pool op after it in its store (OpTensors::pooled).
   virtual bool pools_output(std::int64_t /*n*/) const { return false; }
   // A max-pool's argmax, for the op before when that op pools in its store; null: not a max-pool.

@@ -353,17 +353,12 @@ void conv2d_backward(float* grad_in, float* grad_weight, float* grad_bias, const
 
 namespace {
 
-// A 2x2/2 max-pool right after the conv's folded ReLU: the staged forward can pool in its store.
-bool pool_follows(const Op& op, const Network& network) {
-  if (!op.relu_after || op.last_layer + 1 >= network.layers.size()) return false;
-  const Layer& next = network.layers[op.last_layer + 1];
-  return next.kind == LayerKind::kMaxPool && next.pool.size == 2 && next.pool.stride == 2;
-}
-
 class ConvOp final : public ProductOp {
  public:
-  ConvOp(const Op& op, const Network& network, OpShared& shared)
-      : ProductOp(op, network, shared), pool_follows_(pool_follows(op, network)) {}
+  ConvOp(const Op& op, const Network& network, OpShared& shared) : ProductOp(op, network, shared) {}
+
+  // A 2x2/2 max-pool after the conv's folded ReLU: the staged forward can pool in its store.
+  void offer_pool_after() override { pool_follows_ = relu_; }
 
   // In tf32 and bf16, the staged copies of conv_tensor_core.cu, sized for the largest batch so far.
   Prepared prepare(std::int64_t n) override {
@@ -446,7 +441,7 @@ class ConvOp final : public ProductOp {
     return StagedBuffers{staged_input_.get(), staged_grad_.get(), staged_weight_.get()};
   }
 
-  const bool pool_follows_;
+  bool pool_follows_ = false;  // offer_pool_after, before any plan
   // The forward's staged input (read again by the weight gradient), the staged output gradient, the
   // staged weights.
   DeviceBuffer<std::uint32_t> staged_input_, staged_grad_, staged_weight_;

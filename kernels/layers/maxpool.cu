@@ -346,6 +346,7 @@ class MaxPoolOp final : public DeviceOp {
 
   Prepared prepare(std::int64_t n) override { return Prepared{argmax_.reserve(n * out_size_), 0}; }
 
+  bool can_be_pooled_before() const override { return layer_.pool.size == 2 && layer_.pool.stride == 2; }
   std::int32_t* pool_argmax() const override { return argmax_.get(); }
 
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
