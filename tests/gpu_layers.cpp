@@ -386,13 +386,27 @@ BOOST_AUTO_TEST_CASE(measure_cifar_epoch_time, *boost::unit_test::disabled() * b
   }
 }
 
-// A few eager steps per batch and precision (measured_precisions), for a kernel profiler:
+// The batches of profile_cifar_steps: CNN_PROFILE_BATCHES (a comma list, each at most 2048: two steps of
+// the 4096 images), default 512,2048.
+std::vector<std::int64_t> profiled_batches() {
+  const char* env = std::getenv("CNN_PROFILE_BATCHES");
+  std::vector<std::int64_t> batches;
+  const std::string list = env != nullptr ? env : "512,2048";
+  for (std::size_t at = 0; at < list.size();) {
+    const std::size_t comma = std::min(list.find(',', at), list.size());
+    batches.push_back(std::clamp<std::int64_t>(std::stoll(list.substr(at, comma - at)), 1, 2048));
+    at = comma + 1;
+  }
+  return batches;
+}
+
+// A few eager steps per batch (profiled_batches) and precision (measured_precisions), for a kernel profiler:
 //   ncu --clock-control none --print-summary per-kernel ./gpu_layers --run_test=profile_cifar_steps
 BOOST_AUTO_TEST_CASE(profile_cifar_steps, *boost::unit_test::disabled() * boost::unit_test::label("measurement")) {
   const cnn::Network net = cnn::build_network("cifar", 32, {3, 32, 32}, 10);
   const RandomData data = random_data(net.input, 4096, 100, 99);
   for (const cnn::Precision precision : measured_precisions())
-  for (std::int64_t batch : {512, 2048}) {
+  for (std::int64_t batch : profiled_batches()) {
     auto gpu = make("cuda", net, cnn::OptimizerKind::kAdam, false, {}, precision);
     gpu->bind_data(data.train, data.test);
     gpu->upload_params(initial_params(net, 1));
