@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -394,7 +395,10 @@ std::vector<std::int64_t> profiled_batches() {
   const std::string list = env != nullptr ? env : "512,2048";
   for (std::size_t at = 0; at < list.size();) {
     const std::size_t comma = std::min(list.find(',', at), list.size());
-    batches.push_back(std::clamp<std::int64_t>(std::stoll(list.substr(at, comma - at)), 1, 2048));
+    const std::string item = list.substr(at, comma - at);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("CNN_PROFILE_BATCHES: '" + item + "' is not a batch size (a comma list of integers)");
+    batches.push_back(std::clamp<std::int64_t>(std::stoll(item), 1, 2048));
     at = comma + 1;
   }
   return batches;
