@@ -176,6 +176,7 @@ __global__ void __launch_bounds__(BM* BN / 16)
 // splits of all of them (coalesced: consecutive outputs are consecutive floats of a split). (A warp
 // per output, its lanes reading 32 splits of one output, used 4 bytes of every 32-byte sector it
 // read: 17.5 us for conv3's 52 splits at batch 2048, as long as the product; docs/PERFORMANCE.md.)
+constexpr int kFinalizeMaxSplitsPerThread = 16;  // up to this many splits: a thread per output
 constexpr int kFinalizeOutputs = 32;
 constexpr int kFinalizePartials = 32;
 template <class Store>
@@ -183,7 +184,7 @@ __global__ void gemm_finalize_kernel(Store store, const float* __restrict__ work
   start_after_previous_kernel();
   const std::int64_t outputs = static_cast<std::int64_t>(M) * N;
   const std::int64_t plane = outputs;
-  if (splits <= 16) {
+  if (splits <= kFinalizeMaxSplitsPerThread) {
     for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < outputs;
          e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
       float sum = 0.0f;
@@ -266,7 +267,7 @@ void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Sto
   if (plan.splits > 1) {
     const std::int64_t outputs = std::int64_t{plan.m} * plan.n;
     const std::int64_t threads_needed =
-        plan.splits <= 16 ? outputs : ceil_div(outputs, kFinalizeOutputs) * kBlockThreads;
+        plan.splits <= kFinalizeMaxSplitsPerThread ? outputs : ceil_div(outputs, kFinalizeOutputs) * kBlockThreads;
     launch_dependent(gemm_finalize_kernel<Store>, grid_for(threads_needed), kBlockThreads, 0, stream, store, workspace,
                      plan.m, plan.n, plan.splits);
     CNN_CHECK_LAUNCH();
