@@ -235,7 +235,7 @@ if ((most > available)); then
 fi
 visible=$(seq -s, 0 $((most - 1)))
 if [[ ! -x $binary ]]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" >"$out/cmake.log" 2>&1 &&
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90a}" >"$out/cmake.log" 2>&1 &&
     cmake --build build -j "$(nproc)" --target cnn_mpi >"$out/build.log" 2>&1 || { tail -20 "$out/build.log"; exit 1; }
 fi
 nvidia-smi -L | head -n "$most" | tee "$out/gpus.txt"

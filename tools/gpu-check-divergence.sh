@@ -17,7 +17,7 @@ export NCCL_NVLS_ENABLE=0 CNN_FASHION_DIR=$PWD/$data/fashion-mnist CNN_MNIST_DIR
 source tools/mpi-env.sh
 nvidia-smi -L
 start=$(date +%s)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90}" \
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90a}" \
   >"$out/cmake.log" 2>&1 &&
   cmake --build build -j "$(nproc)" --target cnn_mpi gpu_backend gpu_backend_kernels gpu_backend_randomness \
     gpu_layers gpu_layer_networks gpu_layer_determinism >"$out/build.log" 2>&1 ||

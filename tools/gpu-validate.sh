@@ -12,7 +12,7 @@ log_dir=$(cd "$out" && pwd)
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export CNN_FASHION_DIR=$PWD/$data/fashion-mnist CNN_MNIST_DIR=$PWD/$data/mnist
 nvidia-smi -L | tee "$out/gpus.txt"
-arch=${CUDA_ARCH:-90}
+arch=${CUDA_ARCH:-90a}
 start=$(date +%s)
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" >"$out/cmake.log" 2>&1 &&
   cmake --build build -j "$(nproc)" >"$out/build.log" 2>&1 || { tail -30 "$out/build.log" "$out/cmake.log"; exit 1; }

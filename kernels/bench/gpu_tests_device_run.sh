@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call that builds this tree for sm_90 and runs every GPU test (ctest -L gpu), printing
+# One device call that builds this tree for sm_90a and runs every GPU test (ctest -L gpu), printing
 # compact results only: CTest's summary and, for the Boost.Test GPU programs, each test case with its
 # time (so that a skipped case shows). Usage: bash kernels/bench/gpu_tests_device_run.sh
 set -uo pipefail
@@ -8,7 +8,7 @@ export CNN_FASHION_DIR=$PWD/.carry/fashion-mnist CNN_MNIST_DIR=$PWD/.carry/mnist
 nvidia-smi -L; date -u +%FT%TZ
 start=$(date +%s)
 log=$(mktemp)
-(cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$log" 2>&1 &&
+(cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >"$log" 2>&1 &&
   ninja -C build-gpu -j "$(nproc)" >>"$log" 2>&1)
 echo "build $? at $(($(date +%s) - start)) s"; grep -E "error:" "$log" | head -10
 (cd build-gpu && timeout 480 ctest -L gpu --timeout 400) 2>&1 | grep -E "Test +#|tests passed|FAILED|Failed" | sed -E 's/ +/ /g'
