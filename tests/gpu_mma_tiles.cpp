@@ -6,7 +6,8 @@
 // lets the planner change a layer's tile (kMmaTiles' order, measured) without changing a run's
 // bits, and it checks the 4-warp tiles and the shapes the planner does not pick: channels that fill
 // no whole chunk (5, 6, 13, 19), stride 2, a 5x5 kernel, sizes no multiple of any tile, a split k.
-// The planned tiles themselves are checked against the CPU twins in gpu_precision.
+// On sm_90a every warpgroup tile of kWgmmaTiles gives one set of bits too (the forward and the input
+// gradient). The planned tiles themselves are checked against the CPU twins in gpu_precision.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_mma_tiles
 #include "boost_test.hpp"
@@ -75,6 +76,16 @@ cnn::cuda::GemmPlan with_tile(cnn::cuda::GemmPlan plan, const cnn::cuda::MmaTile
   plan.bn = tile.bn;
   plan.warps_m = tile.warps_m;
   plan.warps_n = tile.warps_n;
+  plan.wgmma = false;
+  return plan;
+}
+// The same with a warpgroup tile (wgmma_gemm.cuh).
+cnn::cuda::GemmPlan with_tile(cnn::cuda::GemmPlan plan, const cnn::cuda::WgmmaTile& tile) {
+  plan.bm = tile.bm;
+  plan.bn = tile.bn;
+  plan.warps_m = tile.bm / 16;
+  plan.warps_n = 1;
+  plan.wgmma = true;
   return plan;
 }
 
@@ -100,6 +111,29 @@ void expect_every_tile_to_give_the_planned_bits(const cnn::cuda::LayerPlans& pla
   }
 }
 
+// The same for the warpgroup tiles (wgmma_gemm.cuh) on the forward and the input gradient, with the
+// plans' split of k (plan_conv with wgmma): every tile of kWgmmaTiles gives the first one's bits
+// (mma.sync's are other bits: wgmma adds its k step in its own order).
+template <class Run>
+void expect_every_warpgroup_tile_to_give_the_same_bits(const cnn::cuda::LayerPlans& plans, Run&& run,
+                                                       const std::string& what) {
+  cnn::cuda::LayerPlans first = plans;
+  first.forward = with_tile(plans.forward, cnn::cuda::kWgmmaTiles[0]);
+  first.dgrad = with_tile(plans.dgrad, cnn::cuda::kWgmmaTiles[0]);
+  const auto want = run(first);
+  for (const auto& v : want) BOOST_REQUIRE(all_finite(v));
+  for (const cnn::cuda::WgmmaTile& tile : cnn::cuda::kWgmmaTiles) {
+    cnn::cuda::LayerPlans v = plans;
+    v.forward = with_tile(plans.forward, tile);
+    v.dgrad = with_tile(plans.dgrad, tile);
+    const auto got = run(v);
+    BOOST_TEST(same_bits(got[0], want[0]),
+               "forward " << v.forward.describe() << " (against " << first.forward.describe() << "), " << what);
+    BOOST_TEST(same_bits(got[1], want[1]),
+               "input gradient " << v.dgrad.describe() << " (against " << first.dgrad.describe() << "), " << what);
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv_products) {
@@ -108,11 +142,13 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv
     std::int64_t n;
   };
   // cifar's conv2; odd channels and filters with padding; stride 2 with a 5x5 kernel; batch 300 for
-  // M past several 256-row tiles and a longer k (the weight gradient's k is the positions).
+  // M past several 256-row tiles and a longer k (the weight gradient's k is the positions); 24 channels
+  // with padding, whose TMA input gradient takes boxes of two 7x7 samples.
   const Case cases[] = {{{32, 15, 15, 64, 3, 1, 0}, 7},
                         {{6, 11, 11, 19, 3, 1, 1}, 9},
                         {{5, 12, 9, 13, 5, 2, 2}, 9},
-                        {{13, 7, 7, 20, 3, 1, 1}, 300}};
+                        {{13, 7, 7, 20, 3, 1, 1}, 300},
+                        {{24, 7, 7, 64, 3, 1, 1}, 9}};
   const int sms = cnn::cuda::multiprocessor_count();
   for (const Case& c : cases)
     for (const cnn::Precision precision : kTensorCorePrecisions) {
@@ -128,7 +164,10 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv
       DeviceFloats grad_in(std::vector<float>(static_cast<std::size_t>(c.n * s.in_size())));
       DeviceFloats grad_weight(std::vector<float>(static_cast<std::size_t>(s.weight_size())));
       DeviceFloats grad_bias(std::vector<float>(static_cast<std::size_t>(s.filters)));
-      DeviceFloats workspace(workspace_for(plans));
+      const bool wgmma = cnn::cuda::wgmma_available();
+      const cnn::cuda::LayerPlans warpgroup =
+          cnn::cuda::plan_conv(s, c.n, sms, cnn::cuda::kMaxColumnFloats, precision, wgmma);
+      DeviceFloats workspace(workspace_for(warpgroup.workspace_floats() > plans.workspace_floats() ? warpgroup : plans));
       cnn::cuda::StagedBuffers staged;
       for (auto [buffer, words] : {std::pair{&staged.input, plans.staged_input_words},
                                    std::pair{&staged.output_grad, plans.staged_grad_words},
@@ -147,10 +186,32 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv
         return std::vector<std::vector<float>>{out.download(), grad_in.download(), grad_weight.download(),
                                                grad_bias.download()};
       };
-      expect_every_tile_to_give_the_planned_bits(
-          plans, run,
-          std::to_string(s.channels) + "->" + std::to_string(s.filters) + " " + std::to_string(s.kernel) + "x" +
-              std::to_string(s.kernel) + "/s" + std::to_string(s.stride) + ", n " + std::to_string(c.n));
+      const std::string what = std::to_string(s.channels) + "->" + std::to_string(s.filters) + " " +
+                               std::to_string(s.kernel) + "x" + std::to_string(s.kernel) + "/s" +
+                               std::to_string(s.stride) + ", n " + std::to_string(c.n);
+      expect_every_tile_to_give_the_planned_bits(plans, run, what);
+      if (wgmma) {
+        expect_every_warpgroup_tile_to_give_the_same_bits(warpgroup, run, what);
+        // The TMA input gradient (stride 1, whole 16-word k tiles a tap) gives the chunk form's
+        // warpgroup bits with k unsplit.
+        const int fp_words =
+            cnn::cuda::staged_channels(s.filters, precision) / (precision == cnn::Precision::kBf16 ? 2 : 1);
+        if (s.stride == 1 && fp_words % 16 == 0) {
+          cnn::cuda::LayerPlans unsplit = warpgroup, boxes = warpgroup;
+          boxes.dgrad = cnn::cuda::plan_pixel_boxes(static_cast<int>(c.n), s.height, s.width, s.channels,
+                                                    warpgroup.dgrad.k, precision);
+          unsplit.dgrad = cnn::cuda::plan_gemm_tile(warpgroup.dgrad.m, warpgroup.dgrad.n, warpgroup.dgrad.k, sms,
+                                                    false, precision, cnn::cuda::WgmmaTile{128, boxes.dgrad.bn});
+          const auto want = run(unsplit);
+          const auto got = run(boxes);
+          BOOST_TEST(all_finite(got[1]));
+          BOOST_TEST(same_bits(got[1], want[1]),
+                     "input gradient " << boxes.dgrad.describe() << " (against " << unsplit.dgrad.describe() << "), "
+                                       << what);
+        }
+      } else {
+        std::printf("  (no warpgroup product on this GPU or build: its tiles not checked)\n");
+      }
       for (std::uint32_t* p : {staged.input, staged.output_grad, staged.weight}) CNN_CHECK_CUDA(cudaFree(p));
     }
 }

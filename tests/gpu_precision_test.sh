@@ -13,7 +13,10 @@
 #      differs by rounding moves its weight by a whole lr per step, 0.15 of the largest weight after 20
 #      steps in tf32 on nvidia-h100-x1.) And the 2-rank run with Adam, stopped and resumed, bitwise;
 #   5. fidelity: the cifar preset, 3 epochs of Fashion-MNIST (Adam 1e-3, batch 32), mean test accuracy
-#      over seeds 1, 2, 3 within 0.3 percentage points of fp32's.
+#      over seeds 1, 2, 3 within 0.3 percentage points of fp32's;
+#   6. compute-sanitizer memcheck (eager and through the CUDA graph) and racecheck clean on a short
+#      cifar run in each precision at batch 100, whose conv2 input gradient takes the warpgroup product
+#      over TMA boxes on an sm_90a build and GPU (1 also checks that the settings name it there).
 # Usage: gpu_precision_test.sh BUILD_DIR SOURCE_DIR   (env: CNN_FASHION_DIR, PYTHON)
 source "$2/tests/gpu_script_lib.sh" "$1" "$2"
 skip_unless_gpu_runs h5py
@@ -38,6 +41,25 @@ for p in tf32 bf16; do
     # The 2x2 max-pool runs in the store of the conv before it in the backend's sequence of ops: the
     # cifar preset's conv2 says so; a conv + relu + maxpool2 inside a block runs its plain forward, and
     # its settings line must not claim the pool.
+    # On a compute capability 9.0 GPU with a build for sm_90a, conv2's input gradient (200 boxes of
+    # 13x9 pixels at batch 100: Fashion-MNIST's 28x28 make its input 13x13) takes the warpgroup product
+    # over TMA boxes; elsewhere no product does.
+    wgmma_expected=0
+    if [[ $(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1) == 9.0 ]] &&
+       grep -q "^CMAKE_CUDA_ARCHITECTURES:.*90a" "$1/CMakeCache.txt" 2>/dev/null; then
+      wgmma_expected=1
+    fi
+    if [[ $wgmma_expected -eq 1 ]]; then
+      if grep -q "input gradient wgmma.$p 128x32, TMA boxes of 13x9x1 pixels" "$work/$p-a.log"; then
+        pass "$p: conv2's input gradient takes the warpgroup product over TMA boxes (sm_90a)"
+      else
+        fail "$p: sm_90a build on a 9.0 GPU, but conv2's input gradient is not the TMA one: $(grep -m2 -o 'input gradient [^;]*' "$work/$p-a.log" | xargs)"
+      fi
+    elif grep -q "wgmma" "$work/$p-a.log"; then
+      fail "$p: a warpgroup product without an sm_90a build on a 9.0 GPU: $(grep -m1 wgmma "$work/$p-a.log" | xargs)"
+    else
+      pass "$p: no warpgroup product (not an sm_90a build on a 9.0 GPU)"
+    fi
     if grep -q "with the 2x2 max-pool in its store" "$work/$p-a.log"; then
       pass "$p: the cifar preset's conv2 pools in its store"
     else
@@ -147,6 +169,27 @@ for p in tf32 bf16; do
     fail "$p mean accuracy ${mean[$p]}% is more than 0.3 pp below fp32's ${mean[fp32]}% ($gap pp)"
   fi
 done
+
+# 6. compute-sanitizer on a short run in each precision (2 steps of 100; memcheck eager and through
+#    the captured graph, racecheck eager), where the warpgroup and TMA products run on sm_90a.
+if command -v compute-sanitizer >/dev/null; then
+  tiny=(--device gpu --data "$fashion" --model cifar --train-samples 200 --test-samples 100 --batch 100 --epochs 1
+        --optimizer adam --lr 0.001 --quiet)
+  for p in tf32 bf16; do
+    for check in memcheck:1 memcheck:0 racecheck:0; do
+      tool=${check%:*} graphs=${check#*:}
+      what="compute-sanitizer $tool, $p (graphs=$graphs)"
+      if CNN_CUDA_GRAPHS=$graphs compute-sanitizer --tool "$tool" --error-exitcode 99 "$binary" "${tiny[@]}" \
+          --precision "$p" --out "$work/san-$p-$tool-$graphs" >"$work/san.log" 2>&1; then
+        pass "$what: $(grep -E 'SUMMARY' "$work/san.log" | tail -1 | xargs)"
+      else
+        fail "$what: $(grep -m3 -E 'ERROR|Invalid|Race|Program hit|error' "$work/san.log" | xargs)"
+      fi
+    done
+  done
+else
+  echo "skip - compute-sanitizer not installed"
+fi
 
 if [[ $failures -ne 0 ]]; then echo "gpu_precision_test: $failures failure(s)"; exit 1; fi
 echo "gpu_precision_test: passed"

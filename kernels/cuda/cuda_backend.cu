@@ -73,6 +73,7 @@ CudaBackend::CudaBackend(const BackendOptions& options, const Network& network, 
       throw UsageError(std::string("--precision ") + precision_name(options.precision) +
                        " needs tensor cores with tf32 and bf16 (compute capability 8.0 or newer); this GPU has " +
                        std::to_string(major) + ".x (use --precision fp32)");
+    shared_.wgmma = wgmma_available();
   }
   for (const Op& op : ops) {
     ops_.push_back(make_device_op(op, network_, shared_));

@@ -11,6 +11,7 @@
 #include "cuda/dependent_launch.cuh"
 #include "cuda/launch.hpp"
 #include "ops/seed_shape.hpp"
+#include "ops/wgmma_instructions.cuh"
 
 namespace cnn {
 
@@ -36,6 +37,38 @@ bool dependent_launch_enabled() {
     CNN_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     known = major >= 9 ? 2 : 1;
     supported[device].store(known, std::memory_order_relaxed);
+  }
+  return known == 2;
+}
+
+namespace {
+// Writes whether the code that runs is sm_90a's (CNN_HAVE_WGMMA): a binary built for "90" only runs
+// sm_90 code on an H100, where the wgmma instructions are absent.
+__global__ void wgmma_probe_kernel(int* built) { *built = CNN_HAVE_WGMMA; }
+}  // namespace
+
+bool wgmma_available() {
+  // Per device, as dependent_launch_enabled: 0 = not asked yet, 1 = no, 2 = yes.
+  static std::array<std::atomic<int>, 64> available{};
+  int device = 0;
+  CNN_CHECK_CUDA(cudaGetDevice(&device));
+  if (device < 0 || device >= static_cast<int>(available.size())) return false;
+  int known = available[device].load(std::memory_order_relaxed);
+  if (known == 0) {
+    int major = 0, minor = 0;
+    CNN_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CNN_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    int built = 0;
+    if (major == 9 && minor == 0) {
+      int* d_built = nullptr;
+      CNN_CHECK_CUDA(cudaMalloc(&d_built, sizeof(int)));
+      wgmma_probe_kernel<<<1, 1>>>(d_built);
+      CNN_CHECK_LAUNCH();
+      CNN_CHECK_CUDA(cudaMemcpy(&built, d_built, sizeof(int), cudaMemcpyDeviceToHost));
+      CNN_CHECK_CUDA(cudaFree(d_built));
+    }
+    known = built != 0 ? 2 : 1;
+    available[device].store(known, std::memory_order_relaxed);
   }
   return known == 2;
 }

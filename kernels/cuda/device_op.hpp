@@ -52,6 +52,7 @@ struct OpShared {
   StatisticsExchange* statistics = nullptr;  // bn's global statistics: the sums over the ranks (may exchange nothing)
   int multiprocessors = 0;
   Precision precision = Precision::kFp32;  // of the conv and fc products (--precision)
+  bool wgmma = false;                      // tf32 and bf16 on a GPU that runs the warpgroup product
 
   // Makes the side stream, at the highest priority (cuda_backend.hpp), and its two events.
   void make_side_stream();

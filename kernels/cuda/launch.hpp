@@ -43,4 +43,8 @@ void check_int_range(std::int64_t value, const char* what);
 // Multiprocessors of the current device (cached per process; all ranks of a node see one model).
 int multiprocessor_count();
 
+// Whether the current device runs this binary's warpgroup product (wgmma_gemm.cuh): compute capability
+// 9.0 and code built for sm_90a, as a one-thread probe kernel reports (once per device).
+bool wgmma_available();
+
 }  // namespace cnn::cuda

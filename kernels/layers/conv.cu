@@ -428,7 +428,8 @@ class ConvOp final : public ProductOp {
 
  private:
   LayerPlans plan(std::int64_t n) const override {
-    LayerPlans plans = plan_conv(layer_.conv, n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision);
+    LayerPlans plans =
+        plan_conv(layer_.conv, n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision, shared_.wgmma);
     if (plans.staged && pool_follows_)
       plans.pooled_forward = plan_conv_pooled(layer_.conv, n, shared_.multiprocessors, shared_.precision);
     return plans;

@@ -16,7 +16,9 @@
 // pool windows' outputs in fours (PoolOrderedWindowA) and its store pools them in registers
 // (ConvPooledStore): the pool's output, argmax and the next conv's staged input are written there, and
 // the conv's own output, and the pool's pass over it, are not (89 MB written and read at batch 2048).
-// The input gradient's A is the staged output gradient at ((h+pad-i)/S, (w+pad-j)/S). The weight
+// The input gradient's A is the staged output gradient at ((h+pad-i)/S, (w+pad-j)/S); at stride 1, on
+// an sm_90a build and GPU, the TMA unit copies it in boxes of pixels (wgmma_tma_conv.cuh) where the
+// plan says so (plan_pixel_boxes, layer_plans.cu). The weight
 // gradient's A is the staged output gradient, f contiguous at each position; its B the staged
 // input's windows, c contiguous at each (position, tap), plus one chunk whose first column is 1
 // (the bias). The forward and input-gradient stores are the element forms' (conv_products.cuh).
@@ -30,6 +32,7 @@
 #include "ops/layer_ops.hpp"
 #include "ops/layer_ops_gemm.cuh"
 #include "ops/staged_layout.cuh"
+#include "ops/wgmma_tma_conv.cuh"
 
 namespace cnn::cuda {
 
@@ -286,11 +289,21 @@ void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* 
   const ConvGeometry g(s);
   const int fp = staged_channels(g.F, P);
   const int shift = word_shift(P);
+  const ConvDgradStore<true> masked{grad_in, relu_out, g.by_hw, g.HW, g.C};
+  const ConvDgradStore<false> unmasked{grad_in, nullptr, g.by_hw, g.HW, g.C};
+  if (plans.dgrad.tma()) {
+    const TmaDgradOperands op{staged.output_grad, dgrad_weights<P>(staged, g), static_cast<int>(n), g.H, g.W, g.C,
+                              g.OH, g.OW, fp >> shift, g.KS, g.pad};
+    if (relu_out != nullptr)
+      launch_tma_dgrad<P>(plans.dgrad, op, masked, stream);
+    else
+      launch_tma_dgrad<P>(plans.dgrad, op, unmasked, stream);
+    return;
+  }
   const StagedGradA a{staged.output_grad, shift, g.OH, g.OW, fp, g.stride, static_cast<int>(n * g.HW), g.pad,
                       g.by_hw, g.by_w, FastDiv(fp), g.by_ks};
   const StagedRowsB b{dgrad_weights<P>(staged, g), shift, g.C, g.KK * fp};
-  launch_either(relu_out != nullptr, plans.dgrad, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
-                ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
+  launch_either(relu_out != nullptr, plans.dgrad, a, b, masked, unmasked, workspace, stream);
 }
 
 template <Precision P>

@@ -34,11 +34,14 @@ bool at_most_half_padding(const MmaTile& tile, int m, int n) {
 }  // namespace
 
 std::string GemmPlan::describe() const {
-  std::string text = std::string(tensor_cores() ? "mma." : "fma.") + precision_name(precision) + " " +
-                     std::to_string(bm) + "x" + std::to_string(bn);
-  if (tensor_cores() && warps_m * warps_n != kMmaThreads / 32)
+  std::string text = std::string(wgmma ? "wgmma." : tensor_cores() ? "mma." : "fma.") + precision_name(precision) +
+                     " " + std::to_string(bm) + "x" + std::to_string(bn);
+  if (tensor_cores() && !wgmma && warps_m * warps_n != kMmaThreads / 32)
     text += "/" + std::to_string(warps_m) + "x" + std::to_string(warps_n) + " warps";
   if (splits > 1) text += ", " + std::to_string(splits) + " splits";
+  if (tma())
+    text += ", TMA boxes of " + std::to_string(box_w) + "x" + std::to_string(box_h) + "x" + std::to_string(box_s) +
+            " pixels";
   return text;
 }
 
@@ -91,6 +94,15 @@ GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_spl
   return plan_with_tile(m, n, k, multiprocessors, allow_split, precision, tile);
 }
 
+GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision,
+                        const WgmmaTile& tile) {
+  // As an mma tile of 16-row warps over all BN columns: the same threads and k tile, so the same split.
+  GemmPlan plan =
+      plan_with_tile(m, n, k, multiprocessors, allow_split, precision, MmaTile{tile.bm, tile.bn, tile.bm / 16, 1});
+  plan.wgmma = true;
+  return plan;
+}
+
 namespace {
 // The first of `tiles` that is at most half padding and fills the multiprocessors (kThreadsPerSM),
 // else the one that comes closest (ties to the earlier tile).
@@ -124,6 +136,48 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split, P
   else
     tiles.assign(std::begin(kMmaTiles), std::end(kMmaTiles));
   return first_filling(tiles, m, n, k, multiprocessors, allow_split, precision);
+}
+
+namespace {
+// 128 rows (two warpgroups) by the narrowest instruction N that covers n.
+WgmmaTile warpgroup_tile(int n) { return {128, n <= 32 ? 32 : n <= 64 ? 64 : 128}; }
+// Threads a plan puts on the GPU, up to the target (kThreadsPerSM a multiprocessor).
+std::int64_t filling_threads(const GemmPlan& plan, int multiprocessors) {
+  const dim3 grid = plan.grid();
+  return std::min(std::int64_t{multiprocessors} * kThreadsPerSM,
+                  std::int64_t{grid.x} * grid.y * grid.z * plan.threads());
+}
+// The warpgroup plan (warpgroup_tile, k split as plan_gemm splits it; unsplit only, unless
+// allow_split) where the GPU runs it, m is over 64 rows, and it fills the GPU as well as mma.sync's
+// plan `mma`; else `mma`. A warpgroup tile is 128 rows whatever the product, so a small one splits k
+// further over fewer blocks (conv3's input gradient at batch 32: 81 blocks against 288).
+GemmPlan warpgroup_or(const GemmPlan& mma, int m, int n, int k, int multiprocessors, Precision precision,
+                      bool wgmma, bool allow_split) {
+  if (!wgmma || precision == Precision::kFp32 || m <= 64) return mma;
+  const GemmPlan plan = plan_gemm_tile(m, n, k, multiprocessors, true, precision, warpgroup_tile(n));
+  if (!allow_split && plan.splits > 1) return mma;
+  return filling_threads(plan, multiprocessors) >= filling_threads(mma, multiprocessors) ? plan : mma;
+}
+}  // namespace
+
+GemmPlan plan_staged_forward(int m, int n, int k, int multiprocessors, Precision precision, bool wgmma) {
+  return warpgroup_or(plan_gemm(m, n, k, multiprocessors, true, precision), m, n, k, multiprocessors, precision,
+                      wgmma, false);
+}
+
+GemmPlan plan_input_gradient(int m, int n, int k, int multiprocessors, Precision precision, bool wgmma) {
+  return warpgroup_or(plan_gemm(m, n, k, multiprocessors, true, precision), m, n, k, multiprocessors, precision,
+                      wgmma, true);
+}
+
+GemmPlan plan_pixel_boxes(int samples, int height, int width, int n, int k, Precision precision) {
+  GemmPlan plan = plan_gemm_tile(samples * height * width, n, k, 1, false, precision, warpgroup_tile(n));
+  plan.box_w = std::min(width, plan.bm);
+  plan.box_h = std::min(height, plan.bm / plan.box_w);
+  plan.box_s = plan.box_h == height ? std::max(1, plan.bm / (plan.box_w * plan.box_h)) : 1;
+  plan.boxes = static_cast<int>(ceil_div(width, plan.box_w) * ceil_div(height, plan.box_h) *
+                                ceil_div(samples, plan.box_s));
+  return plan;
 }
 
 GemmPlan plan_pool_windows(int windows, int n, int k, int multiprocessors, Precision precision) {

@@ -55,16 +55,35 @@ inline constexpr MmaTile kMmaTiles[] = {
     {32, 32, 2, 4},  {128, 128, 2, 4}, {128, 64, 2, 2}, {64, 128, 1, 4}, {64, 128, 2, 2}, {256, 32, 4, 1},
     {64, 64, 2, 2}};
 
+// The warpgroup tiles (wgmma, sm_90a; wgmma_gemm.cuh, wgmma_tma_conv.cuh): BM / 64 warpgroups of 4
+// warps, each over 64 rows and all BN columns (BN = 32, 64 or 128, the instruction's N).
+// launch_wgmma_tile walks this list. Tiles of 64 rows (one warpgroup) were measured too (the cifar
+// preset at batch 512 and 2048, docs/PERFORMANCE.md, the eleventh part): they won a few of conv3's
+// small products by at most 8% (its bf16 input gradient at 512: 64x32 18.0 us, 128x64 19.6) and lost
+// conv2's by 12-29% (its tf32 input gradient at 2048: 64x32 302 us, 128x32 267), so they are not built.
+struct WgmmaTile {
+  int bm, bn;
+  constexpr int threads() const { return 2 * bm; }
+};
+inline constexpr WgmmaTile kWgmmaTiles[] = {{128, 32}, {128, 64}, {128, 128}};
+
 // A launch of the product: precision, tile config, split-K, and the order-fixing numbers.
 struct GemmPlan {
   Precision precision = Precision::kFp32;
   int bm = 64, bn = 64;
   int warps_m = 2, warps_n = 4;  // tensor cores: the tile's warp layout (kMmaTiles)
+  bool wgmma = false;            // a warpgroup tile (kWgmmaTiles) in place of mma.sync's
+  // A warpgroup product over TMA boxes of pixels (wgmma_tma_conv.cuh; tma()): each block's box of
+  // box_w x box_h x box_s pixels (at most bm rows), and the boxes that cover the plane.
+  int box_w = 0, box_h = 0, box_s = 0;
+  int boxes = 0;
   int splits = 1;
   int k_per_split = 0;  // a multiple of k_tile()
   int m = 0, n = 0, k = 0;
   bool tensor_cores() const { return precision != Precision::kFp32; }
+  bool tma() const { return boxes > 0; }
   int threads() const {
+    if (wgmma) return WgmmaTile{bm, bn}.threads();
     return tensor_cores() ? 32 * warps_m * warps_n : bm * bn / (kGemmThreadTile * kGemmThreadTile);
   }
   // Elements of k per tile.
@@ -72,12 +91,13 @@ struct GemmPlan {
     return precision == Precision::kFp32 ? kGemmBK : precision == Precision::kTf32 ? kMmaTileWords : 2 * kMmaTileWords;
   }
   dim3 grid() const {
-    return dim3(static_cast<unsigned>(ceil_div(m, bm)), static_cast<unsigned>(ceil_div(n, bn)),
+    return dim3(static_cast<unsigned>(tma() ? boxes : ceil_div(m, bm)), static_cast<unsigned>(ceil_div(n, bn)),
                 static_cast<unsigned>(splits));
   }
   std::int64_t workspace_floats() const { return splits > 1 ? std::int64_t{splits} * m * n : 0; }
-  // "mma.bf16 128x64, 3 splits", "mma.bf16 128x64/2x2 warps": the settings block's and the tests' name
-  // for the launch (the warp layout named where it is not 8 warps).
+  // "mma.bf16 128x64, 3 splits", "mma.bf16 128x64/2x2 warps", "wgmma.tf32 128x32", "wgmma.tf32
+  // 128x32, TMA boxes of 15x8x1 pixels": the settings block's and the tests' name for the launch (the
+  // warp layout named where it is not 8 warps).
   std::string describe() const;
 };
 
@@ -94,6 +114,21 @@ GemmPlan plan_gemm(int m, int n, int k, int multiprocessors, bool allow_split,
 // 5-21% wherever its splits kept 20 or more k tiles, and lost by 50% on conv3 at batch 512 in bf16
 // (5 k tiles a split: the copy pipeline never fills and the split sum dominates).
 GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precision precision);
+// The products of a staged convolution whose operands both come as chunks along k, where the GPU runs
+// the warpgroup product (`wgmma`, wgmma_available) and m is over 64 rows: 128 rows (two warpgroups) by
+// the narrowest of kWgmmaTiles' widths that covers n, k split as plan_gemm splits it; else plan_gemm.
+// The forward (m = positions, n = filters, k = taps x channels) takes it only unsplit. Each product
+// timed alone with every tile (nvidia-h100-x1, 2026-11-27, docs/PERFORMANCE.md): on the input gradient
+// (m = pixels, n = channels, k = taps x filters) it beat mma.sync's planned tile on the cifar preset's
+// conv2 and conv3 by 3-15% at batch 128 to 2048 but for conv3 in bf16 at batch 512 (4% slower); on the
+// forward it beat it by 5-25% unsplit and lost by up to 30% where it split k.
+GemmPlan plan_staged_forward(int m, int n, int k, int multiprocessors, Precision precision, bool wgmma);
+// The TMA form of a stride-1 convolution's input gradient (wgmma_tma_conv.cuh) over a plane of
+// `samples` x height x width pixels, n channels, k = taps x filters words-per-tap: boxes of the whole
+// width (at most 128) by as many rows, and (whole planes) samples, as 128 rows hold; 128 x the
+// narrowest instruction N that covers n; k unsplit.
+GemmPlan plan_pixel_boxes(int samples, int height, int width, int n, int k, Precision precision);
+GemmPlan plan_input_gradient(int m, int n, int k, int multiprocessors, Precision precision, bool wgmma);
 // A convolution's forward with its 2x2 max-pool in the store (conv_tensor_core.cu): the rows are
 // pool windows in fours, 32 rows per 8 windows (m = 32 * ceil(windows / 8)), k is not split (the
 // store pools final sums), and the tile is one that holds_pool_windows; among those, as plan_gemm.
@@ -105,5 +140,7 @@ GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_spl
                         int bn);
 GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision,
                         const MmaTile& tile);
+GemmPlan plan_gemm_tile(int m, int n, int k, int multiprocessors, bool allow_split, Precision precision,
+                        const WgmmaTile& tile);
 
 }  // namespace cnn::cuda

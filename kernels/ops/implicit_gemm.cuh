@@ -10,7 +10,7 @@
 //   fc forward     M = n   N = O   K = I;   fc dgrad  M = n  N = I  K = O;   fc wgrad  M = O  N = I+1  K = n
 //
 // In fp32 (this file's kernel; mma_gemm.cuh has the tensor-core form of tf32 and bf16, with the same
-// loaders and stores): tiles of BM x BN outputs per block, BK = 8 deep, 4x4 outputs per thread,
+// loaders and stores, and wgmma_gemm.cuh its warpgroup form on sm_90a): tiles of BM x BN outputs per block, BK = 8 deep, 4x4 outputs per thread,
 // double-buffered in shared memory with the next tile's loads in flight during the current tile's
 // FMAs (one barrier per tile).
 // Split-K (gridDim.z > 1) gives small outputs with long reductions (weight gradients, small batches)
@@ -33,6 +33,7 @@
 #ifdef __CUDACC__
 #include "dist/reduce.cuh"
 #include "ops/mma_gemm.cuh"
+#include "ops/wgmma_gemm.cuh"
 #endif
 
 namespace cnn::cuda {
@@ -244,6 +245,20 @@ void launch_fp32_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, cons
                                       std::to_string(plan.bn));
 }
 
+// The main kernel of a product over staged chunks: the warpgroup form where the plan names it (both
+// operands chunks along k; plan_staged_forward, plan_input_gradient), else mma.sync's.
+template <Precision P, class LoadA, class LoadB, class Store>
+void launch_chunk_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
+                       cudaStream_t stream) {
+  if constexpr (operand_form<LoadA>() == OperandForm::kChunksAlongK &&
+                operand_form<LoadB>() == OperandForm::kChunksAlongK && !stores_pool_windows<Store>::value) {
+    if (plan.wgmma) return launch_wgmma_tile<P>(plan, a, b, store, workspace, stream);
+  }
+  if (plan.wgmma)
+    throw Error(ExitCode::kFailure, "internal error: a warpgroup plan for other operands " + plan.describe());
+  launch_mma_tile<P>(plan, a, b, store, workspace, stream);
+}
+
 // Queues the product on `stream`, in plan's precision. `workspace` holds plan.workspace_floats()
 // (null when splits == 1).
 template <class LoadA, class LoadB, class Store>
@@ -253,9 +268,9 @@ void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Sto
   if constexpr (is_chunked_loader<LoadA>::value || is_chunked_loader<LoadB>::value) {
     // Chunks are staged in tf32 or bf16 (conv_tensor_core.cu): tensor cores only.
     if (plan.precision == Precision::kBf16)
-      launch_mma_tile<Precision::kBf16>(plan, a, b, store, workspace, stream);
+      launch_chunk_tile<Precision::kBf16>(plan, a, b, store, workspace, stream);
     else
-      launch_mma_tile<Precision::kTf32>(plan, a, b, store, workspace, stream);
+      launch_chunk_tile<Precision::kTf32>(plan, a, b, store, workspace, stream);
   } else {
     switch (plan.precision) {
       case Precision::kFp32: launch_fp32_tile(plan, a, b, store, workspace, stream); break;

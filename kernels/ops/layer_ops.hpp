@@ -101,9 +101,11 @@ struct LayerPlans {
 };
 constexpr std::int64_t kMaxColumnFloats = std::int64_t{1} << 26;  // 256 MiB
 // `precision` is every product's (gemm_plan.hpp); the col2im gather of the input gradient by columns
-// adds in fp32 whatever it is.
+// adds in fp32 whatever it is. `wgmma`: the GPU runs the warpgroup product (wgmma_available), which the
+// staged forward and input gradient may then take (plan_staged_forward, plan_input_gradient).
 LayerPlans plan_conv(const ConvShape& shape, std::int64_t n, int multiprocessors,
-                     std::int64_t max_column_floats = kMaxColumnFloats, Precision precision = Precision::kFp32);
+                     std::int64_t max_column_floats = kMaxColumnFloats, Precision precision = Precision::kFp32,
+                     bool wgmma = false);
 // The forward of a staged conv (tf32, bf16) that pools its ReLU's output 2x2/2 in its store
 // (plan_pool_windows): LayerPlans::pooled_forward.
 GemmPlan plan_conv_pooled(const ConvShape& shape, std::int64_t n, int multiprocessors, Precision precision);

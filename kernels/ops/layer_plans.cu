@@ -23,7 +23,7 @@ std::int64_t LayerPlans::workspace_floats() const {
 }
 
 LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, std::int64_t max_column_floats,
-                     Precision precision) {
+                     Precision precision, bool wgmma) {
   check_int_range(n * s.out_size(), "a convolution's output");
   check_int_range(n * s.in_size(), "a convolution's input");
   const int positions = static_cast<int>(n * s.out_h() * s.out_w());
@@ -38,9 +38,16 @@ LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, st
     const int chunk = staged_channels(1, precision);
     const int per_word = precision == Precision::kBf16 ? 2 : 1;
     p.staged = true;
-    p.forward = plan_gemm(positions, s.filters, kk * cp, multiprocessors, true, precision);
-    p.dgrad =
-        plan_gemm(static_cast<int>(n * s.height * s.width), s.channels, kk * fp, multiprocessors, true, precision);
+    p.forward = plan_staged_forward(positions, s.filters, kk * cp, multiprocessors, precision, wgmma);
+    p.dgrad = plan_input_gradient(static_cast<int>(n * s.height * s.width), s.channels, kk * fp, multiprocessors,
+                                  precision, wgmma);
+    // The TMA form where it applies (stride 1, whole 16-word k tiles a tap) and its boxes fill the GPU
+    // without a split of k.
+    if (wgmma && s.stride == 1 && fp / per_word % 16 == 0) {
+      const GemmPlan boxes =
+          plan_pixel_boxes(static_cast<int>(n), s.height, s.width, s.channels, kk * fp, precision);
+      if (std::int64_t{boxes.grid().x} * boxes.grid().y >= multiprocessors) p.dgrad = boxes;
+    }
     p.wgrad = plan_weight_gradient(s.filters, kk * cp + chunk, positions, multiprocessors, precision);
     p.staged_input_words = n * s.height * s.width * cp / per_word;
     p.staged_grad_words = std::int64_t{positions} * fp / per_word;

@@ -10,7 +10,8 @@
 //                 where consecutive k are adjacent in memory, 16 lanes walk a row's 16 words;
 //                 otherwise a warp covers 8 rows x 4 words, lanes walking the rows.
 //   chunks along k   16-byte chunks of 4 words, staged in the precision's format (the conv forward
-//                 and input gradient, conv_chunk_loaders.cuh); the same row-major tile.
+//                 and input gradient, conv_chunk_loaders.cuh); the same row-major tile, or
+//                 (wgmma_gemm.cuh) unpadded rows in the 64-byte swizzle.
 //   chunks across    16-byte chunks of 4 or 8 consecutive rows at one k (the conv weight gradient);
 //                 the tile held transposed, read with ldmatrix .trans.
 //
@@ -58,6 +59,20 @@ struct TileUnits {
 // Words per shared-memory row of a k tile, padded so that the fragment reads (lane = 4 * row + word)
 // hit 32 distinct banks; rows stay 16-byte aligned for the chunk stores.
 constexpr int kMmaRowStride = kMmaTileWords + 4;
+
+// Where the chunks along k go in a tile's row (the chunk forms along k):
+//   PaddedRows      rows of kMmaRowStride words, chunk c at word 4c (mma.sync's ldmatrix reads);
+//   Swizzled64Rows  unpadded rows of 64 bytes, chunk c of row r at chunk c ^ (r / 2 % 4): the 64-byte
+//                   swizzle that wgmma's descriptors name (wgmma_instructions.cuh), in which the 8 rows
+//                   the tensor cores read at once fall in distinct banks.
+struct PaddedRows {
+  static constexpr int kStride = kMmaRowStride;
+  static __device__ __forceinline__ int chunk_word(int /*row*/, int chunk) { return 4 * chunk; }
+};
+struct Swizzled64Rows {
+  static constexpr int kStride = kMmaTileWords;
+  static __device__ __forceinline__ int chunk_word(int row, int chunk) { return 4 * (chunk ^ ((row >> 1) & 3)); }
+};
 
 // How a loader hands over its operand: single floats (rounded by the kernel); or the addresses of
 // 16-byte chunks already in the precision's format (the staged NHWC tensors of conv_tensor_core.cu),
@@ -109,12 +124,14 @@ struct RowMajorFragments {
 // One operand's share of each k tile: the units this thread loads, their loads in flight (next),
 // their store into shared memory (a Tile), and the mma fragments read back from it. kRows rows of
 // the operand (m for A, n for B) start at row0.
-template <Precision P, int kRows, int kThreads, class Loader, OperandForm kForm = operand_form<Loader>()>
+// Rows is the chunk forms' row layout along k (PaddedRows for mma.sync, Swizzled64Rows for wgmma).
+template <Precision P, int kRows, int kThreads, class Loader, OperandForm kForm = operand_form<Loader>(),
+          class Rows = PaddedRows>
 struct OperandPipe;
 
 // Single floats, rounded here: TileUnits' rows x words per thread.
 template <Precision P, int kRows, int kThreads, class Loader>
-struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kElements> : RowMajorFragments {
+struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kElements, PaddedRows> : RowMajorFragments {
   using Tile = std::uint32_t[kRows][kMmaRowStride];
   using Units = TileUnits<kRows, Loader::kKContiguous, kThreads>;
   using Format = MmaFormat<P>;
@@ -158,9 +175,9 @@ struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kElements> : RowMajo
 //   kernel's k tile, set on the host by for_k_tile);
 //   const uint4* chunk_source(const Fixed&, const Cursor&) const (the chunk of k .. k + 4 * kPerWord
 //   - 1 at k < K; nullptr where it lies outside the operand: zeros).
-template <Precision P, int kRows, int kThreads, class Loader>
-struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kChunksAlongK> : RowMajorFragments {
-  using Tile = std::uint32_t[kRows][kMmaRowStride];
+template <Precision P, int kRows, int kThreads, class Loader, class Rows>
+struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kChunksAlongK, Rows> : RowMajorFragments {
+  using Tile = std::uint32_t[kRows][Rows::kStride];
   static constexpr int kChunks = kRows * kMmaTileWords / 4;
   static constexpr int kUnits = (kChunks + kThreads - 1) / kThreads;
   static constexpr int kChunkElements = 4 * MmaFormat<P>::kPerWord;
@@ -182,13 +199,14 @@ struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kChunksAlongK> : Row
   }
   // Queues this thread's chunks of the next k tile into `tile` (chunks at k_end and past: zeros), and
   // moves on to the tile after it.
-  __device__ __forceinline__ void issue(std::uint32_t (*tile)[kMmaRowStride], const Loader& loader, int t,
+  __device__ __forceinline__ void issue(std::uint32_t (*tile)[Rows::kStride], const Loader& loader, int t,
                                         int k_end) {
 #pragma unroll
     for (int u = 0; u < kUnits; ++u) {
       const int unit = t + u * kThreads;
       if (active(unit))
-        cp_async_chunk(&tile[unit / 4][4 * (unit % 4)], k < k_end ? loader.chunk_source(fixed[u], cursor) : nullptr);
+        cp_async_chunk(&tile[unit / 4][Rows::chunk_word(unit / 4, unit % 4)],
+                       k < k_end ? loader.chunk_source(fixed[u], cursor) : nullptr);
     }
     k += kTileK;
     loader.advance(cursor);
@@ -207,7 +225,7 @@ struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kChunksAlongK> : Row
 //   kernel's k tile, set on the host by for_k_tile);
 //   const uint4* chunk_source(const Fixed&, const Step&) const (at k < K; nullptr: zeros).
 template <Precision P, int kRows, int kThreads, class Loader>
-struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kChunksAcross> {
+struct OperandPipe<P, kRows, kThreads, Loader, OperandForm::kChunksAcross, PaddedRows> {
   static constexpr bool kBf16 = P == Precision::kBf16;
   static constexpr int kBK = kMmaTileWords * MmaFormat<P>::kPerWord;
   static constexpr int kChunkRows = kBf16 ? 8 : 4;
