@@ -37,9 +37,9 @@ using WgmmaPipe = OperandPipe<P, kRows, kThreads, Loader, OperandForm::kChunksAl
 // Stages of the warpgroup form: as many as 48 KiB of static shared memory holds, 3 or 4. Tile t's
 // copies are queued kStages - 2 tiles ahead, so that the stage they overwrite held tile t - 2, whose
 // wgmma every warpgroup has waited for (one group stays in flight while the next tile's copies go).
-// Rows of 128 bytes (32-word k tiles, the 128-byte swizzle) were measured too: they took the forward
-// 5-20% faster and the input gradient 10-30% slower (docs/PERFORMANCE.md), at 2 blocks per
-// multiprocessor where these rows allow 4 or 5.
+// Rows of 128 bytes (32-word k tiles, the 128-byte swizzle, 4 stages in dynamic shared memory) were
+// measured too: conv2's input gradient 12-31% slower and its forward between 5% faster (tf32) and 17%
+// slower (bf16), at 2 blocks per multiprocessor where these rows allow 4 or 5 (docs/PERFORMANCE.md).
 template <class PipeA, class PipeB>
 struct WgmmaStages {
   static constexpr int kBytes = static_cast<int>(sizeof(typename PipeA::Tile) + sizeof(typename PipeB::Tile));
