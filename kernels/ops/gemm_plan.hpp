@@ -120,8 +120,8 @@ GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precisio
 // The forward (m = positions, n = filters, k = taps x channels) takes it only unsplit. Each product
 // timed alone with every tile (nvidia-h100-x1, 2026-11-27, docs/PERFORMANCE.md): on the input gradient
 // (m = pixels, n = channels, k = taps x filters) it beat mma.sync's planned tile on the cifar preset's
-// conv2 and conv3 by 3-15% at batch 128 to 2048 but for conv3 in bf16 at batch 512 (4% slower); on the
-// forward it beat it by 5-25% unsplit and lost by up to 30% where it split k.
+// conv2 and conv3 by 1-15% at batch 128 to 2048 but for conv3 in bf16 at batch 512 (4% slower); on the
+// forward it beat it by 10-22% unsplit (conv2 at 512 and 2048) and lost by up to 38% where it split k.
 GemmPlan plan_staged_forward(int m, int n, int k, int multiprocessors, Precision precision, bool wgmma);
 // The TMA form of a stride-1 convolution's input gradient (wgmma_tma_conv.cuh) over a plane of
 // `samples` x height x width pixels, n channels, k = taps x filters words-per-tap: boxes of the whole
