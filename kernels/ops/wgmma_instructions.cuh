@@ -1,9 +1,10 @@
-// The sm_90a instructions under the warpgroup product (wgmma_gemm.cuh): wgmma.mma_async, whose
-// operands the tensor cores read from shared memory through matrix descriptors (no ldmatrix, no
-// fragment registers), its fences, and the proxy fence that orders cp.async's writes (the generic
-// proxy) before wgmma's reads (the async proxy). They exist only in code built for sm_90a
-// (CMAKE_CUDA_ARCHITECTURES "90a-real"); elsewhere they compile to a trap or to nothing, and the
-// planner never picks the warpgroup product (wgmma_available, gemm_plan.hpp).
+// The sm_90a instructions under the warpgroup products (wgmma_gemm.cuh, wgmma_tma_conv.cuh):
+// wgmma.mma_async, whose operands the tensor cores read from shared memory through matrix descriptors
+// (no ldmatrix, no fragment registers), its fences, the proxy fence that orders cp.async's writes (the
+// generic proxy) before wgmma's reads (the async proxy), and the mbarriers and TMA copies of the TMA
+// form. They are compiled only into code built for sm_90a (CMAKE_CUDA_ARCHITECTURES "90a-real");
+// elsewhere they compile to a trap or to nothing, and the planner never picks the warpgroup products
+// (wgmma_available, cuda/launch.hpp).
 #pragma once
 
 #include <cuda_runtime.h>

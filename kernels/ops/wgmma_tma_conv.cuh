@@ -23,7 +23,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <iterator>
 
 #include "cnn/choices.hpp"
 #include "cnn/errors.hpp"
@@ -45,7 +44,8 @@ struct PixelBoxes {
   int tiles_per_tap;           // k tiles of 16 words per tap (the staged channels' words / 16)
 };
 
-// Stages of the TMA form: as many k tiles as 72 KiB holds, at most 8 (3 blocks per multiprocessor).
+// Stages of the TMA form: as many k tiles as 72 KiB holds, at most 8 (3 blocks per multiprocessor;
+// 7 stages at BN 32, 6 at 64).
 template <int BN>
 struct TmaStages {
   static constexpr int kABytes = 128 * 64;  // 128 rows of 16 words
