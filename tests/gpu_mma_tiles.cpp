@@ -70,13 +70,15 @@ std::vector<float> workspace_for(const cnn::cuda::LayerPlans& plans) {
   return std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(1, plans.workspace_floats())));
 }
 
-// `plan` with `tile`'s block and warps, the split of k kept.
+// `plan` with `tile`'s block and warps, the split of k kept (a TMA plan's, unsplit, becomes the chunk
+// form's).
 cnn::cuda::GemmPlan with_tile(cnn::cuda::GemmPlan plan, const cnn::cuda::MmaTile& tile) {
   plan.bm = tile.bm;
   plan.bn = tile.bn;
   plan.warps_m = tile.warps_m;
   plan.warps_n = tile.warps_n;
   plan.wgmma = false;
+  plan.boxes = 0;
   return plan;
 }
 // The same with a warpgroup tile (wgmma_gemm.cuh).
@@ -86,6 +88,7 @@ cnn::cuda::GemmPlan with_tile(cnn::cuda::GemmPlan plan, const cnn::cuda::WgmmaTi
   plan.warps_m = tile.bm / 16;
   plan.warps_n = 1;
   plan.wgmma = true;
+  plan.boxes = 0;
   return plan;
 }
 
