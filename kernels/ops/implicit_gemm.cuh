@@ -10,9 +10,9 @@
 //   fc forward     M = n   N = O   K = I;   fc dgrad  M = n  N = I  K = O;   fc wgrad  M = O  N = I+1  K = n
 //
 // In fp32 (this file's kernel; mma_gemm.cuh has the tensor-core form of tf32 and bf16, with the same
-// loaders and stores, and wgmma_gemm.cuh its warpgroup form on sm_90a): tiles of BM x BN outputs per block, BK = 8 deep, 4x4 outputs per thread,
-// double-buffered in shared memory with the next tile's loads in flight during the current tile's
-// FMAs (one barrier per tile).
+// loaders and stores, and wgmma_gemm.cuh its warpgroup form on sm_90a): tiles of BM x BN outputs per
+// block, BK = 8 deep, 4x4 outputs per thread, double-buffered in shared memory with the next tile's
+// loads in flight during the current tile's FMAs (one barrier per tile).
 // Split-K (gridDim.z > 1) gives small outputs with long reductions (weight gradients, small batches)
 // enough blocks: each split writes its partial product to a workspace and gemm_finalize adds the
 // splits IN ORDER and stores. Every sum's order is fixed by the plan (shape and GPU model), never by
