@@ -25,52 +25,52 @@ int cuda_device_count() {
 
 namespace cuda {
 
-bool dependent_launch_enabled() {
-  // Per device, because a process may drive more than one (tests); 0 = not asked yet, 1 = no, 2 = yes.
-  static std::array<std::atomic<int>, 64> supported{};
+namespace {
+// A yes-or-no fact about the current device, found by `find(device)` once per device: a process may
+// drive more than one (tests). `known` holds 0 = not asked yet, 1 = no, 2 = yes, per device.
+template <class Find>
+bool per_device(std::array<std::atomic<int>, 64>& known, Find find) {
   int device = 0;
   CNN_CHECK_CUDA(cudaGetDevice(&device));
-  if (device < 0 || device >= static_cast<int>(supported.size())) return false;
-  int known = supported[device].load(std::memory_order_relaxed);
-  if (known == 0) {
-    int major = 0;
-    CNN_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    known = major >= 9 ? 2 : 1;
-    supported[device].store(known, std::memory_order_relaxed);
+  if (device < 0 || device >= static_cast<int>(known.size())) return false;
+  int fact = known[device].load(std::memory_order_relaxed);
+  if (fact == 0) {
+    fact = find(device) ? 2 : 1;
+    known[device].store(fact, std::memory_order_relaxed);
   }
-  return known == 2;
+  return fact == 2;
 }
 
-namespace {
 // Writes whether the code that runs is sm_90a's (CNN_HAVE_WGMMA): a binary built for "90" only runs
 // sm_90 code on an H100, where the wgmma instructions are absent.
 __global__ void wgmma_probe_kernel(int* built) { *built = CNN_HAVE_WGMMA; }
 }  // namespace
 
+bool dependent_launch_enabled() {
+  static std::array<std::atomic<int>, 64> known{};
+  return per_device(known, [](int device) {
+    int major = 0;
+    CNN_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major >= 9;
+  });
+}
+
 bool wgmma_available() {
-  // Per device, as dependent_launch_enabled: 0 = not asked yet, 1 = no, 2 = yes.
-  static std::array<std::atomic<int>, 64> available{};
-  int device = 0;
-  CNN_CHECK_CUDA(cudaGetDevice(&device));
-  if (device < 0 || device >= static_cast<int>(available.size())) return false;
-  int known = available[device].load(std::memory_order_relaxed);
-  if (known == 0) {
+  static std::array<std::atomic<int>, 64> known{};
+  return per_device(known, [](int device) {
     int major = 0, minor = 0;
     CNN_CHECK_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     CNN_CHECK_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (major != 9 || minor != 0) return false;  // sm_90a code runs on 9.0 alone
+    int* d_built = nullptr;
     int built = 0;
-    if (major == 9 && minor == 0) {
-      int* d_built = nullptr;
-      CNN_CHECK_CUDA(cudaMalloc(&d_built, sizeof(int)));
-      wgmma_probe_kernel<<<1, 1>>>(d_built);
-      CNN_CHECK_LAUNCH();
-      CNN_CHECK_CUDA(cudaMemcpy(&built, d_built, sizeof(int), cudaMemcpyDeviceToHost));
-      CNN_CHECK_CUDA(cudaFree(d_built));
-    }
-    known = built != 0 ? 2 : 1;
-    available[device].store(known, std::memory_order_relaxed);
-  }
-  return known == 2;
+    CNN_CHECK_CUDA(cudaMalloc(&d_built, sizeof(int)));
+    wgmma_probe_kernel<<<1, 1>>>(d_built);
+    CNN_CHECK_LAUNCH();
+    CNN_CHECK_CUDA(cudaMemcpy(&built, d_built, sizeof(int), cudaMemcpyDeviceToHost));
+    CNN_CHECK_CUDA(cudaFree(d_built));
+    return built != 0;
+  });
 }
 
 int multiprocessor_count() {

@@ -206,6 +206,20 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N)
   warp.store(store, m0, n0, M, N, workspace);
 }
 
+// Queues k tile `tile` of both chunk operands into its stage of As and Bs (none past the last tile)
+// and commits the copies as one cp.async group (empty past the last tile, so that the group count
+// stays one per tile). The pipes issue their tiles in order, once.
+template <int kStages, class PipeA, class PipeB, class LoadA, class LoadB, class TileA, class TileB>
+__device__ __forceinline__ void issue_chunk_tile(int tile, int tiles, PipeA& a, PipeB& b, TileA* As, TileB* Bs,
+                                                 const LoadA& load_a, const LoadB& load_b, int t, int k_end) {
+  if (tile < tiles) {
+    const int stage = tile % kStages;
+    a.issue(As[stage], load_a, t, k_end);
+    b.issue(Bs[stage], load_b, t, k_end);
+  }
+  cp_async_commit();
+}
+
 // Stages of the chunk form: as many as 48 KiB of static shared memory holds, 2 to 4.
 template <class PipeA, class PipeB>
 struct AsyncStages {
@@ -238,14 +252,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N, (MmaTile{BM, BN, WARPS
   // Each pipe starts at k_begin and moves on by a k tile per issue: tiles are issued in order, once.
   PipeA a(load_a, m0, t, k_begin);
   PipeB b(load_b, n0, t, k_begin);
-  auto issue = [&](int tile) {
-    if (tile < tiles) {
-      const int stage = tile % kStages;
-      a.issue(As[stage], load_a, t, k_end);
-      b.issue(Bs[stage], load_b, t, k_end);
-    }
-    cp_async_commit();
-  };
+  auto issue = [&](int tile) { issue_chunk_tile<kStages>(tile, tiles, a, b, As, Bs, load_a, load_b, t, k_end); };
   MmaWarpTile<P, BM, BN, WARPS_M, WARPS_N, PipeA, PipeB> warp(t);
 
 #pragma unroll

@@ -75,14 +75,7 @@ __global__ void __launch_bounds__(2 * BM)
 
   PipeA a(load_a, m0, t, block.k_begin);
   PipeB b(load_b, n0, t, block.k_begin);
-  auto issue = [&](int tile) {
-    if (tile < tiles) {
-      const int stage = tile % kStages;
-      a.issue(As[stage], load_a, t, k_end);
-      b.issue(Bs[stage], load_b, t, k_end);
-    }
-    cp_async_commit();
-  };
+  auto issue = [&](int tile) { issue_chunk_tile<kStages>(tile, tiles, a, b, As, Bs, load_a, load_b, t, k_end); };
   // Warp w holds rows 16w..16w+15 of the tile (64 per warpgroup) and all BN columns.
   MmaWarpTile<P, BM, BN, BM / 16, 1, PipeA, PipeB> warp(t);
   float(&acc)[BN / 2] = reinterpret_cast<float(&)[BN / 2]>(warp.acc[0]);
