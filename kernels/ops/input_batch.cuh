@@ -77,6 +77,14 @@ __device__ __forceinline__ unsigned patch_row(const uint4& p, int u) {
 __device__ __forceinline__ float patch_pixel(unsigned row, int v) {
   return static_cast<float>((row >> (8 * v)) & 0xffu) * kPixelScale;
 }
+// The same float without the conversion instruction: one byte permute puts the byte in the low mantissa
+// bits of 2^23 (exponent byte 0x4B), and subtracting 2^23 leaves the byte's value, exactly. Hopper
+// issues conversions (I2F) at 16 a clock per multiprocessor, an eighth of the rate of float adds, but
+// the permute and the add take two issue slots where the conversion takes one.
+__device__ __forceinline__ float patch_pixel_permuted(unsigned row, int v) {
+  return (__uint_as_float(__byte_perm(row, 0x4B000000u, 0x7540u | static_cast<unsigned>(v))) - 8388608.0f) *
+         kPixelScale;
+}
 
 // One pool cell's 4x4 input patch per channel from a uint8 image (pixels: the patch's top-left
 // pixel in channel 0), both as the floats the twins see and packed for PatchBatch. Where !valid,
@@ -123,13 +131,20 @@ struct PatchBatch {
     static_assert(CC == C, "one channel count");
     const bool down = (winner >> 1) != 0;
     const unsigned shift = 8u * static_cast<unsigned>(winner & 1);
+    // At three channels the sweep's 27 conversions per (sample, column) bound it: the permuted form
+    // took the cifar preset's first layer from 127 to 110 us at batch 2048 (ncu, bf16 step), with the
+    // same bits. At one channel (the seed) it made the fused step 2.8% slower at batch 100, d 256
+    // (permuting the forward's patches too), so the conversion stays there (nvidia-h100-x1,
+    // 2026-11-27T13:19Z and 13:26Z; docs/PERFORMANCE.md, "Twelfth part").
+    const int right = winner & 1;
 #pragma unroll
     for (int c = 0; c < C; ++c)
 #pragma unroll
       for (int i = 0; i < kSeedKernel; ++i) {
-        const unsigned row = (down ? patch_row(p.rows[c], i + 1) : patch_row(p.rows[c], i)) >> shift;
+        const unsigned row = down ? patch_row(p.rows[c], i + 1) : patch_row(p.rows[c], i);
 #pragma unroll
-        for (int k = 0; k < kSeedKernel; ++k) x[c][i][k] = patch_pixel(row, k);
+        for (int k = 0; k < kSeedKernel; ++k)
+          x[c][i][k] = C == 1 ? patch_pixel(row >> shift, k) : patch_pixel_permuted(row, k + right);
       }
   }
 };
