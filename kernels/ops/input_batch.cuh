@@ -133,7 +133,7 @@ struct PatchBatch {
     const unsigned shift = 8u * static_cast<unsigned>(winner & 1);
     // At three channels the sweep's 27 conversions per (sample, column) bound it: the permuted form
     // took the cifar preset's first layer from 127 to 110 us at batch 2048 (ncu, bf16 step), with the
-    // same bits. At one channel (the seed) it made the fused step 2.8% slower at batch 100, d 256
+    // same bits. At one channel (the seed) it made the fused step 3.4% slower at batch 100, d 256
     // (permuting the forward's patches too), so the conversion stays there (nvidia-h100-x1,
     // 2026-11-27T13:19Z and 13:26Z; docs/PERFORMANCE.md, "Twelfth part").
     const int right = winner & 1;
