@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks the flight recorder files of a job that a stopped rank hung (tests/flight_recorder_test.sh).
 
-Usage: check_flight.py FLIGHT_DIR RANKS WAITED_SEQ STOPPED_RANK REPORTING_RANK
+Usage: check_flight.py FLIGHT_DIR RANKS WAITED_SEQ STOPPED_RANK REPORTING_RANK [BLOCKED_RANKS]
 
 Every rank but STOPPED_RANK must have written FLIGHT_DIR/rank-N.txt (docs/RELIABILITY.md, "Flight
 recorder"): the header names its rank, host, pid and the job's start (the same for all); then the
@@ -9,6 +9,9 @@ column line, then at most 64 calls with consecutive numbers; a number means the 
 bytes) on every rank. The reporting rank's newest call is WAITED_SEQ, in flight. The other waiting
 ranks had entered WAITED_SEQ: once the launcher wakes the stopped rank to end it, they may finish
 that call before they are killed, and one more silence may rewrite their file with the next call.
+BLOCKED_RANKS (a comma list) are ranks the reporting rank named beside the stopped one: the stopped
+rank froze inside collective WAITED_SEQ - 1, after some ranks had finished it and before these had,
+so each of them shows WAITED_SEQ - 1 in flight as its newest call (or, woken as above, a later one).
 Prints one line per problem and exits 1 if there is any.
 """
 import re
@@ -20,7 +23,7 @@ STATUSES = {"in-flight", "done", "failed", "queued"}
 TITLE = "# cnn_mpi flight recorder: the last collective calls of one rank, oldest first"
 
 
-def read(path, rank, ranks, waited, reporter, problems):
+def read(path, rank, ranks, waited, reporter, blocked, problems):
     try:
         lines = open(path).read().splitlines()
     except OSError as e:
@@ -49,8 +52,10 @@ def read(path, rank, ranks, waited, reporter, problems):
     if not re.fullmatch(r"[0-9]+", header.get("pid", "")) or not header.get("host"):
         problems.append(f"{path}: pid '{header.get('pid')}', host '{header.get('host')}'")
     entered = int(header["entered"]) if header.get("entered", "").isdigit() else -1
-    if entered != waited if rank == reporter else not waited <= entered <= waited + 1:
-        problems.append(f"{path}: entered {header.get('entered')}, expected {waited}")
+    first = waited - 1 if rank in blocked else waited
+    if entered != waited if rank == reporter else not first <= entered <= waited + 1:
+        problems.append(f"{path}: entered {header.get('entered')}, expected {waited}"
+                        + (f" or {first}" if first != waited else ""))
     rows = []
     for line in calls:
         f = line.split(None, 8)
@@ -74,20 +79,23 @@ def read(path, rank, ranks, waited, reporter, problems):
         problems.append(f"{path}: sequence numbers not consecutive")
     if rows[-1][0] != entered:
         problems.append(f"{path}: newest call {rows[-1][0]}, but entered {entered}")
-    if rank == reporter and rows[-1][3] != "in-flight":
+    if (rank == reporter or entered < waited) and rows[-1][3] != "in-flight":
         problems.append(f"{path}: newest call {rows[-1][0]} {rows[-1][3]}, expected in flight")
-    if waited not in [r[0] for r in rows]:
+    if entered >= waited and waited not in [r[0] for r in rows]:
         problems.append(f"{path}: no call #{waited}")
     return header.get("run"), {r[0]: (r[1], r[2]) for r in rows}
 
 
 def main():
     flight_dir, ranks, waited, stopped, reporter = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    blocked = {int(r) for r in sys.argv[6].split(",") if r} if len(sys.argv) > 6 else set()
     problems, runs, calls = [], set(), {}
+    if blocked & {stopped, reporter}:
+        problems.append(f"blocked ranks {sorted(blocked)} include the stopped or the reporting rank")
     for rank in range(ranks):
         if rank == stopped:
             continue
-        got = read(f"{flight_dir}/rank-{rank}.txt", rank, ranks, waited, reporter, problems)
+        got = read(f"{flight_dir}/rank-{rank}.txt", rank, ranks, waited, reporter, blocked, problems)
         if got is None:
             continue
         runs.add(got[0])
@@ -102,7 +110,8 @@ def main():
         print(p)
     if problems:
         return 1
-    print(f"{ranks - 1} rings, {len(calls)} calls agree across ranks, all entered #{waited}, rank {reporter} waits in it")
+    who = "all" if not blocked else f"all but rank(s) {', '.join(map(str, sorted(blocked)))} (inside #{waited - 1})"
+    print(f"{ranks - 1} rings, {len(calls)} calls agree across ranks, {who} entered #{waited}, rank {reporter} waits in it")
     return 0
 
 
