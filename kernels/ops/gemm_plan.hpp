@@ -123,12 +123,12 @@ GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precisio
 // conv2 and conv3 by 1-15% at batch 128 to 2048 but for conv3 in bf16 at batch 512 (4% slower); on the
 // forward it beat it by 10-22% unsplit (conv2 at 512 and 2048) and lost by up to 38% where it split k.
 GemmPlan plan_staged_forward(int m, int n, int k, int multiprocessors, Precision precision, bool wgmma);
+GemmPlan plan_input_gradient(int m, int n, int k, int multiprocessors, Precision precision, bool wgmma);
 // The TMA form of a stride-1 convolution's input gradient (wgmma_tma_conv.cuh) over a plane of
 // `samples` x height x width pixels, n channels, k = taps x filters words-per-tap: boxes of the whole
 // width (at most 128) by as many rows, and (whole planes) samples, as 128 rows hold; 128 x the
 // narrowest instruction N that covers n; k unsplit.
 GemmPlan plan_pixel_boxes(int samples, int height, int width, int n, int k, Precision precision);
-GemmPlan plan_input_gradient(int m, int n, int k, int multiprocessors, Precision precision, bool wgmma);
 // A convolution's forward with its 2x2 max-pool in the store (conv_tensor_core.cu): the rows are
 // pool windows in fours, 32 rows per 8 windows (m = 32 * ceil(windows / 8)), k is not split (the
 // store pools final sums), and the tile is one that holds_pool_windows; among those, as plan_gemm.
