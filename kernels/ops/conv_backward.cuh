@@ -27,8 +27,8 @@
 // once, and the plan keeps the grid to one wave of the most resident blocks (kernels/bench/NOTES.md).
 // At three channels (a layer network's first conv_relu_pool on colour images) the window's 27 pixel
 // conversions per (sample, column) bound it instead, and are made without the conversion instruction
-// (PatchBatch::window); it is then held by instruction issue at two blocks a multiprocessor (108
-// registers; three blocks at 80 registers gained 1-4% of the sweep, not committed).
+// (patch_pixel: a byte permute and one fma); it is then held by instruction issue at two blocks a
+// multiprocessor (108 registers; three blocks at 80 registers gained 1-4% of the sweep, not committed).
 #pragma once
 
 #include <algorithm>

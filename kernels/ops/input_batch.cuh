@@ -50,10 +50,24 @@ struct FloatBatch {
   }
 };
 
+// A pixel's float (uint8 * kPixelScale, as gather_normalize) from m = 2^23 + the byte (the byte in
+// the low mantissa bits of 2^23, exponent byte 0x4B): one fma gives m * s - 2^23 * s = byte * s
+// rounded once, the bits of (float)byte * s (2^23 * s is exact: a power of 2 times a float; checked
+// for all 256 bytes, and trained checkpoints are bitwise those of the conversion). Hopper issues
+// conversions (I2F) at 16 a clock per multiprocessor, an eighth of the rate of fmas: the first
+// layer's weight-gradient sweep (27 pixels per sample and column at three channels) went from 127 to
+// 100 us at batch 2048 through the permuted form and then this one, and the seed's fused step 3-4%
+// faster at batch 1000 (docs/PERFORMANCE.md, "Twelfth part" and "Thirteenth part").
+__device__ __forceinline__ float pixel_from_mantissa(unsigned m) {
+  constexpr float kOffset = -8388608.0f * kPixelScale;
+  return fmaf(__uint_as_float(m), kPixelScale, kOffset);
+}
+// A pixel byte's float.
+__device__ __forceinline__ float pixel_value(unsigned byte) { return pixel_from_mantissa(0x4B000000u | byte); }
 struct ByteSample {
   const std::uint8_t* pixels;  // [C, H, W]
   __device__ __forceinline__ float operator[](std::int64_t offset) const {
-    return static_cast<float>(__ldg(pixels + offset)) * kPixelScale;
+    return pixel_value(__ldg(pixels + offset));
   }
 };
 
@@ -73,17 +87,9 @@ __device__ __forceinline__ unsigned& patch_row(uint4& p, int u) {
 __device__ __forceinline__ unsigned patch_row(const uint4& p, int u) {
   return u == 0 ? p.x : (u == 1 ? p.y : (u == 2 ? p.z : p.w));
 }
-// Byte v of a packed row, as the float the twins see.
+// Byte v of a packed row, as the float the twins see: a byte permute moves it into 2^23's mantissa.
 __device__ __forceinline__ float patch_pixel(unsigned row, int v) {
-  return static_cast<float>((row >> (8 * v)) & 0xffu) * kPixelScale;
-}
-// The same float without the conversion instruction: one byte permute puts the byte in the low mantissa
-// bits of 2^23 (exponent byte 0x4B), and subtracting 2^23 leaves the byte's value, exactly. Hopper
-// issues conversions (I2F) at 16 a clock per multiprocessor, an eighth of the rate of float adds, but
-// the permute and the add take two issue slots where the conversion takes one.
-__device__ __forceinline__ float patch_pixel_permuted(unsigned row, int v) {
-  return (__uint_as_float(__byte_perm(row, 0x4B000000u, 0x7540u | static_cast<unsigned>(v))) - 8388608.0f) *
-         kPixelScale;
+  return pixel_from_mantissa(__byte_perm(row, 0x4B000000u, 0x7540u | static_cast<unsigned>(v)));
 }
 
 // One pool cell's 4x4 input patch per channel from a uint8 image (pixels: the patch's top-left
@@ -130,12 +136,6 @@ struct PatchBatch {
                                          const PoolCellSite&, int winner) const {
     static_assert(CC == C, "one channel count");
     const bool down = (winner >> 1) != 0;
-    const unsigned shift = 8u * static_cast<unsigned>(winner & 1);
-    // At three channels the sweep's 27 conversions per (sample, column) bound it: the permuted form
-    // took the cifar preset's first layer from 127 to 110 us at batch 2048 (ncu, bf16 step), with the
-    // same bits. At one channel (the seed) it made the fused step 3.4% slower at batch 100, d 256
-    // (permuting the forward's patches too), so the conversion stays there (nvidia-h100-x1,
-    // 2026-11-27T13:19Z and 13:26Z; docs/PERFORMANCE.md, "Twelfth part").
     const int right = winner & 1;
 #pragma unroll
     for (int c = 0; c < C; ++c)
@@ -143,8 +143,7 @@ struct PatchBatch {
       for (int i = 0; i < kSeedKernel; ++i) {
         const unsigned row = down ? patch_row(p.rows[c], i + 1) : patch_row(p.rows[c], i);
 #pragma unroll
-        for (int k = 0; k < kSeedKernel; ++k)
-          x[c][i][k] = C == 1 ? patch_pixel(row >> shift, k) : patch_pixel_permuted(row, k + right);
+        for (int k = 0; k < kSeedKernel; ++k) x[c][i][k] = patch_pixel(row, k + right);
       }
   }
 };

@@ -188,10 +188,10 @@ __device__ inline void backward_phase(const SeedPersistentArgs& a, const Shape& 
       const std::uint8_t* pixels = a.images + static_cast<std::int64_t>(samples_s[k]) * s.image +
                                    static_cast<std::int64_t>(kPoolWindow * py + row) * s.width + kPoolWindow * px;
       float4 v;
-      v.x = static_cast<float>(__ldg(pixels)) * kPixelScale;
-      v.y = static_cast<float>(__ldg(pixels + 1)) * kPixelScale;
-      v.z = static_cast<float>(__ldg(pixels + 2)) * kPixelScale;
-      v.w = static_cast<float>(__ldg(pixels + 3)) * kPixelScale;
+      v.x = pixel_value(__ldg(pixels));
+      v.y = pixel_value(__ldg(pixels + 1));
+      v.z = pixel_value(__ldg(pixels + 2));
+      v.w = pixel_value(__ldg(pixels + 3));
       reinterpret_cast<float4*>(patches_s)[(c * s.chunk + k) * kPatch + row] = v;
     }
     __syncthreads();
