@@ -196,6 +196,15 @@ BOOST_AUTO_TEST_CASE(warpgroup_plans_where_they_fill_the_gpu) {
     BOOST_TEST(!plans(conv3, 32, true).dgrad.wgmma);
     // conv3's forward splits k at every batch with a warpgroup tile: mma.sync's.
     for (const std::int64_t n : {32, 128, 512, 2048}) BOOST_TEST(!plans(conv3, n, true).forward.wgmma);
+    // conv2's forward with the max-pool in its store: the warpgroup tile 128x64 (16 rows per 4 windows)
+    // from batch 512, where it fills the GPU as well as mma.sync's 64x64; mma.sync's below.
+    for (const std::int64_t n : {512, 2048}) {
+      const cnn::cuda::GemmPlan pooled = cnn::cuda::plan_conv_pooled(conv2, n, sms, p, true);
+      BOOST_TEST((pooled.wgmma && pooled.bm == 128 && pooled.bn == 64 && pooled.splits == 1 &&
+                  pooled.m == 16 * n * 36 / 4));
+    }
+    for (const std::int64_t n : {32, 128}) BOOST_TEST(!cnn::cuda::plan_conv_pooled(conv2, n, sms, p, true).wgmma);
+    BOOST_TEST(!cnn::cuda::plan_conv_pooled(conv2, 2048, sms, p, false).wgmma);
     // An unpooled conv2 forward at 2048 (m = 346112): the warpgroup tile 128x64, unsplit.
     const cnn::cuda::GemmPlan forward = plans(conv2, 2048, true).forward;
     BOOST_TEST((forward.wgmma && forward.bm == 128 && forward.bn == 64 && forward.splits == 1));

@@ -17,8 +17,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cnn/choices.hpp"
@@ -215,8 +217,8 @@ BOOST_AUTO_TEST_CASE(first_layer_into_the_staged_input_gives_the_bits_of_the_sta
 
 // conv2d_forward_staged_pooled: the pool's output, argmax and the staged words of the conv after it,
 // as conv2d_forward_staged (ReLU, k not split) followed by maxpool_forward_staged write them, bit for
-// bit, through every tile the pooled plan may take (whole 32 rows per warp: one or two pairs of mma
-// tiles). Shapes: the cifar preset's conv2 (32 -> 64 channels, 13x13 outputs, whose last row and
+// bit, through every tile the pooled plan may take (mma.sync's with whole 32 rows per warp: one or two
+// pairs of mma tiles; on sm_90a the warpgroup tiles, 16 rows per warp). Shapes: the cifar preset's conv2 (32 -> 64 channels, 13x13 outputs, whose last row and
 // column no window covers), 5 -> 20 channels with padding (filters padded to whole chunks, a 10x11
 // output), and 8 -> 24 at stride 2 (9x9); batches whose windows end inside a 32-row block (5, 7) and
 // one of many tiles (512); with and without a conv after the pool taking the staged words.
@@ -248,45 +250,70 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
             weight(plans.staged_weight_words);
         const cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
 
-        // Two passes: the conv's output, then the pool's staged forward over it.
-        auto conv_out = poisoned<float>(n * shape.out_size());
-        DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
-        cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), x.get(), w.get(), b.get(), n, shape, true, staged,
-                                         false, workspace.get(), nullptr);
-        auto pooled = poisoned<float>(n * pool.out_size());
-        auto argmax = poisoned<std::int32_t>(n * pool.out_size());
-        auto staged_words = poisoned<std::uint32_t>(words);
-        cnn::cuda::maxpool_forward_staged(pooled.get(), argmax.get(), {staged_words.get(), precision, padded},
-                                          conv_out.get(), n, pool, nullptr);
-        const std::vector<float> want_pooled = to_host(pooled);
-        const std::vector<std::int32_t> want_argmax = to_host(argmax);
-        const std::vector<std::uint32_t> want_words = to_host(staged_words);
-        BOOST_TEST(std::count(want_pooled.begin(), want_pooled.end(), 0.0f) <
-                   static_cast<std::ptrdiff_t>(want_pooled.size()) / 4);
-
+        // Two passes: the conv's output by `forward` (unsplit), then the pool's staged forward over it;
+        // then every plan of `pooled_plans` in one pass must give the same bits.
+        auto expect_the_bits_of_two_passes = [&](const cnn::cuda::GemmPlan& forward,
+                                                 const std::vector<cnn::cuda::GemmPlan>& pooled_plans) {
+          plans.forward = forward;
+          auto conv_out = poisoned<float>(n * shape.out_size());
+          DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
+          cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), x.get(), w.get(), b.get(), n, shape, true, staged,
+                                           false, workspace.get(), nullptr);
+          auto pooled = poisoned<float>(n * pool.out_size());
+          auto argmax = poisoned<std::int32_t>(n * pool.out_size());
+          auto staged_words = poisoned<std::uint32_t>(words);
+          cnn::cuda::maxpool_forward_staged(pooled.get(), argmax.get(), {staged_words.get(), precision, padded},
+                                            conv_out.get(), n, pool, nullptr);
+          const std::vector<float> want_pooled = to_host(pooled);
+          const std::vector<std::int32_t> want_argmax = to_host(argmax);
+          const std::vector<std::uint32_t> want_words = to_host(staged_words);
+          BOOST_TEST(std::count(want_pooled.begin(), want_pooled.end(), 0.0f) <
+                     static_cast<std::ptrdiff_t>(want_pooled.size()) / 4);
+          for (const cnn::cuda::GemmPlan& pooled_plan : pooled_plans)
+            for (const bool with_staged : {true, false}) {
+              plans.pooled_forward = pooled_plan;
+              auto got_pooled = poisoned<float>(n * pool.out_size());
+              auto got_argmax = poisoned<std::int32_t>(n * pool.out_size());
+              auto got_words = poisoned<std::uint32_t>(words);
+              const cnn::cuda::StagedTensor out_staged = with_staged
+                                                             ? cnn::cuda::StagedTensor{got_words.get(), precision, padded}
+                                                             : cnn::cuda::StagedTensor{};
+              cnn::cuda::conv2d_forward_staged_pooled(plans, {got_pooled.get(), got_argmax.get(), out_staged}, x.get(),
+                                                      w.get(), b.get(), n, shape, staged, false, nullptr);
+              const std::string what = std::to_string(shape.channels) + " -> " + std::to_string(shape.filters) +
+                                       ", batch " + std::to_string(n) + ", " + cnn::precision_name(precision) + ", " +
+                                       plans.pooled_forward.describe() + (with_staged ? ", staged" : "");
+              BOOST_TEST_MESSAGE("conv with the pool in its store: " << what);
+              BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got_pooled), want_pooled),
+                         what << ": the pooled values differ");
+              BOOST_TEST((to_host(got_argmax) == want_argmax), what << ": the argmax differs");
+              if (with_staged) BOOST_TEST((to_host(got_words) == want_words), what << ": the staged words differ");
+            }
+        };
         const int m = 32 * ((windows + 7) / 8);
-        for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles) {
-          if (!tile.holds_pool_windows()) continue;
-          for (const bool with_staged : {true, false}) {
-            plans.pooled_forward = cnn::cuda::plan_gemm_tile(m, shape.filters, k, multiprocessors, false, precision,
-                                                             tile);
-            auto got_pooled = poisoned<float>(n * pool.out_size());
-            auto got_argmax = poisoned<std::int32_t>(n * pool.out_size());
-            auto got_words = poisoned<std::uint32_t>(words);
-            const cnn::cuda::StagedTensor out_staged =
-                with_staged ? cnn::cuda::StagedTensor{got_words.get(), precision, padded} : cnn::cuda::StagedTensor{};
-            cnn::cuda::conv2d_forward_staged_pooled(plans, {got_pooled.get(), got_argmax.get(), out_staged}, x.get(),
-                                                    w.get(), b.get(), n, shape, staged, false, nullptr);
-            const std::string what = std::to_string(shape.channels) + " -> " + std::to_string(shape.filters) +
-                                     ", batch " + std::to_string(n) + ", " + cnn::precision_name(precision) + ", " +
-                                     plans.pooled_forward.describe() + (with_staged ? ", staged" : "");
-            BOOST_TEST_MESSAGE("conv with the pool in its store: " << what);
-            BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got_pooled), want_pooled), what << ": the pooled values differ");
-            BOOST_TEST((to_host(got_argmax) == want_argmax), what << ": the argmax differs");
-            if (with_staged) BOOST_TEST((to_host(got_words) == want_words), what << ": the staged words differ");
-          }
+        std::vector<cnn::cuda::GemmPlan> mma_plans;
+        for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles)
+          if (tile.holds_pool_windows())
+            mma_plans.push_back(cnn::cuda::plan_gemm_tile(m, shape.filters, k, multiprocessors, false, precision, tile));
+        expect_the_bits_of_two_passes(cnn::cuda::plan_gemm(positions, shape.filters, k, multiprocessors, false, precision),
+                                      mma_plans);
+        // The warpgroup tiles (sm_90a), 16 rows per 4 windows, against the warpgroup product unpooled:
+        // the same instruction and k order.
+        if (cnn::cuda::wgmma_available()) {
+          const int warpgroup_m = 16 * ((windows + 3) / 4);
+          std::vector<cnn::cuda::GemmPlan> warpgroup_plans;
+          for (const cnn::cuda::WgmmaTile& tile : cnn::cuda::kWgmmaTiles)
+            warpgroup_plans.push_back(
+                cnn::cuda::plan_gemm_tile(warpgroup_m, shape.filters, k, multiprocessors, false, precision, tile));
+          expect_the_bits_of_two_passes(cnn::cuda::plan_gemm_tile(positions, shape.filters, k, multiprocessors, false,
+                                                                  precision, cnn::cuda::kWgmmaTiles[0]),
+                                        warpgroup_plans);
+          const cnn::cuda::GemmPlan planned = cnn::cuda::plan_conv_pooled(shape, n, multiprocessors, precision, true);
+          BOOST_TEST((planned.m == (planned.wgmma ? warpgroup_m : m)));
+        } else {
+          std::printf("  (no warpgroup product on this GPU or build: its pooled tiles not checked)\n");
         }
-        // The planned tile is one of those.
+        // The planned tile is one of those (mma.sync's where the GPU has no warpgroup product).
         BOOST_TEST(cnn::cuda::plan_conv_pooled(shape, n, multiprocessors, precision).m == m);
       }
 }

@@ -431,7 +431,8 @@ class ConvOp final : public ProductOp {
     LayerPlans plans =
         plan_conv(layer_.conv, n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision, shared_.wgmma);
     if (plans.staged && pool_follows_)
-      plans.pooled_forward = plan_conv_pooled(layer_.conv, n, shared_.multiprocessors, shared_.precision);
+      plans.pooled_forward =
+          plan_conv_pooled(layer_.conv, n, shared_.multiprocessors, shared_.precision, shared_.wgmma);
     return plans;
   }
   std::string forward_description(const LayerPlans& plans) const override {

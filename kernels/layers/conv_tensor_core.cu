@@ -13,8 +13,8 @@
 //   input grad   M = n*H*W   (s,h,w)    N = C              K = KK*Fp (i,j,f)   chunks along k
 //   weight grad  M = F                  N = KK*Cp + chunk  K = n*OH*OW         chunks across m and n
 // With a 2x2/2 max-pool after the conv's ReLU (the cifar preset's conv2), the forward's rows are the
-// pool windows' outputs in fours (PoolOrderedWindowA) and its store pools them in registers
-// (ConvPooledStore): the pool's output, argmax and the next conv's staged input are written there, and
+// pool windows' outputs in fours (PoolOrderedWindowA, in the order of the plan's warps: mma.sync's or,
+// on sm_90a, the warpgroup's) and its store pools them in registers (ConvPooledStore): the pool's output, argmax and the next conv's staged input are written there, and
 // the conv's own output, and the pool's pass over it, are not (89 MB written and read at batch 2048).
 // The input gradient's A is the staged output gradient at ((h+pad-i)/S, (w+pad-j)/S); at stride 1, on
 // an sm_90a build and GPU, the TMA unit copies it in boxes of pixels (wgmma_tma_conv.cuh) where the
@@ -259,13 +259,14 @@ void forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, 
                               g.by_ks},
                              windows,
                              by_phw,
-                             by_pw};
+                             by_pw,
+                             pool_window_bits(plans.pooled_forward)};
   const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
   const ConvPooledStore<P> store{pooled.out, pooled.argmax, pooled.out_staged.words, bias, windows, g.F, fp, g.OW,
                                  by_phw, by_pw};
   if (plans.pooled_forward.splits != 1)
     throw Error(ExitCode::kFailure, "internal error: a pooled forward's plan splits k");
-  launch_mma_tile<P>(plans.pooled_forward, a, b, store, nullptr, stream);
+  launch_chunk_tile<P>(plans.pooled_forward, a, b, store, nullptr, stream);
   CNN_CHECK_LAUNCH();
 }
 

@@ -128,26 +128,30 @@ struct StagedWindowA {
 };
 
 // StagedWindowA with its rows in 2x2 pool-window order, for a forward that pools in its store
-// (MmaWarpTile::store_windows): row m is element (dy, dx) = ((m >> 4) & 1, (m >> 3) & 1) of window
-// (m >> 5) * 8 + (m & 7), and window (s, py, px) of [n, PH, PW] is the outputs (2py + dy, 2px + dx).
-// The conv outputs that no window covers (an odd last row or column) are never computed.
+// (MmaWarpTile::store_windows), in groups of 4 * 2^window_bits rows: row m is element (dy, dx) =
+// ((m >> (b + 1)) & 1, (m >> b) & 1) of window (m >> (b + 2)) * 2^b + (m & (2^b - 1)), b = window_bits,
+// and window (s, py, px) of [n, PH, PW] is the outputs (2py + dy, 2px + dx). mma.sync's warps take 32
+// rows, 8 windows (b = 3); a warpgroup's warps 16 rows, 4 windows (b = 2; pool_window_bits). The conv
+// outputs that no window covers (an odd last row or column) are never computed.
 struct PoolOrderedWindowA : StagedWindowA {
   int windows;          // n * PH * PW
   FastDiv by_phw, by_pw;
+  int window_bits;
   PoolOrderedWindowA for_k_tile(int k_tile) const {
     PoolOrderedWindowA loader = *this;
     loader.tile_step = split_tap(k_tile, Cp, static_cast<int>(by_ks.divisor));
     return loader;
   }
   __device__ __forceinline__ Fixed fixed(int m) const {
-    const int window = (m >> 5) * 8 + (m & 7);
+    const int b = window_bits;
+    const int window = ((m >> (b + 2)) << b) + (m & ((1 << b) - 1));
     if (window >= windows) return {0, kFar, kFar};
     const int s = by_phw.div(window);
     const int r = window - s * static_cast<int>(by_phw.divisor);
     const int py = by_pw.div(r);
     const int px = r - py * static_cast<int>(by_pw.divisor);
-    const int y0 = (2 * py + ((m >> 4) & 1)) * stride - pad;
-    const int x0 = (2 * px + ((m >> 3) & 1)) * stride - pad;
+    const int y0 = (2 * py + ((m >> (b + 1)) & 1)) * stride - pad;
+    const int x0 = (2 * px + ((m >> b) & 1)) * stride - pad;
     const std::int64_t sample = static_cast<std::int64_t>(s) * H * W * Cp;
     return {(sample + (static_cast<std::int64_t>(y0) * W + x0) * Cp) >> word_shift, y0, x0};
   }

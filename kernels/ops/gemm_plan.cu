@@ -180,18 +180,23 @@ GemmPlan plan_pixel_boxes(int samples, int height, int width, int n, int k, Prec
   return plan;
 }
 
-GemmPlan plan_pool_windows(int windows, int n, int k, int multiprocessors, Precision precision) {
+GemmPlan plan_pool_windows(int windows, int n, int k, int multiprocessors, Precision precision, bool wgmma) {
   std::vector<MmaTile> tiles;
   for (const MmaTile& tile : kMmaTiles)
     if (tile.holds_pool_windows()) tiles.push_back(tile);
   const int m = 32 * static_cast<int>(ceil_div(windows, 8));
-  const GemmPlan plan = first_filling(tiles, m, n, k, multiprocessors, false, precision);
-  if (plan.m == m) return plan;
-  // Every tile is more than half padding (a tiny product): the smallest.
-  const auto smallest = std::min_element(tiles.begin(), tiles.end(), [](const MmaTile& a, const MmaTile& b) {
-    return a.bm * a.bn < b.bm * b.bn;
-  });
-  return plan_with_tile(m, n, k, multiprocessors, false, precision, *smallest);
+  GemmPlan plan = first_filling(tiles, m, n, k, multiprocessors, false, precision);
+  if (plan.m != m) {
+    // Every tile is more than half padding (a tiny product): the smallest.
+    const auto smallest = std::min_element(tiles.begin(), tiles.end(), [](const MmaTile& a, const MmaTile& b) {
+      return a.bm * a.bn < b.bm * b.bn;
+    });
+    plan = plan_with_tile(m, n, k, multiprocessors, false, precision, *smallest);
+  }
+  if (!wgmma || precision == Precision::kFp32) return plan;
+  const int warpgroup_m = 16 * static_cast<int>(ceil_div(windows, 4));
+  const GemmPlan warpgroup = plan_gemm_tile(warpgroup_m, n, k, multiprocessors, false, precision, warpgroup_tile(n));
+  return filling_threads(warpgroup, multiprocessors) >= filling_threads(plan, multiprocessors) ? warpgroup : plan;
 }
 
 GemmPlan plan_weight_gradient(int m, int n, int k, int multiprocessors, Precision precision) {

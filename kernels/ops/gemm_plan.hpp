@@ -132,7 +132,13 @@ GemmPlan plan_pixel_boxes(int samples, int height, int width, int n, int k, Prec
 // A convolution's forward with its 2x2 max-pool in the store (conv_tensor_core.cu): the rows are
 // pool windows in fours, 32 rows per 8 windows (m = 32 * ceil(windows / 8)), k is not split (the
 // store pools final sums), and the tile is one that holds_pool_windows; among those, as plan_gemm.
-GemmPlan plan_pool_windows(int windows, int n, int k, int multiprocessors, Precision precision);
+// Where the GPU runs the warpgroup product (`wgmma`), its tile (128 x the narrowest N that covers n,
+// 16 rows per 4 windows: m = 16 * ceil(windows / 4)) where it fills the GPU as well as mma.sync's
+// tile, as plan_staged_forward takes it unsplit.
+GemmPlan plan_pool_windows(int windows, int n, int k, int multiprocessors, Precision precision, bool wgmma = false);
+// The row order of a pool-window plan (PoolOrderedWindowA::window_bits): log2 of the windows in one
+// warp's rows, 8 in mma.sync's 32, 4 in a warpgroup's 16.
+inline int pool_window_bits(const GemmPlan& plan) { return plan.wgmma ? 2 : 3; }
 // The same for one given tile (one of the precision's): what plan_gemm weighs for each, and what the
 // tile sweeps of tests/gpu_precision.cpp time. By bm x bn: tf32 and bf16 take the first kMmaTiles
 // entry of that size (8 warps).

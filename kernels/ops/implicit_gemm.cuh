@@ -246,12 +246,13 @@ void launch_fp32_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, cons
 }
 
 // The main kernel of a product over staged chunks: the warpgroup form where the plan names it (both
-// operands chunks along k; plan_staged_forward, plan_input_gradient), else mma.sync's.
+// operands chunks along k; plan_staged_forward, plan_input_gradient, plan_pool_windows), else
+// mma.sync's.
 template <Precision P, class LoadA, class LoadB, class Store>
 void launch_chunk_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
                        cudaStream_t stream) {
   if constexpr (operand_form<LoadA>() == OperandForm::kChunksAlongK &&
-                operand_form<LoadB>() == OperandForm::kChunksAlongK && !stores_pool_windows<Store>::value) {
+                operand_form<LoadB>() == OperandForm::kChunksAlongK) {
     if (plan.wgmma) return launch_wgmma_tile<P>(plan, a, b, store, workspace, stream);
   }
   if (plan.wgmma)

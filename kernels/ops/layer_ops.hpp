@@ -108,7 +108,8 @@ LayerPlans plan_conv(const ConvShape& shape, std::int64_t n, int multiprocessors
                      bool wgmma = false);
 // The forward of a staged conv (tf32, bf16) that pools its ReLU's output 2x2/2 in its store
 // (plan_pool_windows): LayerPlans::pooled_forward.
-GemmPlan plan_conv_pooled(const ConvShape& shape, std::int64_t n, int multiprocessors, Precision precision);
+GemmPlan plan_conv_pooled(const ConvShape& shape, std::int64_t n, int multiprocessors, Precision precision,
+                          bool wgmma = false);
 LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors,
                    Precision precision = Precision::kFp32);
 

@@ -69,12 +69,12 @@ LayerPlans plan_conv(const ConvShape& s, std::int64_t n, int multiprocessors, st
   return p;
 }
 
-GemmPlan plan_conv_pooled(const ConvShape& s, std::int64_t n, int multiprocessors, Precision precision) {
+GemmPlan plan_conv_pooled(const ConvShape& s, std::int64_t n, int multiprocessors, Precision precision, bool wgmma) {
   const PoolShape pool{s.filters, s.out_h(), s.out_w(), 2, 2};
   check_int_range(n * s.out_size(), "a convolution's output");
   const int windows = static_cast<int>(n * pool.out_h() * pool.out_w());
   const int k = s.kernel * s.kernel * staged_channels(s.channels, precision);
-  return plan_pool_windows(windows, s.filters, k, multiprocessors, precision);
+  return plan_pool_windows(windows, s.filters, k, multiprocessors, precision, wgmma);
 }
 
 LayerPlans plan_fc(std::int64_t in_features, std::int64_t out_features, std::int64_t n, int multiprocessors,

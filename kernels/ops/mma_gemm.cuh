@@ -129,23 +129,50 @@ struct MmaWarpTile {
     }
   }
 
-  // The rows in pool-window order (PoolOrderedWindowA): each 32 rows are 8 windows of 2x2, row
-  // 16*dy + 8*dx + w holding element (dy, dx) of window w. So mma tiles i and i + 1 of a warp's 32
-  // rows hold a window's four outputs in one thread, in accumulators h and h + 2 of each: the pool
-  // takes its maximum in registers. store.window(window, n, z_n, z_n1) gets the four outputs of
+  // The rows in pool-window order (PoolOrderedWindowA). With warp pieces of 32 rows (mma.sync), each
+  // 32 rows are 8 windows of 2x2, row 16*dy + 8*dx + w holding element (dy, dx) of window w, so mma
+  // tiles i and i + 1 hold a window's four outputs in one thread, in accumulators h and h + 2 of each.
+  // With warp pieces of 16 rows (a warpgroup's warps, wgmma_gemm.cuh), each 16 rows are 4 windows, row
+  // 8*dy + 4*dx + w: a thread of group w < 4 holds the window's left column (dy 0 and 1, in h and
+  // h + 2), and the lane 16 on (group w + 4) its right column; one shuffle per value gives each of the
+  // two lanes a whole window of alternate 8-column groups. The pool takes its maximum in registers. store.window(window, n, z_n, z_n1) gets the four outputs of
   // columns n and n + 1 in row-major order (dy*2 + dx), before bias; it tests the window and n.
   template <class Store>
   __device__ __forceinline__ void store_windows(const Store& store, int m0, int n0) const {
-    static_assert(MI % 2 == 0, "a pool-window store needs warp pieces of whole 32 rows");
     const int group = lane >> 2, quad = lane & 3;
+    if constexpr (MI == 1) {
+      static_assert(NJ % 2 == 0, "pairs of 8-column groups");
+      const int window = (m0 + wm0) / 4 + (group & 3);
+      const bool left = group < 4;
 #pragma unroll
-    for (int i = 0; i < MI; i += 2) {
-      const int window = (m0 + wm0 + 16 * i) / 4 + group;
+      for (int j = 0; j < NJ; j += 2) {
+        // The left lane stores the windows of columns group j, the right lane those of group j + 1:
+        // each sends the other its half of the other's group.
+        const int mine = left ? j : j + 1;
+        float dx0[4], dx1[4];  // the window's column dx = 0 and 1, in accumulator order h
 #pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        const float z0[4] = {acc[i][j][0], acc[i][j][2], acc[i + 1][j][0], acc[i + 1][j][2]};
-        const float z1[4] = {acc[i][j][1], acc[i][j][3], acc[i + 1][j][1], acc[i + 1][j][3]};
-        store.window(window, n0 + wn0 + 8 * j + 2 * quad, z0, z1);
+        for (int h = 0; h < 4; ++h) {
+          const float other = __shfl_xor_sync(0xffffffffu, left ? acc[0][j + 1][h] : acc[0][j][h], 16);
+          const float own = left ? acc[0][j][h] : acc[0][j + 1][h];
+          dx0[h] = left ? own : other;
+          dx1[h] = left ? other : own;
+        }
+        // (dy, dx) in row-major order; h and h + 2 are dy = 0 and 1, odd h the column n + 1.
+        const float z0[4] = {dx0[0], dx1[0], dx0[2], dx1[2]};
+        const float z1[4] = {dx0[1], dx1[1], dx0[3], dx1[3]};
+        store.window(window, n0 + wn0 + 8 * mine + 2 * quad, z0, z1);
+      }
+    } else {
+      static_assert(MI % 2 == 0, "a pool-window store needs warp pieces of 16 or whole 32 rows");
+#pragma unroll
+      for (int i = 0; i < MI; i += 2) {
+        const int window = (m0 + wm0 + 16 * i) / 4 + group;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const float z0[4] = {acc[i][j][0], acc[i][j][2], acc[i + 1][j][0], acc[i + 1][j][2]};
+          const float z1[4] = {acc[i][j][1], acc[i][j][3], acc[i + 1][j][1], acc[i + 1][j][3]};
+          store.window(window, n0 + wn0 + 8 * j + 2 * quad, z0, z1);
+        }
       }
     }
   }
