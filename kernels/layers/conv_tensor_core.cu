@@ -14,8 +14,9 @@
 //   weight grad  M = F                  N = KK*Cp + chunk  K = n*OH*OW         chunks across m and n
 // With a 2x2/2 max-pool after the conv's ReLU (the cifar preset's conv2), the forward's rows are the
 // pool windows' outputs in fours (PoolOrderedWindowA, in the order of the plan's warps: mma.sync's or,
-// on sm_90a, the warpgroup's) and its store pools them in registers (ConvPooledStore): the pool's output, argmax and the next conv's staged input are written there, and
-// the conv's own output, and the pool's pass over it, are not (89 MB written and read at batch 2048).
+// on sm_90a, the warpgroup's) and its store pools them in registers (ConvPooledStore): the pool's
+// output, argmax and the next conv's staged input are written there, and the conv's own output, and
+// the pool's pass over it, are not (89 MB written and read at batch 2048).
 // The input gradient's A is the staged output gradient at ((h+pad-i)/S, (w+pad-j)/S); at stride 1, on
 // an sm_90a build and GPU, the TMA unit copies it in boxes of pixels (wgmma_tma_conv.cuh) where the
 // plan says so (plan_pixel_boxes, layer_plans.cu). The weight

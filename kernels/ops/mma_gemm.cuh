@@ -135,8 +135,9 @@ struct MmaWarpTile {
   // With warp pieces of 16 rows (a warpgroup's warps, wgmma_gemm.cuh), each 16 rows are 4 windows, row
   // 8*dy + 4*dx + w: a thread of group w < 4 holds the window's left column (dy 0 and 1, in h and
   // h + 2), and the lane 16 on (group w + 4) its right column; one shuffle per value gives each of the
-  // two lanes a whole window of alternate 8-column groups. The pool takes its maximum in registers. store.window(window, n, z_n, z_n1) gets the four outputs of
-  // columns n and n + 1 in row-major order (dy*2 + dx), before bias; it tests the window and n.
+  // two lanes whole windows of alternate 8-column groups. The pool takes its maximum in registers.
+  // store.window(window, n, z_n, z_n1) gets the four outputs of columns n and n + 1 in row-major order
+  // (dy*2 + dx), before bias; it tests the window and n.
   template <class Store>
   __device__ __forceinline__ void store_windows(const Store& store, int m0, int n0) const {
     const int group = lane >> 2, quad = lane & 3;
