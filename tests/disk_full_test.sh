@@ -41,7 +41,9 @@ expect_rc full "$EXIT_IO"
   { fail "full: $(grep -c '' "$WORK/full.err") stderr lines"; sed 's/^/    | /' "$WORK/full.err" | head -5; }
 expect_grep full "$WORK/full.err" "^cnn_mpi: error: $RUN/checkpoints/ckpt-e0000-s00000003.h5.tmp: write failed: No space left on device$"
 grep -qi 'no space left' "$WORK/full.err" && pass "full: says 'no space left'" || fail "full: no 'no space left'"
-grep -qE 'H5|HDF5|slist' "$WORK/full.err" && fail "full: a libhdf5 message on stderr" || pass "full: no libhdf5 message"
+# (Not on cnn_mpi's own line: its path holds mktemp's random letters, which can spell H5.)
+grep -v '^cnn_mpi: error:' "$WORK/full.err" | grep -qE 'H5|HDF5|slist' && fail "full: a libhdf5 message on stderr" ||
+  pass "full: no libhdf5 message"
 ls "$RUN"/core* "$WORK"/core* >/dev/null 2>&1 && fail "full: core file" || pass "full: no core file"
 ls "$RUN"/checkpoints/*.tmp >/dev/null 2>&1 && fail "full: a .tmp is left: $(ls "$RUN"/checkpoints/*.tmp)" ||
   pass "full: no .tmp left"
@@ -70,7 +72,8 @@ expect_rc full2 "$EXIT_IO"
 [ "$(grep -c '^cnn_mpi: error:' "$WORK/full2.err")" -eq 1 ] && pass "full2: one error line" ||
   { fail "full2: $(grep -c '^cnn_mpi: error:' "$WORK/full2.err") error lines"; sed 's/^/    | /' "$WORK/full2.err" | head -5; }
 expect_grep full2 "$WORK/full2.err" "^cnn_mpi: error: $RUN2/checkpoints/ckpt-e0000-s00000003.h5.tmp: write failed: No space left on device$"
-grep -qE 'H5|HDF5|slist' "$WORK/full2.err" && fail "full2: a libhdf5 message on stderr" || pass "full2: no libhdf5 message"
+grep -v '^cnn_mpi: error:' "$WORK/full2.err" | grep -qE 'H5|HDF5|slist' && fail "full2: a libhdf5 message on stderr" ||
+  pass "full2: no libhdf5 message"
 ls "$RUN2"/checkpoints/*.tmp >/dev/null 2>&1 && fail "full2: a .tmp is left" || pass "full2: no .tmp left"
 [ "$(cat "$RUN2/checkpoints/latest")" = ckpt-e0000-s00000002.h5 ] && pass "full2: latest names the previous checkpoint" ||
   fail "full2: latest is '$(cat "$RUN2/checkpoints/latest")'"
