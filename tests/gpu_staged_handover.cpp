@@ -218,10 +218,11 @@ BOOST_AUTO_TEST_CASE(first_layer_into_the_staged_input_gives_the_bits_of_the_sta
 // conv2d_forward_staged_pooled: the pool's output, argmax and the staged words of the conv after it,
 // as conv2d_forward_staged (ReLU, k not split) followed by maxpool_forward_staged write them, bit for
 // bit, through every tile the pooled plan may take (mma.sync's with whole 32 rows per warp: one or two
-// pairs of mma tiles; on sm_90a the warpgroup tiles, 16 rows per warp). Shapes: the cifar preset's conv2 (32 -> 64 channels, 13x13 outputs, whose last row and
-// column no window covers), 5 -> 20 channels with padding (filters padded to whole chunks, a 10x11
-// output), and 8 -> 24 at stride 2 (9x9); batches whose windows end inside a 32-row block (5, 7) and
-// one of many tiles (512); with and without a conv after the pool taking the staged words.
+// pairs of mma tiles; on sm_90a the warpgroup tiles, 16 rows per warp). Shapes: the cifar preset's
+// conv2 (32 -> 64 channels, 13x13 outputs, whose last row and column no window covers), 5 -> 20
+// channels with padding (filters padded to whole chunks, a 10x11 output), and 8 -> 24 at stride 2
+// (9x9); batches whose windows end inside a 32-row block (5, 7) and one of many tiles (512); with and
+// without a conv after the pool taking the staged words.
 BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then_pool) {
   const int multiprocessors = cnn::cuda::multiprocessor_count();
   const cnn::ConvShape shapes[] = {{32, 15, 15, 64, 3, 1, 0}, {5, 10, 11, 20, 3, 1, 1}, {8, 17, 17, 24, 3, 2, 1}};
@@ -275,9 +276,8 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
               auto got_pooled = poisoned<float>(n * pool.out_size());
               auto got_argmax = poisoned<std::int32_t>(n * pool.out_size());
               auto got_words = poisoned<std::uint32_t>(words);
-              const cnn::cuda::StagedTensor out_staged = with_staged
-                                                             ? cnn::cuda::StagedTensor{got_words.get(), precision, padded}
-                                                             : cnn::cuda::StagedTensor{};
+              const cnn::cuda::StagedTensor out_staged =
+                  with_staged ? cnn::cuda::StagedTensor{got_words.get(), precision, padded} : cnn::cuda::StagedTensor{};
               cnn::cuda::conv2d_forward_staged_pooled(plans, {got_pooled.get(), got_argmax.get(), out_staged}, x.get(),
                                                       w.get(), b.get(), n, shape, staged, false, nullptr);
               const std::string what = std::to_string(shape.channels) + " -> " + std::to_string(shape.filters) +
@@ -294,9 +294,10 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
         std::vector<cnn::cuda::GemmPlan> mma_plans;
         for (const cnn::cuda::MmaTile& tile : cnn::cuda::kMmaTiles)
           if (tile.holds_pool_windows())
-            mma_plans.push_back(cnn::cuda::plan_gemm_tile(m, shape.filters, k, multiprocessors, false, precision, tile));
-        expect_the_bits_of_two_passes(cnn::cuda::plan_gemm(positions, shape.filters, k, multiprocessors, false, precision),
-                                      mma_plans);
+            mma_plans.push_back(
+                cnn::cuda::plan_gemm_tile(m, shape.filters, k, multiprocessors, false, precision, tile));
+        expect_the_bits_of_two_passes(
+            cnn::cuda::plan_gemm(positions, shape.filters, k, multiprocessors, false, precision), mma_plans);
         // The warpgroup tiles (sm_90a), 16 rows per 4 windows, against the warpgroup product unpooled:
         // the same instruction and k order.
         if (cnn::cuda::wgmma_available()) {
