@@ -33,8 +33,9 @@ int usable_gpus() {
 #endif
 }
 
-// What can happen before MPI_Init: parsing argv (the same on every rank) and, for training, reading
-// the data set on a second thread while MPI starts up (both take ~0.4 s; see "startup:" line).
+// What can happen before MPI_Init: parsing argv (the same on every rank) and, for training on IDX or
+// CIFAR data, reading the data set on a second thread while MPI starts up (both take ~0.4 s; see the
+// "startup:" line).
 struct EarlyStart {
   cnn::CliResult cli;
   cnn::TestHooks hooks;                // read once, here, from the environment (test_hooks.hpp)
@@ -57,7 +58,12 @@ EarlyStart start_before_mpi(int argc, char** argv) {
     return early;
   }
   early.cli.config.knobs = cnn::read_knobs_from_environment();  // the live knobs, read once (knobs.hpp)
-  if (!early.cli.exit_now && early.cli.config.command == cnn::Command::kTrain) {
+  // The early thread must not read the environment: MPI_Init setenv()s dozens of variables (OMPI_*,
+  // PMIX_*), and glibc's getenv on another thread can then follow the freed array and crash (it did, in
+  // CI). libhdf5 reads HDF5_* variables in H5open and in every H5Fopen, so HDF5 data loads after
+  // MPI_Init; the IDX, gzip and CIFAR readers read none (tests/startup_environment_test.sh watches).
+  if (!early.cli.exit_now && early.cli.config.command == cnn::Command::kTrain &&
+      early.cli.config.dataset != cnn::DatasetKind::kHdf5) {
     // Errors travel through the future and surface inside train()'s agree_or_stop.
     early.data = std::async(std::launch::async,
                             [options = cnn::data_options(early.cli.config)] { return cnn::load_training_data(options); });
