@@ -60,7 +60,7 @@ std::vector<std::uint32_t> staged_input_of(const float* in, std::int64_t n, cons
       to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.weight_size()), 4, 0.5f));
   const DeviceBuffer<float> b = to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.filters), 5, 0.5f));
   cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
-  cnn::cuda::conv2d_forward_staged(plans, out.get(), in, w.get(), b.get(), n, shape, true, staged, false,
+  cnn::cuda::conv2d_forward_staged(plans, out.get(), in, w.get(), b.get(), n, shape, true, staged, false, false,
                                    workspace.get(), nullptr);
   return to_host(input);
 }
@@ -259,7 +259,7 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
           auto conv_out = poisoned<float>(n * shape.out_size());
           DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
           cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), x.get(), w.get(), b.get(), n, shape, true, staged,
-                                           false, workspace.get(), nullptr);
+                                           false, false, workspace.get(), nullptr);
           auto pooled = poisoned<float>(n * pool.out_size());
           auto argmax = poisoned<std::int32_t>(n * pool.out_size());
           auto staged_words = poisoned<std::uint32_t>(words);
@@ -278,8 +278,10 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
               auto got_words = poisoned<std::uint32_t>(words);
               const cnn::cuda::StagedTensor out_staged =
                   with_staged ? cnn::cuda::StagedTensor{got_words.get(), precision, padded} : cnn::cuda::StagedTensor{};
+              // The weights staged by the forward above (weights_staged, as a training step stages them at
+              // its start: ProductOp::start_step) where the words are handed over, staged here otherwise.
               cnn::cuda::conv2d_forward_staged_pooled(plans, {got_pooled.get(), got_argmax.get(), out_staged}, x.get(),
-                                                      w.get(), b.get(), n, shape, staged, false, nullptr);
+                                                      w.get(), b.get(), n, shape, staged, false, with_staged, nullptr);
               const std::string what = std::to_string(shape.channels) + " -> " + std::to_string(shape.filters) +
                                        ", batch " + std::to_string(n) + ", " + cnn::precision_name(precision) + ", " +
                                        plans.pooled_forward.describe() + (with_staged ? ", staged" : "");

@@ -97,7 +97,8 @@ struct WeightOrder {
 };
 
 // Both orders in one launch, one thread per (r, tap, chunk): the weights change only in the update,
-// so the forward stages what the backward's input gradient reads too, one kernel fewer per step.
+// so one staging a step serves the forward and the backward's input gradient, one kernel fewer per
+// step (conv2d_stage_weights).
 template <Precision P>
 __global__ void stage_weights_kernel(const float* __restrict__ w, int kk, WeightOrder first, WeightOrder second) {
   start_after_previous_kernel();
@@ -177,11 +178,11 @@ struct StagedWeightGradStore {
 template <Precision P>
 void forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight, const float* bias,
                     std::int64_t n, const ConvShape& s, bool relu, const StagedBuffers& staged, bool input_staged,
-                    float* workspace, cudaStream_t stream) {
+                    bool weights_staged, float* workspace, cudaStream_t stream) {
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
   if (!input_staged) stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
-  stage_weights<P>(staged.weight, weight, g, stream);
+  if (!weights_staged) stage_weights<P>(staged.weight, weight, g, stream);
   const int shift = word_shift(P);
   const StagedWindowA a{staged.input, shift, g.H, g.W, cp, g.stride, g.pad, static_cast<int>(n * g.OHW),
                         g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
@@ -243,7 +244,7 @@ struct ConvPooledStore {
 template <Precision P>
 void forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& s, const StagedBuffers& staged,
-                           bool input_staged, cudaStream_t stream) {
+                           bool input_staged, bool weights_staged, cudaStream_t stream) {
   const ConvGeometry g(s);
   const PoolShape pool{g.F, g.OH, g.OW, 2, 2};
   const int cp = staged_channels(g.C, P);
@@ -253,7 +254,7 @@ void forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, 
       (pooled.out_staged.precision != P || pooled.out_staged.channels_padded != fp))
     throw Error(ExitCode::kFailure, "internal error: a pooled conv's staged output in another layout");
   if (!input_staged) stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
-  stage_weights<P>(staged.weight, weight, g, stream);
+  if (!weights_staged) stage_weights<P>(staged.weight, weight, g, stream);
   const int shift = word_shift(P);
   const FastDiv by_phw(pool.out_h() * pool.out_w()), by_pw(pool.out_w());
   const PoolOrderedWindowA a{{staged.input, shift, g.H, g.W, cp, g.stride, g.pad, 0, g.by_ohw, g.by_ow, FastDiv(cp),
@@ -329,26 +330,38 @@ int staged_channels(int c, Precision precision) {
   return (c + chunk - 1) / chunk * chunk;
 }
 
+void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const ConvShape& shape,
+                          const StagedBuffers& staged, cudaStream_t stream) {
+  if (plans.forward.precision == Precision::kBf16)
+    stage_weights<Precision::kBf16>(staged.weight, weight, ConvGeometry(shape), stream);
+  else
+    stage_weights<Precision::kTf32>(staged.weight, weight, ConvGeometry(shape), stream);
+}
+
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
-                           const StagedBuffers& staged, bool input_staged, float* workspace, cudaStream_t stream) {
+                           const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
+                           cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.forward.precision == Precision::kBf16)
-    forward_staged<Precision::kBf16>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged, workspace,
-                                     stream);
+    forward_staged<Precision::kBf16>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged,
+                                     weights_staged, workspace, stream);
   else
-    forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged, workspace,
-                                     stream);
+    forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged,
+                                     weights_staged, workspace, stream);
 }
 
 void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in,
                                   const float* weight, const float* bias, std::int64_t n, const ConvShape& shape,
-                                  const StagedBuffers& staged, bool input_staged, cudaStream_t stream) {
+                                  const StagedBuffers& staged, bool input_staged, bool weights_staged,
+                                  cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.pooled_forward.precision == Precision::kBf16)
-    forward_staged_pooled<Precision::kBf16>(plans, pooled, in, weight, bias, n, shape, staged, input_staged, stream);
+    forward_staged_pooled<Precision::kBf16>(plans, pooled, in, weight, bias, n, shape, staged, input_staged,
+                                            weights_staged, stream);
   else
-    forward_staged_pooled<Precision::kTf32>(plans, pooled, in, weight, bias, n, shape, staged, input_staged, stream);
+    forward_staged_pooled<Precision::kTf32>(plans, pooled, in, weight, bias, n, shape, staged, input_staged,
+                                            weights_staged, stream);
 }
 
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,

@@ -162,23 +162,12 @@ class FcOp final : public ProductOp {
  public:
   using ProductOp::ProductOp;
 
-  // In tf32 and bf16, the staged copies of the 1x1 convolution (as_conv), sized for the largest batch.
-  Prepared prepare(std::int64_t n) override {
-    Prepared prepared = ProductOp::prepare(n);
-    const LayerPlans& plans = plans_for(n);
-    if (plans.staged) {
-      prepared.moved |= staged_input_.reserve(plans.staged_input_words);
-      prepared.moved |= staged_grad_.reserve(plans.staged_grad_words);
-      prepared.moved |= staged_weight_.reserve(plans.staged_weight_words);
-    }
-    return prepared;
-  }
-
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
+    const bool weights_staged = weights_staged_at_start();
     if (plans.staged)
       conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, as_conv(), relu_, staged(), false,
-                            shared_.workspace.get(), shared_.stream);
+                            weights_staged, shared_.workspace.get(), shared_.stream);
     else
       fc_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.in.size(), layer_.fc_out,
                          relu_, shared_.workspace.get(), shared_.stream);
@@ -227,11 +216,7 @@ class FcOp final : public ProductOp {
       return plan_conv(as_conv(), n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision, shared_.wgmma);
     return plan_fc(layer_.in.size(), layer_.fc_out, n, shared_.multiprocessors, shared_.precision);
   }
-  StagedBuffers staged() const {
-    return StagedBuffers{staged_input_.get(), staged_grad_.get(), staged_weight_.get()};
-  }
-
-  DeviceBuffer<std::uint32_t> staged_input_, staged_grad_, staged_weight_;
+  ConvShape staged_conv() const override { return as_conv(); }
 };
 
 }  // namespace

@@ -140,18 +140,25 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
 // spend a dozen instructions on each operand element (its window decoded, bounds tested, loaded
 // alone, rounded); these read 16-byte chunks of 4 or 8 channels instead, from NHWC copies in the
 // precision's format with the channels padded to whole chunks, which the op stages before the
-// products: the forward stages its input (kept for the weight gradient) and the weights in both
-// orders, (i,j,c) for itself and (i,j,f) for the input gradient (they change only in the update);
-// the backward stages the output gradient before the two products that read it.
+// products: the forward stages its input (kept for the weight gradient); the weights are staged in
+// both orders, (i,j,c) for the forward and (i,j,f) for the input gradient, once a step (they change
+// only in the update); the backward stages the output gradient before the two products that read it.
 struct StagedBuffers {
   std::uint32_t* input = nullptr;        // [n,H,W,Cp], LayerPlans::staged_input_words
   std::uint32_t* output_grad = nullptr;  // [n,OH,OW,Fp], staged_grad_words
   std::uint32_t* weight = nullptr;       // [F][KK*Cp] then [C][KK*Fp], staged_weight_words
 };
+// Stages the weights in both orders into staged.weight. They change only in the update, so a training
+// step stages them at its start, off the main chain (ConvOp::start_step); the forwards below stage
+// them themselves unless told so (weights_staged).
+void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const ConvShape& shape,
+                          const StagedBuffers& staged, cudaStream_t stream);
 // input_staged: the op before has written staged.input already (StagedTensor); else it is staged here.
+// weights_staged: conv2d_stage_weights has run for these weights (in stream order); else it runs here.
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
-                           const StagedBuffers& staged, bool input_staged, float* workspace, cudaStream_t stream);
+                           const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
+                           cudaStream_t stream);
 // Stages grad_out for the two products below (after the step's conv2d_forward_staged).
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,
                            const StagedBuffers& staged, cudaStream_t stream);
@@ -190,7 +197,8 @@ struct PooledOutput {
 // does). The conv's own output is not written, nor computed where no window covers it.
 void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in,
                                   const float* weight, const float* bias, std::int64_t n, const ConvShape& shape,
-                                  const StagedBuffers& staged, bool input_staged, cudaStream_t stream);
+                                  const StagedBuffers& staged, bool input_staged, bool weights_staged,
+                                  cudaStream_t stream);
 
 // maxpool_backward with the backward of a ReLU before the pool folded in (when pooled_out, the
 // pool's output, is given): zero wherever the pool's input <= 0. Only winners get gradient, and a
