@@ -284,18 +284,18 @@ struct BnNetwork {
 const BnNetwork kNetworks[] = {
     // After a conv, and after fc (a feature per channel).
     {"conv3x3:8/p1 bn relu maxpool2 fc:16 bn relu fc:10", {3, 16, 16},
-     "conv bn relu maxpool fc bn relu fc softmax_cross_entropy"},
+     "conv bn relu maxpool fc bn relu fc_softmax"},
     // After a conv whose ReLU is folded in: the input is a ReLU's output, so dx is masked by it.
     {"conv3x3:8/p1 relu bn conv3x3:6/p1 bn relu fc:10", {3, 12, 12},
-     "conv+relu bn conv bn relu fc softmax_cross_entropy"},
+     "conv+relu bn conv bn relu fc_softmax"},
     // Inside residual blocks, with an identity and a projection shortcut, then a global average pool.
     {"conv3x3:8/p1 bn relu res[conv3x3:8/p1 bn relu conv3x3:8/p1 bn] relu res[conv3x3:12/s2/p1 bn relu "
      "conv3x3:12/p1 bn] relu avgpool fc:10",
      {3, 12, 12},
-     "conv bn relu res[conv bn relu conv bn] relu res[conv bn relu conv bn | conv] relu avgpool fc "
-     "softmax_cross_entropy"},
+     "conv bn relu res[conv bn relu conv bn] relu res[conv bn relu conv bn | conv] relu avgpool "
+     "fc_softmax"},
     // First: no input gradient, so nothing of the backward is exchanged.
-    {"bn conv3x3:8 relu maxpool2 fc:10", {1, 28, 28}, "bn conv+relu maxpool fc softmax_cross_entropy"},
+    {"bn conv3x3:8 relu maxpool2 fc:10", {1, 28, 28}, "bn conv+relu maxpool fc_softmax"},
 };
 
 BOOST_AUTO_TEST_CASE(bn_networks_match_seq_after_one_step) {

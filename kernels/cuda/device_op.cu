@@ -137,6 +137,7 @@ std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, O
     case OpKind::kSoftmaxCrossEntropy: return make_softmax_cross_entropy_op(op, network, shared);
     case OpKind::kConvReluPool: return make_conv_relu_pool_op(op, network, shared);
     case OpKind::kConvReluPoolFcSoftmax: return make_conv_relu_pool_fc_softmax_op(op, network, shared);
+    case OpKind::kFcSoftmax: return make_fc_softmax_op(op, network, shared);
   }
   throw Error(ExitCode::kFailure, "internal error: the cuda backend has no op " + op.name());
 }

@@ -258,5 +258,6 @@ std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, O
 std::unique_ptr<DeviceOp> make_softmax_cross_entropy_op(const Op& op, const Network& network, OpShared& shared);
 std::unique_ptr<DeviceOp> make_conv_relu_pool_op(const Op& op, const Network& network, OpShared& shared);
 std::unique_ptr<DeviceOp> make_conv_relu_pool_fc_softmax_op(const Op& op, const Network& network, OpShared& shared);
+std::unique_ptr<DeviceOp> make_fc_softmax_op(const Op& op, const Network& network, OpShared& shared);
 
 }  // namespace cnn::cuda

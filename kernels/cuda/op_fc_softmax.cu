@@ -1,0 +1,108 @@
+// The fc_softmax op: the network's last fc layer (10 outputs, no ReLU) and the softmax cross-entropy
+// over its logits. The forward runs one kernel (fc_softmax_cross_entropy, kernels/ops/fc_softmax.cu)
+// for the logits, the loss and hit of each sample, dL/dlogits and the fc layer's input gradient, so
+// the step's main chain takes one short launch where the fc op and the loss op took three (the fc
+// forward, the loss, the fc input gradient). The backward queues the weight gradient, the fc op's
+// planned product over dL/dlogits, beside the earlier layers' backward (OpShared::weight_grad_place).
+// As the loss op: the labels' gather and the batch's loss and hit sums run on the side stream in a
+// training step; evaluation adds the chunk's sums on the main stream.
+#include <string>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/device_op.hpp"
+#include "ops/cuda_ops.hpp"
+
+namespace cnn::cuda {
+namespace {
+
+class FcSoftmaxOp final : public ProductOp {
+ public:
+  FcSoftmaxOp(const Op& op, const Network& network, OpShared& shared)
+      : ProductOp(op, network, shared), classes_(network.classes) {
+    out_size_ = 0;             // the loss: no activation after it
+    uses_side_stream_ = true;  // the labels' gather and the batch's sums (and the weight gradient)
+    CNN_CHECK_CUDA(cudaEventCreateWithFlags(&labels_ready_, cudaEventDisableTiming));
+  }
+  ~FcSoftmaxOp() override {
+    if (labels_ready_ != nullptr) (void)cudaEventDestroy(labels_ready_);
+  }
+
+  Prepared prepare(std::int64_t n) override {
+    Prepared prepared = ProductOp::prepare(n);
+    prepared.moved |= labels_.reserve(n);
+    prepared.moved |= grad_logits_.reserve(n * classes_);
+    prepared.moved |= sample_loss_.reserve(n);
+    prepared.moved |= sample_correct_.reserve(n);
+    return prepared;
+  }
+
+  // The labels' gather: needed only by this op's forward, at the end of the forward chain.
+  void start_step(const DeviceBatch& batch) override {
+    ProductOp::start_step(batch);  // (no staged products: nothing)
+    shared_.fork();
+    gather_labels(labels_.get(), batch.labels, batch.indices, batch.n, shared_.side_stream);
+    CNN_CHECK_CUDA(cudaEventRecord(labels_ready_, shared_.side_stream));
+  }
+
+  void forward(const DeviceBatch& batch, const OpTensors& t) override {
+    FcSoftmaxTensors head;
+    head.in = t.in;
+    head.weight = weight();
+    head.bias = bias();
+    head.labels = labels_.get();
+    head.sample_loss = sample_loss_.get();
+    head.sample_correct = sample_correct_.get();
+    if (!batch.training) {
+      gather_labels(labels_.get(), batch.labels, batch.indices, batch.n, shared_.stream);
+      head.logits = batch.logits;
+      fc_softmax_cross_entropy(head, batch.n, layer_.in.size(), 0.0f, shared_.stream);
+      add_batch_stats(batch.loss_sum, batch.correct, sample_loss_.get(), sample_correct_.get(), batch.n,
+                      shared_.stream);
+      return;
+    }
+    CNN_CHECK_CUDA(cudaStreamWaitEvent(shared_.stream, labels_ready_, 0));
+    head.grad_logits = grad_logits_.get();
+    head.grad_in = t.grad_in;
+    head.mask_relu = t.input_is_relu;
+    fc_softmax_cross_entropy(head, batch.n, layer_.in.size(), batch.label_smoothing, shared_.stream);
+    shared_.fork();
+    add_batch_stats(batch.loss_sum, batch.correct, sample_loss_.get(), sample_correct_.get(), batch.n,
+                    shared_.side_stream);
+  }
+
+  // The input gradient was written by the forward's kernel; the weight gradient is left.
+  void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter& ready) override {
+    const OpShared::Place place = shared_.weight_grad_place(t.grad_in != nullptr);
+    fc_backward_weights(plans_for(batch.n).wgrad, grad_weight(), grad_bias(), grad_logits_.get(), t.in, batch.n,
+                        layer_.in.size(), classes_, false, place.workspace, place.stream);
+    report_ready(ready, place);
+  }
+
+  std::string implementation(std::int64_t n) const override {
+    return std::string("forward, loss") + (needs_input_grad() ? " and input gradient" : "") +
+           " in one kernel, fma.fp32 (a warp per sample); weight gradient " + plan(n).wgrad.describe();
+  }
+
+ private:
+  // Only the weight gradient is a planned product.
+  LayerPlans plan(std::int64_t n) const override {
+    LayerPlans plans;
+    plans.wgrad = plan_fc(layer_.in.size(), classes_, n, shared_.multiprocessors, shared_.precision).wgrad;
+    return plans;
+  }
+
+  int classes_;
+  cudaEvent_t labels_ready_ = nullptr;  // the side stream's label gather, awaited by the forward
+  DeviceBuffer<std::uint8_t> labels_;   // [n], the batch's labels
+  DeviceBuffer<float> grad_logits_;     // [n, classes], dL/dlogits for the weight gradient
+  DeviceBuffer<float> sample_loss_;     // [n], summed into the batch's loss
+  DeviceBuffer<int> sample_correct_;    // [n]
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceOp> make_fc_softmax_op(const Op& op, const Network& network, OpShared& shared) {
+  return std::make_unique<FcSoftmaxOp>(op, network, shared);
+}
+
+}  // namespace cnn::cuda

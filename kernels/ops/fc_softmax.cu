@@ -1,0 +1,88 @@
+// The last fc layer and the softmax cross-entropy after it in one kernel: the fc_softmax op's
+// (kernels/cuda/op_fc_softmax.cu; cuda_ops.hpp). For each sample: the logits z = W x + b, the loss
+// and hit, dL/dz = softmax(z) - q, and the input gradient W^T dL/dz, zeroed where x <= 0 when x is a
+// ReLU's output. That is the work of fc_forward, softmax_cross_entropy and fc_backward's input
+// gradient, which ran as three launches on the step's main chain (an fc:10 over 64 inputs took 9, 3
+// and 6 us under ncu at batch 128, nvidia-h100-x1; docs/PERFORMANCE.md) for about 1300 FMAs a sample.
+//
+// A warp per sample: lane l takes inputs l, l+32, ... in that order, the ten partial logits are added
+// over the lanes by an xor butterfly (each lane adds the same two values at each level, so all end
+// with the same bits), and every lane then runs the sample's softmax and writes the input gradient of
+// its own inputs. No atomics: a rerun repeats bit for bit. In fp32 (fma) in every precision: the
+// tensor cores would round x and W to gain nothing on a product this small.
+#include "cnn/errors.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/dependent_launch.cuh"
+#include "cuda/launch.hpp"
+#include "ops/cuda_ops.hpp"
+#include "ops/softmax_kernels.cuh"
+
+namespace cnn::cuda {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__global__ void __launch_bounds__(kBlockThreads)
+    fc_softmax_kernel(FcSoftmaxTensors t, int n, int inputs, float label_smoothing) {
+  start_after_previous_kernel();
+  constexpr int kO = kSeedClasses;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int warps = static_cast<int>(gridDim.x * (blockDim.x / 32));
+  for (int s = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32); s < n; s += warps) {
+    const float* __restrict__ x = t.in + static_cast<std::int64_t>(s) * inputs;
+    float z[kO];
+#pragma unroll
+    for (int o = 0; o < kO; ++o) z[o] = 0.0f;
+    for (int i = lane; i < inputs; i += 32) {
+      const float xi = __ldg(x + i);
+#pragma unroll
+      for (int o = 0; o < kO; ++o) z[o] = fmaf(__ldg(t.weight + o * inputs + i), xi, z[o]);
+    }
+#pragma unroll
+    for (int o = 0; o < kO; ++o) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) z[o] += __shfl_xor_sync(kFullMask, z[o], offset);
+      z[o] += __ldg(t.bias + o);
+    }
+    float dz[kO] = {};
+    float loss = 0.0f;
+    int correct = 0;
+    softmax_cross_entropy_sample(z, t.labels[s], label_smoothing, t.grad_logits != nullptr ? dz : nullptr, loss,
+                                 correct);
+    if (lane == 0) {
+      t.sample_loss[s] = loss;
+      t.sample_correct[s] = correct;
+    }
+    // Lane o writes output o (a constant index into z and dz keeps them in registers).
+#pragma unroll
+    for (int o = 0; o < kO; ++o)
+      if (lane == o) {
+        if (t.logits != nullptr) t.logits[static_cast<std::int64_t>(s) * kO + o] = z[o];
+        if (t.grad_logits != nullptr) t.grad_logits[static_cast<std::int64_t>(s) * kO + o] = dz[o];
+      }
+    if (t.grad_in == nullptr) continue;
+    float* __restrict__ grad_x = t.grad_in + static_cast<std::int64_t>(s) * inputs;
+    for (int i = lane; i < inputs; i += 32) {
+      float g = 0.0f;
+#pragma unroll
+      for (int o = 0; o < kO; ++o) g = fmaf(dz[o], __ldg(t.weight + o * inputs + i), g);
+      if (t.mask_relu && !(__ldg(x + i) > 0.0f)) g = 0.0f;
+      grad_x[i] = g;
+    }
+  }
+}
+
+}  // namespace
+
+void fc_softmax_cross_entropy(const FcSoftmaxTensors& t, std::int64_t n, std::int64_t in_features,
+                              float label_smoothing, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (t.grad_in != nullptr && t.grad_logits == nullptr)
+    throw Error(ExitCode::kFailure, "internal error: fc_softmax's input gradient needs dL/dlogits");
+  check_int_range(n * in_features, "the last fc layer's input");
+  launch_dependent(fc_softmax_kernel, grid_for(n * 32), kBlockThreads, 0, stream, t, static_cast<int>(n),
+                   static_cast<int>(in_features), label_smoothing);
+  CNN_CHECK_LAUNCH();
+}
+
+}  // namespace cnn::cuda
