@@ -7,7 +7,9 @@
 //   3. the first layer's fused conv + ReLU + pool, reading the data set, into the staged input of the
 //      conv after it, its own output and winners unchanged;
 //   4. a staged conv + ReLU that runs the 2x2 max-pool after it in its store (OpTensors::pooled):
-//      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward.
+//      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward;
+//   5. the last fc layer with the loss (fc_softmax) into the staged output gradient of the fc layer
+//      before it, run as a staged 1x1 convolution, its other outputs unchanged.
 // The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_staged_handover
@@ -319,4 +321,90 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
         // The planned tile is one of those (mma.sync's where the GPU has no warpgroup product).
         BOOST_TEST(cnn::cuda::plan_conv_pooled(shape, n, multiprocessors, precision).m == m);
       }
+}
+
+// fc_softmax_cross_entropy writing its input gradient into the staged output gradient of the op
+// before (NHWC [n][pixels][Cp] words: an fc layer run as a 1x1 convolution, one pixel; a conv, its
+// output's pixels): the same words as its fp32 input gradient followed by conv2d_stage_backward, bit for
+// bit, and the same logits, dL/dlogits, losses and hits; with and without the ReLU's mask, channels
+// that fill whole chunks (64) and that do not (20, 6), one pixel and several (3x3, 4x4), a batch
+// smaller than a block's warps (5) and one of many (300).
+BOOST_AUTO_TEST_CASE(fused_head_into_the_staged_gradient_gives_the_bits_of_the_staging) {
+  constexpr int kClasses = 10;
+  struct Before {
+    int channels, side;  // the op before's output: channels x side x side
+  };
+  for (const std::int64_t n : {5, 300})
+    for (const Before shape : {Before{64, 1}, Before{20, 1}, Before{6, 4}, Before{20, 3}})
+      for (const cnn::Precision precision : kTensorCorePrecisions)
+        for (const bool relu : {true, false}) {
+          const int pixels = shape.side * shape.side;
+          const int inputs = shape.channels * pixels;
+          // A 1x1 conv whose output gradient is [n, channels, side, side].
+          const cnn::ConvShape before{1, shape.side, shape.side, shape.channels, 1, 1, 0};
+          const cnn::cuda::LayerPlans plans = cnn::cuda::plan_conv(before, n, cnn::cuda::multiprocessor_count(),
+                                                                   cnn::cuda::kMaxColumnFloats, precision);
+          BOOST_REQUIRE(plans.staged);
+          const auto x = to_device(cnn::test::random_vector(static_cast<std::size_t>(n * inputs), 8, 1.0f));
+          const auto w = to_device(cnn::test::random_vector(static_cast<std::size_t>(kClasses * inputs), 9, 0.5f));
+          const auto b = to_device(cnn::test::random_vector(kClasses, 10, 0.5f));
+          std::vector<std::uint8_t> labels(static_cast<std::size_t>(n));
+          for (std::size_t s = 0; s < labels.size(); ++s) labels[s] = static_cast<std::uint8_t>((s * 7 + 3) % kClasses);
+          const auto d_labels = to_device(labels);
+          struct Outputs {
+            DeviceBuffer<float> logits, grad_logits, loss;
+            DeviceBuffer<int> correct;
+          };
+          auto outputs = [&] {
+            return Outputs{poisoned<float>(n * kClasses), poisoned<float>(n * kClasses), poisoned<float>(n),
+                           poisoned<int>(n)};
+          };
+          auto tensors = [&](Outputs& o) {
+            cnn::cuda::FcSoftmaxTensors t;
+            t.in = x.get();
+            t.weight = w.get();
+            t.bias = b.get();
+            t.labels = d_labels.get();
+            t.logits = o.logits.get();
+            t.grad_logits = o.grad_logits.get();
+            t.mask_relu = relu;
+            t.sample_loss = o.loss.get();
+            t.sample_correct = o.correct.get();
+            return t;
+          };
+          // fp32 input gradient, then the staging.
+          Outputs two = outputs();
+          auto grad_in = poisoned<float>(n * inputs);
+          cnn::cuda::FcSoftmaxTensors t = tensors(two);
+          t.grad_in = grad_in.get();
+          cnn::cuda::fc_softmax_cross_entropy(t, n, inputs, 0.1f, nullptr);
+          auto want_words = poisoned<std::uint32_t>(plans.staged_grad_words);
+          cnn::cuda::StagedBuffers staged;
+          staged.output_grad = want_words.get();
+          cnn::cuda::conv2d_stage_backward(plans, grad_in.get(), n, before, staged, nullptr);
+          // Straight into the staged words.
+          Outputs one = outputs();
+          auto got_words = poisoned<std::uint32_t>(plans.staged_grad_words);
+          t = tensors(one);
+          t.grad_in_staged = {got_words.get(), precision, cnn::cuda::staged_channels(shape.channels, precision)};
+          t.staged_pixels = pixels;
+          cnn::cuda::fc_softmax_cross_entropy(t, n, inputs, 0.1f, nullptr);
+          CNN_CHECK_CUDA(cudaDeviceSynchronize());
+          const std::int64_t words =
+              words_of(n * pixels, cnn::cuda::staged_channels(shape.channels, precision), precision);
+          const std::vector<std::uint32_t> want = head_of_vector(to_host(want_words), words);
+          const std::vector<std::uint32_t> got = head_of_vector(to_host(got_words), words);
+          const auto nonzero = std::count_if(want.begin(), want.end(), [](std::uint32_t v) { return v != 0; });
+          const std::string what = "batch " + std::to_string(n) + ", " + std::to_string(shape.channels) + "x" +
+                                   std::to_string(shape.side) + "x" + std::to_string(shape.side) + " inputs, " +
+                                   cnn::precision_name(precision) + (relu ? ", masked" : "");
+          BOOST_TEST_MESSAGE("fc_softmax into staged, " << what << ": " << nonzero << " of " << words
+                                                        << " words nonzero");
+          BOOST_TEST(nonzero > words / 4, what);  // gradient did get through
+          BOOST_TEST((got == want), what << ": the words differ");
+          BOOST_TEST((to_host(one.logits) == to_host(two.logits)), what << ": logits");
+          BOOST_TEST((to_host(one.grad_logits) == to_host(two.grad_logits)), what << ": dL/dlogits");
+          BOOST_TEST((to_host(one.loss) == to_host(two.loss)), what << ": losses");
+          BOOST_TEST((to_host(one.correct) == to_host(two.correct)), what << ": hits");
+        }
 }

@@ -2,8 +2,11 @@
 // over its logits. The forward runs one kernel (fc_softmax_cross_entropy, kernels/ops/fc_softmax.cu)
 // for the logits, the loss and hit of each sample, dL/dlogits and the fc layer's input gradient, so
 // the step's main chain takes one short launch where the fc op and the loss op took three (the fc
-// forward, the loss, the fc input gradient). The backward queues the weight gradient, the fc op's
-// planned product over dL/dlogits, beside the earlier layers' backward (OpShared::weight_grad_place).
+// forward, the loss, the fc input gradient); where the op before is a staged convolution (or an fc
+// layer run as one), the input gradient goes straight into its staged output gradient (its staging
+// pass skipped). The
+// backward queues the weight gradient, the fc op's planned product over dL/dlogits, beside the
+// earlier layers' backward (OpShared::weight_grad_place).
 // As the loss op: the labels' gather and the batch's loss and hit sums run on the side stream in a
 // training step; evaluation adds the chunk's sums on the main stream.
 #include <string>
@@ -18,7 +21,7 @@ namespace {
 class FcSoftmaxOp final : public ProductOp {
  public:
   FcSoftmaxOp(const Op& op, const Network& network, OpShared& shared)
-      : ProductOp(op, network, shared), classes_(network.classes) {
+      : ProductOp(op, network, shared), classes_(network.classes), staged_pixels_(pixels_before(network, op)) {
     out_size_ = 0;             // the loss: no activation after it
     uses_side_stream_ = true;  // the labels' gather and the batch's sums (and the weight gradient)
     CNN_CHECK_CUDA(cudaEventCreateWithFlags(&labels_ready_, cudaEventDisableTiming));
@@ -62,13 +65,20 @@ class FcSoftmaxOp final : public ProductOp {
     }
     CNN_CHECK_CUDA(cudaStreamWaitEvent(shared_.stream, labels_ready_, 0));
     head.grad_logits = grad_logits_.get();
-    head.grad_in = t.grad_in;
+    // Into the op before's staged output gradient where it takes one (a staged conv, or an fc layer
+    // run as one: tf32 and bf16), else into gradients[k].
+    head.grad_in_staged = t.grad_in_staged;
+    head.staged_pixels = staged_pixels_;
+    head.grad_in = t.grad_in_staged.words != nullptr ? nullptr : t.grad_in;
     head.mask_relu = t.input_is_relu;
     fc_softmax_cross_entropy(head, batch.n, layer_.in.size(), batch.label_smoothing, shared_.stream);
     shared_.fork();
     add_batch_stats(batch.loss_sum, batch.correct, sample_loss_.get(), sample_correct_.get(), batch.n,
                     shared_.side_stream);
   }
+
+  // The forward's kernel can write its input gradient into the op before's staged output gradient.
+  bool writes_staged_input_grad() const override { return true; }
 
   // The input gradient was written by the forward's kernel; the weight gradient is left.
   void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter& ready) override {
@@ -91,7 +101,18 @@ class FcSoftmaxOp final : public ProductOp {
     return plans;
   }
 
+  // The pixels of a sample in the output of the layer before the fc layer (a flatten skipped): where
+  // that layer's op is a staged conv, the NHWC layout of its staged output gradient.
+  static int pixels_before(const Network& network, const Op& op) {
+    std::size_t i = op.first_layer;
+    while (i > 0 && network.layers[i - 1].kind == LayerKind::kFlatten) --i;
+    if (i == 0) return 1;
+    const TensorShape& out = network.layers[i - 1].out;
+    return out.height * out.width;
+  }
+
   int classes_;
+  int staged_pixels_;
   cudaEvent_t labels_ready_ = nullptr;  // the side stream's label gather, awaited by the forward
   DeviceBuffer<std::uint8_t> labels_;   // [n], the batch's labels
   DeviceBuffer<float> grad_logits_;     // [n, classes], dL/dlogits for the weight gradient

@@ -162,6 +162,13 @@ class FcOp final : public ProductOp {
  public:
   using ProductOp::ProductOp;
 
+  // As a staged convolution, its output gradient may be written staged by the op after (fc_softmax).
+  StagedTensor staged_output_grad(std::int64_t n) const override {
+    const LayerPlans& plans = plans_for(n);
+    if (!plans.staged) return {};
+    return {staged().output_grad, plans.wgrad.precision, staged_channels(layer_.fc_out, plans.wgrad.precision)};
+  }
+
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
     const bool weights_staged = weights_staged_at_start();
@@ -177,7 +184,8 @@ class FcOp final : public ProductOp {
     const LayerPlans& plans = plans_for(batch.n);
     const float* relu_out = t.input_is_relu ? t.in : nullptr;
     if (plans.staged) {
-      conv2d_stage_backward(plans, t.grad_out, batch.n, as_conv(), staged(), shared_.stream);
+      // (Unless the op after has written it staged already: t.grad_out_staged.)
+      if (!t.grad_out_staged) conv2d_stage_backward(plans, t.grad_out, batch.n, as_conv(), staged(), shared_.stream);
       const OpShared::Place place = shared_.weight_grad_place(t.grad_in != nullptr);
       conv2d_backward_weights_staged(plans, grad_weight(), grad_bias(), batch.n, as_conv(), false, staged(),
                                      place.workspace, place.stream);

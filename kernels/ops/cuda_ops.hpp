@@ -68,26 +68,6 @@ void softmax_cross_entropy_per_sample(float* grad_logits /*[n,K] or null*/, floa
 void add_batch_stats(double* loss_sum /*[1]*/, std::int64_t* correct /*[1]*/, const float* sample_loss /*[n]*/,
                      const int* sample_correct /*[n]*/, std::int64_t n, cudaStream_t stream);
 
-// fc_forward (O = 10), softmax_cross_entropy_per_sample and fc_backward's input gradient in one
-// kernel, for the last fc layer and its loss (fc_softmax.cu, the fc_softmax op): per sample, the
-// logits (where `logits`), the loss and hit, dL/dlogits (where `grad_logits`, for the weight
-// gradient's product) and the input gradient (where `grad_in`; it needs grad_logits), zeroed where
-// in <= 0 when mask_relu (`in` is a ReLU's output).
-struct FcSoftmaxTensors {
-  const float* in = nullptr;             // [n, I]
-  const float* weight = nullptr;         // [10, I]
-  const float* bias = nullptr;           // [10]
-  const std::uint8_t* labels = nullptr;  // [n]
-  float* logits = nullptr;               // [n, 10] or null
-  float* grad_logits = nullptr;          // [n, 10] or null (evaluation)
-  float* grad_in = nullptr;              // [n, I] or null
-  bool mask_relu = false;
-  float* sample_loss = nullptr;  // [n]
-  int* sample_correct = nullptr; // [n]
-};
-void fc_softmax_cross_entropy(const FcSoftmaxTensors& t, std::int64_t n, std::int64_t in_features,
-                              float label_smoothing, cudaStream_t stream);
-
 // Evaluation for `cnn_mpi predict`: the batch's logits [n, classes] copied (device to device, queued
 // on `stream`) to `out`, which the backend then copies to the host.
 void copy_logits(float* out /*[n,K]*/, const float* logits /*[n,K]*/, std::int64_t n, int classes,

@@ -200,6 +200,31 @@ void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& p
                                   const StagedBuffers& staged, bool input_staged, bool weights_staged,
                                   cudaStream_t stream);
 
+// fc_forward (O = 10), softmax_cross_entropy_per_sample and fc_backward's input gradient in one
+// kernel, for the last fc layer and its loss (fc_softmax.cu, the fc_softmax op): per sample, the
+// logits (where `logits`), the loss and hit, dL/dlogits (where `grad_logits`, for the weight
+// gradient's product) and the input gradient (it needs grad_logits), zeroed where in <= 0 when
+// mask_relu (`in` is a ReLU's output): into `grad_in`, or where grad_in_staged.words, into that
+// staged output gradient of the op before instead (StagedTensor above: NHWC [n, staged_pixels, Cp]
+// words, the input being that op's output [C, staged_pixels] flattened, C = I / staged_pixels), the
+// words its staging would write.
+struct FcSoftmaxTensors {
+  const float* in = nullptr;             // [n, I]
+  const float* weight = nullptr;         // [10, I]
+  const float* bias = nullptr;           // [10]
+  const std::uint8_t* labels = nullptr;  // [n]
+  float* logits = nullptr;               // [n, 10] or null
+  float* grad_logits = nullptr;          // [n, 10] or null (evaluation)
+  float* grad_in = nullptr;              // [n, I] or null
+  StagedTensor grad_in_staged;           // words null: none
+  int staged_pixels = 1;                 // of grad_in_staged's samples: OH * OW of a conv, 1 of an fc
+  bool mask_relu = false;
+  float* sample_loss = nullptr;  // [n]
+  int* sample_correct = nullptr; // [n]
+};
+void fc_softmax_cross_entropy(const FcSoftmaxTensors& t, std::int64_t n, std::int64_t in_features,
+                              float label_smoothing, cudaStream_t stream);
+
 // maxpool_backward with the backward of a ReLU before the pool folded in (when pooled_out, the
 // pool's output, is given): zero wherever the pool's input <= 0. Only winners get gradient, and a
 // winner's input is its window's maximum, so the test reads pooled_out > 0.
