@@ -9,7 +9,9 @@
 //   4. a staged conv + ReLU that runs the 2x2 max-pool after it in its store (OpTensors::pooled):
 //      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward;
 //   5. the last fc layer with the loss (fc_softmax) into the staged output gradient of the fc layer
-//      before it, run as a staged 1x1 convolution, its other outputs unchanged.
+//      before it, run as a staged 1x1 convolution, its other outputs unchanged;
+// and the staging of one-pixel samples (an fc layer's rows, stage_rows_kernel) against the staging
+// of two-pixel ones (stage_nhwc_kernel's transpose), pixel by pixel.
 // The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_staged_handover
@@ -407,4 +409,47 @@ BOOST_AUTO_TEST_CASE(fused_head_into_the_staged_gradient_gives_the_bits_of_the_s
           BOOST_TEST((to_host(one.loss) == to_host(two.loss)), what << ": losses");
           BOOST_TEST((to_host(one.correct) == to_host(two.correct)), what << ": hits");
         }
+}
+
+// Samples of one pixel (an fc layer run as a 1x1 convolution: [n][C] rows) are staged row by row
+// (stage_rows_kernel), others through a transpose (stage_nhwc_kernel): the rows' words are those the
+// transpose writes for the same values at the first of two pixels, bit for bit; channels that fill
+// whole chunks (1024) and that do not (20), a batch of 5 and one of 300.
+BOOST_AUTO_TEST_CASE(rows_staging_gives_the_words_of_the_transposing_staging) {
+  for (const std::int64_t n : {5, 300})
+    for (const int channels : {1024, 20})
+      for (const cnn::Precision precision : kTensorCorePrecisions) {
+        // Output gradients of 1x1 convolutions over 1x1 and 1x2 images: [n, C, 1, 1] and [n, C, 1, 2].
+        const cnn::ConvShape one{1, 1, 1, channels, 1, 1, 0};
+        const cnn::ConvShape two{1, 1, 2, channels, 1, 1, 0};
+        const int sms = cnn::cuda::multiprocessor_count();
+        const cnn::cuda::LayerPlans plans_one = cnn::cuda::plan_conv(one, n, sms, cnn::cuda::kMaxColumnFloats, precision);
+        const cnn::cuda::LayerPlans plans_two = cnn::cuda::plan_conv(two, n, sms, cnn::cuda::kMaxColumnFloats, precision);
+        BOOST_REQUIRE(plans_one.staged);
+        BOOST_REQUIRE(plans_two.staged);
+        const std::vector<float> rows = cnn::test::random_vector(static_cast<std::size_t>(n * channels), 11, 1.0f);
+        std::vector<float> pairs(rows.size() * 2);
+        for (std::size_t e = 0; e < rows.size(); ++e) {
+          pairs[2 * e] = rows[e];           // pixel 0 of (s, c)
+          pairs[2 * e + 1] = -rows[e] / 3;  // pixel 1: anything else
+        }
+        const auto d_rows = to_device(rows);
+        const auto d_pairs = to_device(pairs);
+        auto words_one = poisoned<std::uint32_t>(plans_one.staged_grad_words);
+        auto words_two = poisoned<std::uint32_t>(plans_two.staged_grad_words);
+        cnn::cuda::StagedBuffers staged;
+        staged.output_grad = words_one.get();
+        cnn::cuda::conv2d_stage_backward(plans_one, d_rows.get(), n, one, staged, nullptr);
+        staged.output_grad = words_two.get();
+        cnn::cuda::conv2d_stage_backward(plans_two, d_pairs.get(), n, two, staged, nullptr);
+        const int padded = cnn::cuda::staged_channels(channels, precision);
+        const std::int64_t row_words = words_of(1, padded, precision);
+        const std::vector<std::uint32_t> got = head_of_vector(to_host(words_one), n * row_words);
+        const std::vector<std::uint32_t> all_two = to_host(words_two);
+        std::vector<std::uint32_t> want;
+        for (std::int64_t s = 0; s < n; ++s)  // pixel 0 of each sample: the first row_words of its two
+          want.insert(want.end(), all_two.begin() + s * 2 * row_words, all_two.begin() + (s * 2 + 1) * row_words);
+        BOOST_TEST((got == want), "batch " << n << ", " << channels << " channels, "
+                                           << cnn::precision_name(precision) << ": the words differ");
+      }
 }

@@ -88,6 +88,29 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+// stage_nhwc_kernel's words where each sample is one pixel (hw = 1: an fc layer run as a 1x1
+// convolution): no transpose, a thread per 16-byte chunk, reading its 4 or 8 consecutive values of a
+// row. (Through stage_nhwc_kernel the lanes of a warp read 32 rows a column at a time: 13.2 us for
+// fc1's input at batch 2048 in bf16, nvidia-h100-x1, docs/PERFORMANCE.md, the fourteenth part.)
+template <Precision P>
+__global__ void __launch_bounds__(kBlockThreads)
+    stage_rows_kernel(uint4* __restrict__ dst, const float* __restrict__ src, int rows, int C, int Cp) {
+  start_after_previous_kernel();
+  constexpr int kPerChunk = chunk_elements(P);
+  const int chunks_per_row = Cp / kPerChunk;
+  const std::int64_t chunks = static_cast<std::int64_t>(rows) * chunks_per_row;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < chunks;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = e / chunks_per_row;
+    const int c0 = static_cast<int>(e - row * chunks_per_row) * kPerChunk;
+    const float* src_row = src + row * C;
+    float v[kPerChunk];
+#pragma unroll
+    for (int q = 0; q < kPerChunk; ++q) v[q] = c0 + q < C ? __ldg(src_row + c0 + q) : 0.0f;
+    dst[e] = pack_chunk<P>(v);
+  }
+}
+
 // One staged order of the weights [F,C,KK]: dst[r, tap, col] = round(w[r * row_stride +
 // col * col_stride + tap]) for col < cols, 0 up to cols_padded. The forward's is [F][KK][Cp]
 // (r = f, col = c), the input gradient's [C][KK][Fp] (r = c, col = f).
@@ -127,6 +150,12 @@ template <Precision P>
 void stage_nhwc(std::uint32_t* dst, const float* src, std::int64_t n, int channels, int hw, int channels_padded,
                 cudaStream_t stream) {
   const int pixels = static_cast<int>(n * hw);
+  if (hw == 1) {
+    launch_dependent(stage_rows_kernel<P>, grid_for(std::int64_t{pixels} * channels_padded / chunk_elements(P)),
+                     kBlockThreads, 0, stream, reinterpret_cast<uint4*>(dst), src, pixels, channels, channels_padded);
+    CNN_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(ceil_div(pixels, kStagePixels)),
                   static_cast<unsigned>(ceil_div(channels_padded, kStageChannels)));
   launch_dependent(stage_nhwc_kernel<P>, grid, kBlockThreads, 0, stream, reinterpret_cast<uint4*>(dst), src, pixels,
