@@ -4,16 +4,14 @@
 // the step's main chain takes one short launch where the fc op and the loss op took three (the fc
 // forward, the loss, the fc input gradient); where the op before is a staged convolution (or an fc
 // layer run as one), the input gradient goes straight into its staged output gradient (its staging
-// pass skipped). The
-// backward queues the weight gradient, the fc op's planned product over dL/dlogits, beside the
-// earlier layers' backward (OpShared::weight_grad_place).
-// As the loss op: the labels' gather and the batch's loss and hit sums run on the side stream in a
-// training step; evaluation adds the chunk's sums on the main stream.
+// pass skipped). The backward queues the weight gradient, the fc op's planned product over
+// dL/dlogits, beside the earlier layers' backward (OpShared::weight_grad_place).
+// As the loss op (LossLabels): the labels' gather and the batch's loss and hit sums run on the side
+// stream in a training step; evaluation adds the chunk's sums on the main stream.
 #include <string>
 
-#include "cuda/cuda_check.hpp"
 #include "cuda/device_op.hpp"
-#include "ops/cuda_ops.hpp"
+#include "cuda/loss_labels.hpp"
 
 namespace cnn::cuda {
 namespace {
@@ -21,30 +19,22 @@ namespace {
 class FcSoftmaxOp final : public ProductOp {
  public:
   FcSoftmaxOp(const Op& op, const Network& network, OpShared& shared)
-      : ProductOp(op, network, shared), classes_(network.classes), staged_pixels_(pixels_before(network, op)) {
+      : ProductOp(op, network, shared), classes_(network.classes), staged_pixels_(pixels_before(network, op)),
+        labels_(shared) {
     out_size_ = 0;             // the loss: no activation after it
     uses_side_stream_ = true;  // the labels' gather and the batch's sums (and the weight gradient)
-    CNN_CHECK_CUDA(cudaEventCreateWithFlags(&labels_ready_, cudaEventDisableTiming));
-  }
-  ~FcSoftmaxOp() override {
-    if (labels_ready_ != nullptr) (void)cudaEventDestroy(labels_ready_);
   }
 
   Prepared prepare(std::int64_t n) override {
     Prepared prepared = ProductOp::prepare(n);
     prepared.moved |= labels_.reserve(n);
     prepared.moved |= grad_logits_.reserve(n * classes_);
-    prepared.moved |= sample_loss_.reserve(n);
-    prepared.moved |= sample_correct_.reserve(n);
     return prepared;
   }
 
-  // The labels' gather: needed only by this op's forward, at the end of the forward chain.
   void start_step(const DeviceBatch& batch) override {
     ProductOp::start_step(batch);  // (no staged products: nothing)
-    shared_.fork();
-    gather_labels(labels_.get(), batch.labels, batch.indices, batch.n, shared_.side_stream);
-    CNN_CHECK_CUDA(cudaEventRecord(labels_ready_, shared_.side_stream));
+    labels_.gather_at_step_start(batch);
   }
 
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
@@ -52,29 +42,23 @@ class FcSoftmaxOp final : public ProductOp {
     head.in = t.in;
     head.weight = weight();
     head.bias = bias();
-    head.labels = labels_.get();
-    head.sample_loss = sample_loss_.get();
-    head.sample_correct = sample_correct_.get();
-    if (!batch.training) {
-      gather_labels(labels_.get(), batch.labels, batch.indices, batch.n, shared_.stream);
+    head.labels = labels_.labels_for(batch);
+    head.sample_loss = labels_.sample_loss();
+    head.sample_correct = labels_.sample_correct();
+    if (batch.training) {
+      head.grad_logits = grad_logits_.get();
+      // Into the op before's staged output gradient where it takes one (a staged conv, or an fc layer
+      // run as one: tf32 and bf16), else into gradients[k].
+      head.grad_in_staged = t.grad_in_staged;
+      head.staged_pixels = staged_pixels_;
+      head.grad_in = t.grad_in_staged.words != nullptr ? nullptr : t.grad_in;
+      head.mask_relu = t.input_is_relu;
+    } else {
       head.logits = batch.logits;
-      fc_softmax_cross_entropy(head, batch.n, layer_.in.size(), 0.0f, shared_.stream);
-      add_batch_stats(batch.loss_sum, batch.correct, sample_loss_.get(), sample_correct_.get(), batch.n,
-                      shared_.stream);
-      return;
     }
-    CNN_CHECK_CUDA(cudaStreamWaitEvent(shared_.stream, labels_ready_, 0));
-    head.grad_logits = grad_logits_.get();
-    // Into the op before's staged output gradient where it takes one (a staged conv, or an fc layer
-    // run as one: tf32 and bf16), else into gradients[k].
-    head.grad_in_staged = t.grad_in_staged;
-    head.staged_pixels = staged_pixels_;
-    head.grad_in = t.grad_in_staged.words != nullptr ? nullptr : t.grad_in;
-    head.mask_relu = t.input_is_relu;
-    fc_softmax_cross_entropy(head, batch.n, layer_.in.size(), batch.label_smoothing, shared_.stream);
-    shared_.fork();
-    add_batch_stats(batch.loss_sum, batch.correct, sample_loss_.get(), sample_correct_.get(), batch.n,
-                    shared_.side_stream);
+    fc_softmax_cross_entropy(head, batch.n, layer_.in.size(), batch.training ? batch.label_smoothing : 0.0f,
+                             shared_.stream);
+    labels_.add_batch_stats(batch);
   }
 
   // The forward's kernel can write its input gradient into the op before's staged output gradient.
@@ -113,11 +97,8 @@ class FcSoftmaxOp final : public ProductOp {
 
   int classes_;
   int staged_pixels_;
-  cudaEvent_t labels_ready_ = nullptr;  // the side stream's label gather, awaited by the forward
-  DeviceBuffer<std::uint8_t> labels_;   // [n], the batch's labels
-  DeviceBuffer<float> grad_logits_;     // [n, classes], dL/dlogits for the weight gradient
-  DeviceBuffer<float> sample_loss_;     // [n], summed into the batch's loss
-  DeviceBuffer<int> sample_correct_;    // [n]
+  LossLabels labels_;
+  DeviceBuffer<float> grad_logits_;  // [n, classes], dL/dlogits for the weight gradient
 };
 
 }  // namespace

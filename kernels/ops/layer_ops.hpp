@@ -149,7 +149,7 @@ struct StagedBuffers {
   std::uint32_t* weight = nullptr;       // [F][KK*Cp] then [C][KK*Fp], staged_weight_words
 };
 // Stages the weights in both orders into staged.weight. They change only in the update, so a training
-// step stages them at its start, off the main chain (ConvOp::start_step); the forwards below stage
+// step stages them at its start, off the main chain (ProductOp::start_step); the forwards below stage
 // them themselves unless told so (weights_staged).
 void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const ConvShape& shape,
                           const StagedBuffers& staged, cudaStream_t stream);
