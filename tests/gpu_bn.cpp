@@ -25,6 +25,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -249,16 +250,33 @@ Run train(const std::string& kind, const cnn::Network& net, const RandomData& da
   return run;
 }
 
-// Per parameter block, each error against the block's norm floored at 1e-2 of the whole vector's: the
-// bias of a conv or fc right before a bn gets a gradient that is zero but for rounding (bn removes any
-// shift per channel), and so a value and a velocity made of rounding, which differ by O(1) relative
-// to themselves (as the CPU agreement tests, test_backend_agreement.cpp, measure them).
+// The flat offsets of the biases of conv and fc layers right before a bn, inside blocks too: their
+// gradient is zero but for rounding (bn removes any shift per channel).
+void add_biases_before_bn(const std::vector<cnn::Layer>& layers, std::set<std::int64_t>& offsets) {
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].bias_offset >= 0 && i + 1 < layers.size() && layers[i + 1].kind == cnn::LayerKind::kBatchNorm)
+      offsets.insert(layers[i].bias_offset);
+    add_biases_before_bn(layers[i].body, offsets);
+    add_biases_before_bn(layers[i].shortcut, offsets);
+  }
+}
+
+// Per parameter block, each error against the block's norm floored at 1e-2 of the whole vector's.
+// The gradient of a bias right before a bn is rounding only, which differs by O(1) relative to itself
+// (as the CPU agreement tests, test_backend_agreement.cpp, measure it): its error is taken against the
+// whole gradient's norm, the scale its rounding comes from. (Against 1e-2 of it, the residual network
+// below read 1.08e-05 for conv1.bias once fc_softmax's fp32 input gradient rounded differently from
+// the fc op's product; nvidia-h100-x1, 2026-11-28.) Its value and velocity after the update are made
+// of that rounding too, and are far below the parameters' floor.
 void check_against(const Run& got, const Run& want, const cnn::Network& net, double tolerance) {
   const double grad_floor = 1e-2 * norm_of(want.grads), param_floor = 1e-2 * norm_of(want.end.params);
+  std::set<std::int64_t> rounding_only;
+  add_biases_before_bn(net.layers, rounding_only);
   for (const cnn::ParamView& view : net.layout.views()) {
     const auto at = static_cast<std::size_t>(view.offset);
     const auto size = static_cast<std::size_t>(view.size);
-    const double grad_err = floored_relative_error(got.grads.data() + at, want.grads.data() + at, size, grad_floor);
+    const double floor = rounding_only.count(view.offset) != 0 ? norm_of(want.grads) : grad_floor;
+    const double grad_err = floored_relative_error(got.grads.data() + at, want.grads.data() + at, size, floor);
     const double param_err =
         floored_relative_error(got.end.params.data() + at, want.end.params.data() + at, size, param_floor);
     std::printf("  %-14s grad %.2e  params %.2e\n", view.name().c_str(), grad_err, param_err);
