@@ -1,7 +1,9 @@
 // Every CUDA kernel of the seed model's cuda backend against its CPU twin (include/cnn/ops.hpp), on
 // fresh random data: the gathers (also with --augment), the fused conv_relu_pool forward (argmax
 // mismatches only at near-ties), fc, softmax cross-entropy (also smoothed) and their backward passes;
-// the optimizers' updates; the divergence check's first non-finite index and the update it gates.
+// the optimizers' updates; the divergence check's first non-finite index and the update it gates;
+// and the general path's fused head (fc_softmax: fc forward, loss, dL/dlogits and the masked input
+// gradient in one kernel) against the same twins.
 // The whole backend: gpu_backend.cpp, gpu_backend_randomness.cpp.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_backend_kernels
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cnn/model.hpp"
@@ -21,6 +24,7 @@
 #include "cnn/optimizer.hpp"
 #include "cnn/network.hpp"
 #include "kernels/ops/cuda_ops.hpp"
+#include "kernels/ops/layer_ops.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/ops/nonfinite.cuh"
 #include "gpu_backend_checks.hpp"
@@ -218,6 +222,69 @@ void check_layer_twins(const cnn::SeedModel& m, std::int64_t n, std::uint32_t se
                                      d_argmax_cpu.get(), d_in.get(), n, m, stream);
   CHECK_CLOSE_REL(to_host(d_conv_gw), conv_gw_cpu, "conv_relu_pool_backward grad_weight");
   CHECK_CLOSE_REL(to_host(d_conv_gb), conv_gb_cpu, "conv_relu_pool_backward grad_bias");
+}
+
+// The fc_softmax kernel (kernels/ops/fc_softmax.cu, fp32 outputs) against fc_forward,
+// softmax_cross_entropy and fc_backward's input gradient on the CPU, that gradient zeroed where the
+// input (a ReLU's output) is <= 0: logits, per-sample losses and hits (summed here), dL/dlogits and
+// the input gradient; inputs that fill whole warps' strides (64, 1024) and that do not (100), a batch
+// smaller than a block's warps (5) and one of many (300), with and without label smoothing.
+void check_fused_head(std::int64_t n, int inputs, float label_smoothing, std::mt19937& rng) {
+  constexpr int O = 10;
+  const std::string what = "fc_softmax, batch " + std::to_string(n) + ", " + std::to_string(inputs) +
+                           " inputs, smoothing " + std::to_string(label_smoothing);
+  auto in = uniform(rng, static_cast<std::size_t>(n * inputs), -1.0f, 1.0f);
+  for (std::size_t i = 0; i < in.size(); i += 3) in[i] = 0.0f;  // a ReLU's zeros, some of them exact
+  const auto weight = uniform(rng, static_cast<std::size_t>(O * inputs), -0.1f, 0.1f);
+  const auto bias = uniform(rng, O, -0.1f, 0.1f);
+  const auto labels = random_bytes(rng, static_cast<std::size_t>(n), O);
+  std::vector<float> logits_cpu(static_cast<std::size_t>(n * O)), grad_logits_cpu(logits_cpu.size());
+  cnn::fc_forward(logits_cpu.data(), in.data(), weight.data(), bias.data(), n, inputs, O);
+  double loss_cpu = 0.0;
+  std::int64_t correct_cpu = 0;
+  cnn::softmax_cross_entropy(grad_logits_cpu.data(), &loss_cpu, &correct_cpu, logits_cpu.data(), labels.data(), n, O,
+                             label_smoothing);
+  std::vector<float> grad_in_cpu(static_cast<std::size_t>(n * inputs)), unused_gw(weight.size()), unused_gb(O);
+  cnn::fc_backward(grad_in_cpu.data(), unused_gw.data(), unused_gb.data(), grad_logits_cpu.data(), in.data(),
+                   weight.data(), n, inputs, O);
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (!(in[i] > 0.0f)) grad_in_cpu[i] = 0.0f;
+
+  const auto d_in = to_device(in), d_weight = to_device(weight), d_bias = to_device(bias);
+  const auto d_labels = to_device(labels);
+  auto d_logits = poisoned<float>(n * O), d_grad_logits = poisoned<float>(n * O), d_loss = poisoned<float>(n);
+  auto d_correct = poisoned<int>(n);
+  auto d_grad_in = poisoned<float>(n * inputs);
+  cnn::cuda::FcSoftmaxTensors t;
+  t.in = d_in.get();
+  t.weight = d_weight.get();
+  t.bias = d_bias.get();
+  t.labels = d_labels.get();
+  t.logits = d_logits.get();
+  t.grad_logits = d_grad_logits.get();
+  t.grad_in = d_grad_in.get();
+  t.mask_relu = true;
+  t.sample_loss = d_loss.get();
+  t.sample_correct = d_correct.get();
+  cnn::cuda::fc_softmax_cross_entropy(t, n, inputs, label_smoothing, nullptr);
+  CNN_CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CLOSE_REL(to_host(d_logits), logits_cpu, what + ": logits");
+  CHECK_CLOSE_REL(to_host(d_grad_logits), grad_logits_cpu, what + ": dL/dlogits");
+  CHECK_CLOSE_REL(to_host(d_grad_in), grad_in_cpu, what + ": masked input gradient");
+  double loss_gpu = 0.0;
+  for (const float l : to_host(d_loss)) loss_gpu += l;
+  std::int64_t correct_gpu = 0;
+  for (const int c : to_host(d_correct)) correct_gpu += c;
+  BOOST_TEST(std::fabs(loss_gpu - loss_cpu) <= kTolerance * std::fabs(loss_cpu),
+             what << ": loss sum " << loss_gpu << " vs " << loss_cpu);
+  BOOST_TEST(correct_gpu == correct_cpu, what << ": hits");
+}
+
+BOOST_AUTO_TEST_CASE(fused_head_kernel_matches_cpu_twins) {
+  std::mt19937 rng(2026);
+  for (const std::int64_t n : {5, 300})
+    for (const int inputs : {64, 100, 1024})
+      for (const float label_smoothing : {0.0f, 0.15f}) check_fused_head(n, inputs, label_smoothing, rng);
 }
 
 BOOST_AUTO_TEST_CASE(layer_kernels_match_cpu_twins) {

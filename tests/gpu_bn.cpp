@@ -25,6 +25,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -249,16 +250,33 @@ Run train(const std::string& kind, const cnn::Network& net, const RandomData& da
   return run;
 }
 
-// Per parameter block, each error against the block's norm floored at 1e-2 of the whole vector's: the
-// bias of a conv or fc right before a bn gets a gradient that is zero but for rounding (bn removes any
-// shift per channel), and so a value and a velocity made of rounding, which differ by O(1) relative
-// to themselves (as the CPU agreement tests, test_backend_agreement.cpp, measure them).
+// The flat offsets of the biases of conv and fc layers right before a bn, inside blocks too: their
+// gradient is zero but for rounding (bn removes any shift per channel).
+void add_biases_before_bn(const std::vector<cnn::Layer>& layers, std::set<std::int64_t>& offsets) {
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].bias_offset >= 0 && i + 1 < layers.size() && layers[i + 1].kind == cnn::LayerKind::kBatchNorm)
+      offsets.insert(layers[i].bias_offset);
+    add_biases_before_bn(layers[i].body, offsets);
+    add_biases_before_bn(layers[i].shortcut, offsets);
+  }
+}
+
+// Per parameter block, each error against the block's norm floored at 1e-2 of the whole vector's.
+// The gradient of a bias right before a bn is rounding only, which differs by O(1) relative to itself
+// (as the CPU agreement tests, test_backend_agreement.cpp, measure it): its error is taken against the
+// whole gradient's norm, the scale its rounding comes from. (Against 1e-2 of it, the residual network
+// below read 1.08e-05 for conv1.bias once fc_softmax's fp32 input gradient rounded differently from
+// the fc op's product; nvidia-h100-x1, 2026-11-28.) Its value and velocity after the update are made
+// of that rounding too, and are far below the parameters' floor.
 void check_against(const Run& got, const Run& want, const cnn::Network& net, double tolerance) {
   const double grad_floor = 1e-2 * norm_of(want.grads), param_floor = 1e-2 * norm_of(want.end.params);
+  std::set<std::int64_t> rounding_only;
+  add_biases_before_bn(net.layers, rounding_only);
   for (const cnn::ParamView& view : net.layout.views()) {
     const auto at = static_cast<std::size_t>(view.offset);
     const auto size = static_cast<std::size_t>(view.size);
-    const double grad_err = floored_relative_error(got.grads.data() + at, want.grads.data() + at, size, grad_floor);
+    const double floor = rounding_only.count(view.offset) != 0 ? norm_of(want.grads) : grad_floor;
+    const double grad_err = floored_relative_error(got.grads.data() + at, want.grads.data() + at, size, floor);
     const double param_err =
         floored_relative_error(got.end.params.data() + at, want.end.params.data() + at, size, param_floor);
     std::printf("  %-14s grad %.2e  params %.2e\n", view.name().c_str(), grad_err, param_err);
@@ -284,18 +302,18 @@ struct BnNetwork {
 const BnNetwork kNetworks[] = {
     // After a conv, and after fc (a feature per channel).
     {"conv3x3:8/p1 bn relu maxpool2 fc:16 bn relu fc:10", {3, 16, 16},
-     "conv bn relu maxpool fc bn relu fc softmax_cross_entropy"},
+     "conv bn relu maxpool fc bn relu fc_softmax"},
     // After a conv whose ReLU is folded in: the input is a ReLU's output, so dx is masked by it.
     {"conv3x3:8/p1 relu bn conv3x3:6/p1 bn relu fc:10", {3, 12, 12},
-     "conv+relu bn conv bn relu fc softmax_cross_entropy"},
+     "conv+relu bn conv bn relu fc_softmax"},
     // Inside residual blocks, with an identity and a projection shortcut, then a global average pool.
     {"conv3x3:8/p1 bn relu res[conv3x3:8/p1 bn relu conv3x3:8/p1 bn] relu res[conv3x3:12/s2/p1 bn relu "
      "conv3x3:12/p1 bn] relu avgpool fc:10",
      {3, 12, 12},
-     "conv bn relu res[conv bn relu conv bn] relu res[conv bn relu conv bn | conv] relu avgpool fc "
-     "softmax_cross_entropy"},
+     "conv bn relu res[conv bn relu conv bn] relu res[conv bn relu conv bn | conv] relu avgpool "
+     "fc_softmax"},
     // First: no input gradient, so nothing of the backward is exchanged.
-    {"bn conv3x3:8 relu maxpool2 fc:10", {1, 28, 28}, "bn conv+relu maxpool fc softmax_cross_entropy"},
+    {"bn conv3x3:8 relu maxpool2 fc:10", {1, 28, 28}, "bn conv+relu maxpool fc_softmax"},
 };
 
 BOOST_AUTO_TEST_CASE(bn_networks_match_seq_after_one_step) {

@@ -7,9 +7,10 @@
 //      body that starts with a ReLU and one whose last conv folds a ReLU in, with the CUDA plan and
 //      with nothing folded;
 //   2. its fused ops, on the GPU and against `seq`: the seed model's conv_relu_pool_fc_softmax against
-//      conv_relu_pool + fc and against every layer on its own, and the cifar preset's first
-//      conv_relu_pool against conv, relu and maxpool (the op lists come from plan_ops for other
-//      targets, through make_cuda_backend(options, network, ops)).
+//      conv_relu_pool + fc and against every layer on its own, the cifar preset's first
+//      conv_relu_pool against conv, relu and maxpool, and the last fc layer's fc_softmax against the
+//      fc op and the softmax_cross_entropy op (the op lists come from plan_ops for other targets, or
+//      are edited, through make_cuda_backend(options, network, ops)).
 // The ops one by one: gpu_layers.cpp; determinism and the overlapped step: gpu_layer_determinism.cpp.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_layer_networks
@@ -54,7 +55,7 @@ BOOST_AUTO_TEST_CASE(cifar_preset_matches_seq) {
       const Run gpu = train("cuda", net, data, optimizer, steps, 77);
       std::printf("cifar preset, %s, %d step(s): %s vs seq\n", cnn::optimizer_name(optimizer), steps,
                   gpu.description.c_str());
-      BOOST_TEST(gpu.description.find("ops conv_relu_pool conv+relu maxpool conv+relu fc+relu fc softmax_cross_entropy,") !=
+      BOOST_TEST(gpu.description.find("ops conv_relu_pool conv+relu maxpool conv+relu fc+relu fc_softmax,") !=
                      std::string::npos,
                  gpu.description);
       check_against(gpu, seq, net, kStepTolerance);
@@ -78,7 +79,8 @@ BOOST_AUTO_TEST_CASE(strided_padded_network_matches_seq) {
 // Issue 26: a cosine lr with warm-up, so every step's update has a new lr while the steps replay their
 // CUDA graphs (the update runs after the graph, its lr a plain argument), with weight decay, Nesterov
 // momentum or AdamW's decoupled decay, and label smoothing in the loss: on the fused seed op (its own
-// loss kernel) and on a layer network (the softmax_cross_entropy op), against `seq`, and graphs
+// loss kernel) and on a layer network (its last fc layer and the loss: the fc_softmax op), against
+// `seq`, and graphs
 // against eager steps bit for bit.
 BOOST_AUTO_TEST_CASE(schedule_and_regularisers_match_seq_through_graph_replays) {
   struct Case {
@@ -92,9 +94,9 @@ BOOST_AUTO_TEST_CASE(schedule_and_regularisers_match_seq_through_graph_replays) 
       {"seed", 8, {1, 28, 28}, cnn::OptimizerKind::kMomentum, "ops conv_relu_pool_fc_softmax,"},
       {"seed", 8, {1, 28, 28}, cnn::OptimizerKind::kAdamW, "ops conv_relu_pool_fc_softmax,"},
       {"conv3x3:8/p1 relu maxpool2 conv3x3:8/p1 relu fc:16 relu fc:10", 0, {3, 16, 16},
-       cnn::OptimizerKind::kMomentum, "softmax_cross_entropy,"},
+       cnn::OptimizerKind::kMomentum, "fc+relu fc_softmax,"},
       {"conv3x3:8/p1 relu maxpool2 conv3x3:8/p1 relu fc:16 relu fc:10", 0, {3, 16, 16}, cnn::OptimizerKind::kAdam,
-       "softmax_cross_entropy,"},
+       "fc+relu fc_softmax,"},
   };
   constexpr int kSteps = 6;
   std::uint32_t seed = 60;
@@ -167,25 +169,25 @@ BOOST_AUTO_TEST_CASE(residual_networks_match_seq) {
   const Case cases[] = {
       // An identity block right after a ReLU (folded into conv1: the block's input is a ReLU's output).
       {"conv3x3:8/p1 relu res[conv3x3:8/p1 relu conv3x3:8/p1] relu maxpool2 fc:10", {3, 16, 16},
-       "conv+relu res[conv+relu conv] relu maxpool fc softmax_cross_entropy"},
+       "conv+relu res[conv+relu conv] relu maxpool fc_softmax"},
       // A projection block (stride 2), then a block whose body ends with a max-pool: 16 -> 8 -> 4.
       {"conv3x3:8/p1 relu res[conv3x3:16/s2/p1 relu conv3x3:16/p1] relu res[conv3x3:16/p1 relu maxpool2] fc:10",
-       {3, 16, 16}, "conv+relu res[conv+relu conv | conv] relu res[conv+relu maxpool | conv] fc softmax_cross_entropy"},
+       {3, 16, 16}, "conv+relu res[conv+relu conv | conv] relu res[conv+relu maxpool | conv] fc_softmax"},
       // A block as the first layer: no gradient out of its body's first conv nor out of its shortcut.
       {"res[conv3x3:8/s2/p1 relu conv3x3:8/p1] relu maxpool2 fc:10", {1, 28, 28},
-       "res[conv+relu conv | conv] relu maxpool fc softmax_cross_entropy"},
+       "res[conv+relu conv | conv] relu maxpool fc_softmax"},
       // A body that starts with a ReLU, after a conv with none (the block's input is no ReLU's output).
       {"conv3x3:8/p1 res[relu conv3x3:8/p1 relu conv3x3:8/p1] maxpool2 fc:10", {3, 16, 16},
-       "conv res[relu conv+relu conv] maxpool fc softmax_cross_entropy"},
+       "conv res[relu conv+relu conv] maxpool fc_softmax"},
       // The body's last conv folds a ReLU: identity, and projection with a ReLU after the sum.
       {"conv3x3:8/p1 relu res[conv3x3:8/p1 relu conv3x3:8/p1 relu] fc:10", {3, 16, 16},
-       "conv+relu res[conv+relu conv+relu] fc softmax_cross_entropy"},
+       "conv+relu res[conv+relu conv+relu] fc_softmax"},
       {"conv3x3:8/p1 relu res[conv3x3:16/s2/p1 relu conv3x3:16/p1 relu] relu fc:10", {3, 16, 16},
-       "conv+relu res[conv+relu conv+relu | conv] relu fc softmax_cross_entropy"},
+       "conv+relu res[conv+relu conv+relu | conv] relu fc_softmax"},
       // A block without parameters, then the fused first conv_relu_pool (reading floats: not the first op),
       // then an identity block after it.
       {"res[relu] conv3x3:8 relu maxpool2 res[conv3x3:8/p1] relu fc:10", {3, 16, 16},
-       "res[relu] conv_relu_pool res[conv] relu fc softmax_cross_entropy"},
+       "res[relu] conv_relu_pool res[conv] relu fc_softmax"},
   };
   std::uint32_t seed = 90;
   for (const Case& c : cases) {
@@ -262,6 +264,55 @@ BOOST_AUTO_TEST_CASE(layer_ops_match_fused_seed_op) {
       check_against(layers, fused, net, kStepTolerance);
       check_against(unfused, fused, net, kStepTolerance);
       check_against(fused, seq, net, kStepTolerance);
+    }
+  }
+}
+
+// The last fc layer and the loss in one kernel (fc_softmax) against the fc op and the loss op on
+// their own, both on the GPU: every gradient and parameter after three Adam steps, the loss and hit
+// sums, the evaluation and the logits (check_against). With an earlier layer (a ReLU's output: the
+// input gradient masked) and label smoothing, after a layer with no ReLU (nothing masked), alone (no
+// input gradient), and at the most inputs it takes.
+BOOST_AUTO_TEST_CASE(fused_head_matches_the_fc_and_loss_ops) {
+  struct Case {
+    const char* spec;
+    cnn::TensorShape input;
+    float label_smoothing;
+    const char* cuda_ops;
+  };
+  const Case cases[] = {
+      {"conv3x3:8 relu fc:48 relu fc:10", {3, 12, 12}, 0.0f, "conv+relu fc+relu fc_softmax"},
+      {"conv3x3:8 relu fc:48 relu fc:10", {3, 12, 12}, 0.1f, "conv+relu fc+relu fc_softmax"},
+      {"conv3x3:6 fc:10", {1, 11, 11}, 0.0f, "conv fc_softmax"},
+      {"fc:10", {1, 28, 28}, 0.0f, "fc_softmax"},
+      {"conv3x3:4/p1 relu fc:10", {1, 32, 32}, 0.0f, "conv+relu fc_softmax"},  // 4096 inputs
+  };
+  std::uint32_t seed = 120;
+  for (const Case& c : cases) {
+    const cnn::Network net = cnn::build_network(c.spec, 0, c.input, 10);
+    const std::vector<cnn::Op> fused = cnn::plan_ops(net, cnn::FusionTarget::kCuda);
+    BOOST_TEST_REQUIRE(cnn::describe_ops(fused) == c.cuda_ops);
+    // The same plan with the head as two ops: the fc layer alone, then the loss.
+    std::vector<cnn::Op> split = fused;
+    split.back().kind = cnn::OpKind::kLayer;
+    split.back().layer = cnn::LayerKind::kFc;
+    split.back().last_layer = split.back().first_layer;
+    cnn::Op loss;
+    loss.kind = cnn::OpKind::kSoftmaxCrossEntropy;
+    loss.first_layer = loss.last_layer = net.layers.size();
+    loss.needs_input_grad = true;
+    split.push_back(loss);
+    const RandomData data = random_data(net.input, 300, 70, seed++);
+    Regime regime;
+    regime.label_smoothing = c.label_smoothing;
+    BOOST_TEST_CONTEXT(c.spec << ", label smoothing " << c.label_smoothing) {
+      const Run one = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 100, true, fused, regime);
+      const Run two = train("cuda", net, data, cnn::OptimizerKind::kAdam, 3, 100, true, split, regime);
+      std::printf("%s, smoothing %.1f: %s vs %s\n", net.describe().c_str(), c.label_smoothing,
+                  one.description.c_str(), two.description.c_str());
+      BOOST_TEST(one.description.find(ops_text(fused)) != std::string::npos, one.description);
+      BOOST_TEST(two.description.find(ops_text(split)) != std::string::npos, two.description);
+      check_against(one, two, net, kStepTolerance);
     }
   }
 }

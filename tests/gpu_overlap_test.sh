@@ -41,7 +41,7 @@ grep -h "scaling advisor\|overlap:\|predicted" "$work/on-graphs1-cuts1.log" | se
 awk -F, 'NR == 2 { printf "     allreduce.csv: mean_s %s busbw %s exposed_s %s overlap_fraction %s\n", $5, $7, $10, $11 }' \
   "$work/on-graphs1-cuts1/allreduce.csv"
 
-# The cifar preset (conv_relu_pool conv+relu maxpool conv+relu fc+relu fc softmax_cross_entropy).
+# The cifar preset (conv_relu_pool conv+relu maxpool conv+relu fc+relu fc_softmax).
 small=(--device gpu --data "$fashion" --train-samples 2000 --test-samples 500 --model cifar --batch 100 --epochs 1
        --optimizer adam --lr 0.001 --allreduce nccl --quiet)
 if run cifar-off CNN_OVERLAP_CUTS=0 -- --overlap off; then

@@ -9,7 +9,8 @@
 //      cifar preset at batch 128: 3.4e-2 in tf32, 9.3e-2 in bf16, against 2.8e-4 and 3.4e-3 at batch
 //      1; nvidia-h100-x1, 2026-11-26);
 //   2. whole steps through the backend on synthetic images at initialisation: the cifar preset, odd
-//      shapes with 37 features, a residual block with a 1x1 projection, batches of 1, 7, 64, 128 and
+//      shapes with 37 features, a residual block with a 1x1 projection, a staged conv and a staged
+//      fc (300 features: a 1x1 conv) right before the last fc layer, batches of 1, 7, 64, 128 and
 //      300 (split-K and not), against seq within a plumbing bound (kSyntheticBound: 0.1 tf32, 0.3
 //      bf16), which a wrong buffer, op or index exceeds (by 1 or more) but rounding does not. Rounding
 //      alone moves these steps far more than the bounds of 1.: at initialisation on synthetic data, a
@@ -237,6 +238,11 @@ BOOST_AUTO_TEST_CASE(odd_shapes_within_bounds) {
       // A residual block with a projection, after the fused first conv_relu_pool (3 channels).
       {"conv3x3:16 relu maxpool2 res[conv3x3:24/s2/p1 relu conv3x3:24/p1] relu fc:10", {3, 20, 20}, 1},
       {"conv3x3:16 relu maxpool2 res[conv3x3:24/s2/p1 relu conv3x3:24/p1] relu fc:10", {3, 20, 20}, 64},
+      // A staged conv right before the last fc layer: fc_softmax writes the conv's staged output
+      // gradient itself (5x5 pixels of 24 channels, NHWC), and a staged fc before it (1 pixel).
+      {"conv3x3:16 relu maxpool2 conv3x3:24/s2/p1 relu fc:10", {3, 20, 20}, 7},
+      {"conv3x3:16 relu maxpool2 conv3x3:24/s2/p1 relu fc:10", {3, 20, 20}, 300},
+      {"conv3x3:16 relu maxpool2 conv3x3:24/s2/p1 relu fc:300 relu fc:10", {3, 20, 20}, 64},
   };
   for (const Case& c : cases)
     for (const cnn::Precision precision : kTensorCorePrecisions)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --precision tf32 and bf16 through the real binary (label gpu; exit 77 = skipped where no GPU is usable):
 #   1. the settings block names the precision and each op's kernels per pass (mma.<precision> for the
-#      conv and fc products), and the checkpoint's /config stores it; the cifar preset's conv2 pools in
+#      conv and fc products; fma.fp32 for the last fc layer's forward and input gradient, run with the
+#      loss), and the checkpoint's /config stores it; the cifar preset's conv2 pools in
 #      its store, a conv + relu + maxpool2 inside a block does not and says so;
 #   2. determinism: two identical runs give bitwise identical checkpoints, and a run stopped mid-epoch
 #      (CNN_TEST_STOP_AFTER_STEPS) and resumed ends bitwise equal to an uninterrupted one, with CUDA
@@ -31,8 +32,11 @@ small=(--device gpu --data "$fashion" --model cifar --train-samples 2000 --test-
 for p in tf32 bf16; do
   # 1. Settings and checkpoint.
   if "$binary" "${small[@]}" --precision "$p" --out "$work/$p-a" >"$work/$p-a.log" 2>&1; then
+    # conv2, conv3 and fc1 forward on mma.sync at this batch; fc2 runs with the loss (fc_softmax), its
+    # weight gradient on mma.sync.
     if grep -q "^  precision: $p$" "$work/$p-a.log" && grep -q "kernels ($p," "$work/$p-a.log" &&
-       [[ $(grep -c "forward mma.$p" "$work/$p-a.log") -ge 4 ]]; then
+       [[ $(grep -c "forward mma.$p" "$work/$p-a.log") -ge 3 ]] &&
+       grep -q "fc_softmax: forward, loss and input gradient in one kernel, fma.fp32 (a warp per sample); weight gradient mma.$p" "$work/$p-a.log"; then
       pass "$p: settings name the precision and mma.$p kernels: $(grep -m1 "op 1 " "$work/$p-a.log" | xargs)"
     else
       fail "$p: settings lack the precision or the kernels: $(grep -A8 'kernels' "$work/$p-a.log" | xargs)"

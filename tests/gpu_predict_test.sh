@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `cnn_mpi predict` on the GPU (label gpu; exit 77 = skipped where no GPU is usable), docs/PREDICT.md:
 # for the seed model (the cuda backend's fused conv_relu_pool_fc_softmax op) and for a network of layer
-# ops (the softmax_cross_entropy op), each trained briefly on the GPU:
+# ops (the fc_softmax op: the last fc layer and the loss), each trained briefly on the GPU:
 #   - GPU predictions against CPU ones (threads backend) on the same checkpoint: the same predicted
 #     class (except where the CPU's two best probabilities are within 1e-4: a tie either way), and every
 #     probability within 1e-4;

@@ -7,7 +7,11 @@
 //   3. the first layer's fused conv + ReLU + pool, reading the data set, into the staged input of the
 //      conv after it, its own output and winners unchanged;
 //   4. a staged conv + ReLU that runs the 2x2 max-pool after it in its store (OpTensors::pooled):
-//      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward.
+//      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward;
+//   5. the last fc layer with the loss (fc_softmax) into the staged output gradient of the fc layer
+//      before it, run as a staged 1x1 convolution, its other outputs unchanged;
+// and the staging of one-pixel samples (an fc layer's rows, stage_rows_kernel) against the staging
+// of two-pixel ones (stage_nhwc_kernel's transpose), pixel by pixel.
 // The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
 // With no usable GPU it prints "SKIP: ..." and exits with 77, which CTest reports as skipped.
 #define BOOST_TEST_MODULE gpu_staged_handover
@@ -60,7 +64,7 @@ std::vector<std::uint32_t> staged_input_of(const float* in, std::int64_t n, cons
       to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.weight_size()), 4, 0.5f));
   const DeviceBuffer<float> b = to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.filters), 5, 0.5f));
   cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
-  cnn::cuda::conv2d_forward_staged(plans, out.get(), in, w.get(), b.get(), n, shape, true, staged, false,
+  cnn::cuda::conv2d_forward_staged(plans, out.get(), in, w.get(), b.get(), n, shape, true, staged, false, false,
                                    workspace.get(), nullptr);
   return to_host(input);
 }
@@ -259,7 +263,7 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
           auto conv_out = poisoned<float>(n * shape.out_size());
           DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
           cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), x.get(), w.get(), b.get(), n, shape, true, staged,
-                                           false, workspace.get(), nullptr);
+                                           false, false, workspace.get(), nullptr);
           auto pooled = poisoned<float>(n * pool.out_size());
           auto argmax = poisoned<std::int32_t>(n * pool.out_size());
           auto staged_words = poisoned<std::uint32_t>(words);
@@ -278,8 +282,10 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
               auto got_words = poisoned<std::uint32_t>(words);
               const cnn::cuda::StagedTensor out_staged =
                   with_staged ? cnn::cuda::StagedTensor{got_words.get(), precision, padded} : cnn::cuda::StagedTensor{};
+              // The weights staged by the forward above (weights_staged, as a training step stages them at
+              // its start: ProductOp::start_step) where the words are handed over, staged here otherwise.
               cnn::cuda::conv2d_forward_staged_pooled(plans, {got_pooled.get(), got_argmax.get(), out_staged}, x.get(),
-                                                      w.get(), b.get(), n, shape, staged, false, nullptr);
+                                                      w.get(), b.get(), n, shape, staged, false, with_staged, nullptr);
               const std::string what = std::to_string(shape.channels) + " -> " + std::to_string(shape.filters) +
                                        ", batch " + std::to_string(n) + ", " + cnn::precision_name(precision) + ", " +
                                        plans.pooled_forward.describe() + (with_staged ? ", staged" : "");
@@ -316,5 +322,134 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
         }
         // The planned tile is one of those (mma.sync's where the GPU has no warpgroup product).
         BOOST_TEST(cnn::cuda::plan_conv_pooled(shape, n, multiprocessors, precision).m == m);
+      }
+}
+
+// fc_softmax_cross_entropy writing its input gradient into the staged output gradient of the op
+// before (NHWC [n][pixels][Cp] words: an fc layer run as a 1x1 convolution, one pixel; a conv, its
+// output's pixels): the same words as its fp32 input gradient followed by conv2d_stage_backward, bit for
+// bit, and the same logits, dL/dlogits, losses and hits; with and without the ReLU's mask, channels
+// that fill whole chunks (64) and that do not (20, 6), one pixel and several (3x3, 4x4), a batch
+// smaller than a block's warps (5) and one of many (300).
+BOOST_AUTO_TEST_CASE(fused_head_into_the_staged_gradient_gives_the_bits_of_the_staging) {
+  constexpr int kClasses = 10;
+  struct Before {
+    int channels, side;  // the op before's output: channels x side x side
+  };
+  for (const std::int64_t n : {5, 300})
+    for (const Before shape : {Before{64, 1}, Before{20, 1}, Before{6, 4}, Before{20, 3}})
+      for (const cnn::Precision precision : kTensorCorePrecisions)
+        for (const bool relu : {true, false}) {
+          const int pixels = shape.side * shape.side;
+          const int inputs = shape.channels * pixels;
+          // A 1x1 conv whose output gradient is [n, channels, side, side].
+          const cnn::ConvShape before{1, shape.side, shape.side, shape.channels, 1, 1, 0};
+          const cnn::cuda::LayerPlans plans = cnn::cuda::plan_conv(before, n, cnn::cuda::multiprocessor_count(),
+                                                                   cnn::cuda::kMaxColumnFloats, precision);
+          BOOST_REQUIRE(plans.staged);
+          const auto x = to_device(cnn::test::random_vector(static_cast<std::size_t>(n * inputs), 8, 1.0f));
+          const auto w = to_device(cnn::test::random_vector(static_cast<std::size_t>(kClasses * inputs), 9, 0.5f));
+          const auto b = to_device(cnn::test::random_vector(kClasses, 10, 0.5f));
+          std::vector<std::uint8_t> labels(static_cast<std::size_t>(n));
+          for (std::size_t s = 0; s < labels.size(); ++s) labels[s] = static_cast<std::uint8_t>((s * 7 + 3) % kClasses);
+          const auto d_labels = to_device(labels);
+          struct Outputs {
+            DeviceBuffer<float> logits, grad_logits, loss;
+            DeviceBuffer<int> correct;
+          };
+          auto outputs = [&] {
+            return Outputs{poisoned<float>(n * kClasses), poisoned<float>(n * kClasses), poisoned<float>(n),
+                           poisoned<int>(n)};
+          };
+          auto tensors = [&](Outputs& o) {
+            cnn::cuda::FcSoftmaxTensors t;
+            t.in = x.get();
+            t.weight = w.get();
+            t.bias = b.get();
+            t.labels = d_labels.get();
+            t.logits = o.logits.get();
+            t.grad_logits = o.grad_logits.get();
+            t.mask_relu = relu;
+            t.sample_loss = o.loss.get();
+            t.sample_correct = o.correct.get();
+            return t;
+          };
+          // fp32 input gradient, then the staging.
+          Outputs two = outputs();
+          auto grad_in = poisoned<float>(n * inputs);
+          cnn::cuda::FcSoftmaxTensors t = tensors(two);
+          t.grad_in = grad_in.get();
+          cnn::cuda::fc_softmax_cross_entropy(t, n, inputs, 0.1f, nullptr);
+          auto want_words = poisoned<std::uint32_t>(plans.staged_grad_words);
+          cnn::cuda::StagedBuffers staged;
+          staged.output_grad = want_words.get();
+          cnn::cuda::conv2d_stage_backward(plans, grad_in.get(), n, before, staged, nullptr);
+          // Straight into the staged words.
+          Outputs one = outputs();
+          auto got_words = poisoned<std::uint32_t>(plans.staged_grad_words);
+          t = tensors(one);
+          t.grad_in_staged = {got_words.get(), precision, cnn::cuda::staged_channels(shape.channels, precision)};
+          t.staged_pixels = pixels;
+          cnn::cuda::fc_softmax_cross_entropy(t, n, inputs, 0.1f, nullptr);
+          CNN_CHECK_CUDA(cudaDeviceSynchronize());
+          const std::int64_t words =
+              words_of(n * pixels, cnn::cuda::staged_channels(shape.channels, precision), precision);
+          const std::vector<std::uint32_t> want = head_of_vector(to_host(want_words), words);
+          const std::vector<std::uint32_t> got = head_of_vector(to_host(got_words), words);
+          const auto nonzero = std::count_if(want.begin(), want.end(), [](std::uint32_t v) { return v != 0; });
+          const std::string what = "batch " + std::to_string(n) + ", " + std::to_string(shape.channels) + "x" +
+                                   std::to_string(shape.side) + "x" + std::to_string(shape.side) + " inputs, " +
+                                   cnn::precision_name(precision) + (relu ? ", masked" : "");
+          BOOST_TEST_MESSAGE("fc_softmax into staged, " << what << ": " << nonzero << " of " << words
+                                                        << " words nonzero");
+          BOOST_TEST(nonzero > words / 4, what);  // gradient did get through
+          BOOST_TEST((got == want), what << ": the words differ");
+          BOOST_TEST((to_host(one.logits) == to_host(two.logits)), what << ": logits");
+          BOOST_TEST((to_host(one.grad_logits) == to_host(two.grad_logits)), what << ": dL/dlogits");
+          BOOST_TEST((to_host(one.loss) == to_host(two.loss)), what << ": losses");
+          BOOST_TEST((to_host(one.correct) == to_host(two.correct)), what << ": hits");
+        }
+}
+
+// Samples of one pixel (an fc layer run as a 1x1 convolution: [n][C] rows) are staged row by row
+// (stage_rows_kernel), others through a transpose (stage_nhwc_kernel): the rows' words are those the
+// transpose writes for the same values at the first of two pixels, bit for bit; channels that fill
+// whole chunks (1024) and that do not (20), a batch of 5 and one of 300.
+BOOST_AUTO_TEST_CASE(rows_staging_gives_the_words_of_the_transposing_staging) {
+  for (const std::int64_t n : {5, 300})
+    for (const int channels : {1024, 20})
+      for (const cnn::Precision precision : kTensorCorePrecisions) {
+        // Output gradients of 1x1 convolutions over 1x1 and 1x2 images: [n, C, 1, 1] and [n, C, 1, 2].
+        const cnn::ConvShape one{1, 1, 1, channels, 1, 1, 0};
+        const cnn::ConvShape two{1, 1, 2, channels, 1, 1, 0};
+        const int sms = cnn::cuda::multiprocessor_count();
+        const cnn::cuda::LayerPlans plans_one = cnn::cuda::plan_conv(one, n, sms, cnn::cuda::kMaxColumnFloats, precision);
+        const cnn::cuda::LayerPlans plans_two = cnn::cuda::plan_conv(two, n, sms, cnn::cuda::kMaxColumnFloats, precision);
+        BOOST_REQUIRE(plans_one.staged);
+        BOOST_REQUIRE(plans_two.staged);
+        const std::vector<float> rows = cnn::test::random_vector(static_cast<std::size_t>(n * channels), 11, 1.0f);
+        std::vector<float> pairs(rows.size() * 2);
+        for (std::size_t e = 0; e < rows.size(); ++e) {
+          pairs[2 * e] = rows[e];           // pixel 0 of (s, c)
+          pairs[2 * e + 1] = -rows[e] / 3;  // pixel 1: anything else
+        }
+        const auto d_rows = to_device(rows);
+        const auto d_pairs = to_device(pairs);
+        auto words_one = poisoned<std::uint32_t>(plans_one.staged_grad_words);
+        auto words_two = poisoned<std::uint32_t>(plans_two.staged_grad_words);
+        cnn::cuda::StagedBuffers staged;
+        staged.output_grad = words_one.get();
+        cnn::cuda::conv2d_stage_backward(plans_one, d_rows.get(), n, one, staged, nullptr);
+        staged.output_grad = words_two.get();
+        cnn::cuda::conv2d_stage_backward(plans_two, d_pairs.get(), n, two, staged, nullptr);
+        const int padded = cnn::cuda::staged_channels(channels, precision);
+        const std::int64_t row_words = words_of(1, padded, precision);
+        const std::vector<std::uint32_t> got = head_of_vector(to_host(words_one), n * row_words);
+        const std::vector<std::uint32_t> all_two = to_host(words_two);
+        std::vector<std::uint32_t> want;
+        for (std::int64_t s = 0; s < n; ++s)  // pixel 0 of each sample: the first row_words of its two
+          want.insert(want.end(), all_two.begin() + s * 2 * row_words, all_two.begin() + (s * 2 + 1) * row_words);
+        BOOST_TEST((got == want), "batch " << n << ", " << channels << " channels, "
+                                           << cnn::precision_name(precision) << ": the words differ");
       }
 }

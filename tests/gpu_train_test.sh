@@ -135,7 +135,7 @@ if command -v compute-sanitizer >/dev/null; then
 fi
 
 # 6. The deferred check, with the test hook: for the seed model (its one fused op) and for a network of
-#    layer ops (conv_relu_pool conv+relu fc softmax_cross_entropy; one fc layer, so the hook's NaN, the
+#    layer ops (conv_relu_pool conv+relu fc_softmax; one fc layer, so the hook's NaN, the
 #    last gradient, is again in fc.bias).
 hooked=("${small[@]}" --checkpoint-every-steps 2)
 for path in fused layers; do

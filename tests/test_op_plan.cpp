@@ -36,13 +36,13 @@ BOOST_AUTO_TEST_CASE(cifar_ops_on_every_target) {
   BOOST_TEST(ops_of("cifar", kCifar, FusionTarget::kCpu) ==
              "conv_relu_pool conv relu maxpool conv relu fc relu fc softmax_cross_entropy");
   BOOST_TEST(ops_of("cifar", kCifar, FusionTarget::kCuda) ==
-             "conv_relu_pool conv+relu maxpool conv+relu fc+relu fc softmax_cross_entropy");
+             "conv_relu_pool conv+relu maxpool conv+relu fc+relu fc_softmax");
 }
 
 BOOST_AUTO_TEST_CASE(op_fields_cover_the_layers_and_the_gradients_they_need) {
   const cnn::Network net = cnn::build_network("cifar", 32, kCifar, 10);
   const std::vector<cnn::Op> ops = cnn::plan_ops(net, FusionTarget::kCuda);
-  BOOST_REQUIRE(ops.size() == 7u);
+  BOOST_REQUIRE(ops.size() == 6u);
   // conv_relu_pool: layers 0..2, the first op, so it reads the uint8 data itself; no input gradient.
   BOOST_TEST(ops[0].first_layer == 0u);
   BOOST_TEST(ops[0].last_layer == 2u);
@@ -54,15 +54,21 @@ BOOST_AUTO_TEST_CASE(op_fields_cover_the_layers_and_the_gradients_they_need) {
   BOOST_TEST(ops[1].relu_after);
   BOOST_TEST(ops[1].needs_input_grad);
   BOOST_TEST(!ops[1].reads_data);
-  // Every layer is run by exactly one op, in order (cifar's implicit flatten before fc1 included).
+  // Every layer is run by exactly one op, in order (cifar's implicit flatten before fc1 included); the
+  // last, fc_softmax, runs fc2 and the loss (last_layer: one past the layers).
   std::size_t next = 0;
-  for (std::size_t k = 0; k + 1 < ops.size(); ++k) {
-    BOOST_TEST(ops[k].first_layer == next);
-    next = ops[k].last_layer + 1;
+  for (const cnn::Op& op : ops) {
+    BOOST_TEST(op.first_layer == next);
+    next = op.last_layer + 1;
     if (next < net.layers.size() && net.layers[next].kind == cnn::LayerKind::kFlatten) ++next;
   }
-  BOOST_TEST(next == net.layers.size());
-  BOOST_TEST(ops.back().first_layer == net.layers.size());
+  BOOST_TEST(next == net.layers.size() + 1);
+  BOOST_TEST((ops.back().kind == cnn::OpKind::kFcSoftmax));
+  BOOST_TEST(ops.back().first_layer == net.layers.size() - 1);
+  BOOST_TEST(ops.back().last_layer == net.layers.size());
+  BOOST_TEST(ops.back().has_params);
+  BOOST_TEST(ops.back().needs_input_grad);
+  BOOST_TEST(cnn::param_layers(net, ops.back()).size() == 1u);
   BOOST_TEST(cnn::param_layers(net, ops[0]).size() == 1u);
   BOOST_TEST(cnn::param_layers(net, ops[2]).empty());
   // On the CPU the same op is not the first to read data (the CPU gathers floats first).
@@ -77,20 +83,27 @@ BOOST_AUTO_TEST_CASE(fused_ops_only_where_valid) {
   BOOST_TEST(ops_of("conv3x3:8/p1 relu maxpool2 fc:10", kFashion, FusionTarget::kCpu) ==
              "conv relu maxpool fc softmax_cross_entropy");
   BOOST_TEST(ops_of("conv3x3:8 relu maxpool2/s1 fc:10", kFashion, FusionTarget::kCuda) ==
-             "conv+relu maxpool fc softmax_cross_entropy");
+             "conv+relu maxpool fc softmax_cross_entropy");  // 25x25x8 = 5000 fc inputs: no fc_softmax
   // A 5x5 kernel: the CPU op takes any kernel, the CUDA kernels are compiled for 3x3 only.
   BOOST_TEST(ops_of("conv5x5:8 relu maxpool2 fc:10", kFashion, FusionTarget::kCpu) ==
              "conv_relu_pool fc softmax_cross_entropy");
   BOOST_TEST(ops_of("conv5x5:8 relu maxpool2 fc:10", kFashion, FusionTarget::kCuda) ==
-             "conv+relu maxpool fc softmax_cross_entropy");
+             "conv+relu maxpool fc_softmax");
   // Two channels: not a compiled shape.
   BOOST_TEST(ops_of("seed", cnn::TensorShape{2, 28, 28}, FusionTarget::kCuda) ==
-             "conv+relu maxpool fc softmax_cross_entropy");
+             "conv+relu maxpool fc softmax_cross_entropy");  // 13x13x32 = 5408 fc inputs
   // A ReLU folds once; a second one stays an op, and one after a pool is its own op too.
-  BOOST_TEST(ops_of("fc:16 relu relu fc:10", kFashion, FusionTarget::kCuda) == "fc+relu relu fc softmax_cross_entropy");
+  BOOST_TEST(ops_of("fc:16 relu relu fc:10", kFashion, FusionTarget::kCuda) == "fc+relu relu fc_softmax");
   BOOST_TEST(ops_of("conv3x3:8 maxpool2 relu fc:10", kFashion, FusionTarget::kCuda) ==
-             "conv maxpool relu fc softmax_cross_entropy");
-  // The seed shape with more classes is no CUDA seed op (its head is compiled for 10).
+             "conv maxpool relu fc_softmax");
+  // The last fc layer takes the loss in on the GPU only, with 10 outputs and at most
+  // kCudaFcSoftmaxMaxInputs inputs; with no earlier parameters it passes no gradient back.
+  BOOST_TEST(ops_of("fc:10", kFashion, FusionTarget::kCuda) == "fc_softmax");
+  BOOST_TEST(!cnn::plan_ops(cnn::build_network("fc:10", 0, kFashion, 10), FusionTarget::kCuda).back().needs_input_grad);
+  BOOST_TEST(ops_of("fc:10", kFashion, FusionTarget::kCpu) == "fc softmax_cross_entropy");
+  BOOST_TEST(ops_of("fc:10", cnn::TensorShape{1, 64, 64}, FusionTarget::kCuda) == "fc_softmax");  // 4096 inputs
+  BOOST_TEST(ops_of("fc:10", cnn::TensorShape{1, 65, 64}, FusionTarget::kCuda) == "fc softmax_cross_entropy");
+  // The seed shape with more classes is no CUDA seed op (its head is compiled for 10), nor fc_softmax.
   BOOST_TEST(cnn::describe_ops(cnn::plan_ops(cnn::build_network("seed", 8, kFashion, 12), FusionTarget::kCuda)) ==
              "conv+relu maxpool fc softmax_cross_entropy");
 }
@@ -108,10 +121,10 @@ BOOST_AUTO_TEST_CASE(residual_ops_on_every_target) {
   // On the GPU a ReLU folds into the conv before it inside the body too; the ReLU after a block stays
   // an op (the block's sum has no store to fold it into).
   BOOST_TEST(ops_of(model, kFashion, FusionTarget::kCuda) ==
-             "conv+relu res[conv+relu conv] relu res[conv+relu conv | conv] relu maxpool fc softmax_cross_entropy");
+             "conv+relu res[conv+relu conv] relu res[conv+relu conv | conv] relu maxpool fc_softmax");
   // A body that ends with a ReLU: folded into its last conv on the GPU.
   BOOST_TEST(ops_of("conv3x3:8/p1 relu res[conv3x3:8/p1 relu conv3x3:8/p1 relu] fc:10", kFashion, FusionTarget::kCuda) ==
-             "conv+relu res[conv+relu conv+relu] fc softmax_cross_entropy");
+             "conv+relu res[conv+relu conv+relu] fc softmax_cross_entropy");  // 28x28x8 fc inputs: no fc_softmax
   // A body that starts with a ReLU: nothing before it in the body to fold into.
   BOOST_TEST(ops_of("conv3x3:8/p1 res[relu conv3x3:8/p1] fc:10", kFashion, FusionTarget::kCuda) ==
              "conv res[relu conv] fc softmax_cross_entropy");
@@ -121,7 +134,7 @@ BOOST_AUTO_TEST_CASE(residual_ops_on_every_target) {
   BOOST_TEST(ops_of("res[conv3x3:4 relu maxpool2] fc:10", small, FusionTarget::kCpu) ==
              "res[conv relu maxpool | conv] fc softmax_cross_entropy");
   BOOST_TEST(ops_of("res[conv3x3:4 relu maxpool2] fc:10", small, FusionTarget::kCuda) ==
-             "res[conv+relu maxpool | conv] fc softmax_cross_entropy");
+             "res[conv+relu maxpool | conv] fc_softmax");
   BOOST_TEST(ops_of("conv3x3:4 relu maxpool2 fc:10", small, FusionTarget::kCpu) == "conv_relu_pool fc softmax_cross_entropy");
   // After a block with parameters, no conv_relu_pool either (it would need the input gradient).
   BOOST_TEST(ops_of("res[conv3x3:1/p1] conv3x3:4 relu maxpool2 fc:10", small, FusionTarget::kCpu) ==
@@ -129,8 +142,12 @@ BOOST_AUTO_TEST_CASE(residual_ops_on_every_target) {
   // A block of no parameters before it leaves conv_relu_pool possible.
   BOOST_TEST(ops_of("res[relu] conv3x3:4 relu maxpool2 fc:10", small, FusionTarget::kCpu) ==
              "res[relu] conv_relu_pool fc softmax_cross_entropy");
+  // After a block, the last fc layer takes the loss in where it has at most 4096 inputs (14x14x8 here).
+  BOOST_TEST(ops_of("conv3x3:8/p1 relu res[conv3x3:8/p1 relu conv3x3:8/p1 relu] maxpool2 fc:10", kFashion,
+                    FusionTarget::kCuda) == "conv+relu res[conv+relu conv+relu] maxpool fc_softmax");
   // A block is never the seed model's whole-model op.
-  BOOST_TEST(ops_of("res[conv3x3:8/p1] fc:10", kFashion, FusionTarget::kCuda) == "res[conv | conv] fc softmax_cross_entropy");
+  BOOST_TEST(ops_of("res[conv3x3:8/p1] fc:10", kFashion, FusionTarget::kCuda) ==
+             "res[conv | conv] fc softmax_cross_entropy");
 }
 
 BOOST_AUTO_TEST_CASE(residual_op_fields_and_the_gradients_inner_ops_pass_back) {

@@ -12,15 +12,19 @@
 //               the whole seed model, conv3x3 + relu + maxpool2 + fc:10 + softmax cross-entropy ->
 //               conv_relu_pool_fc_softmax: the fused forward that adds the fc layer's partial logits
 //               as it pools, the fc+softmax head, and the backward sweep that computes the fc and
-//               conv weight gradients in one pass
+//               conv weight gradients in one pass;
+//               the last fc layer (10 outputs, no ReLU, at most kCudaFcSoftmaxMaxInputs inputs) +
+//               softmax cross-entropy -> fc_softmax: logits, loss, their gradient and the fc layer's
+//               input gradient in one kernel a step (its weight gradient stays a planned product)
 //
 // conv_relu_pool computes no input gradient, so it can stand only where no earlier op has parameters.
 // A block (res[...]) is one op whose body and shortcut are plans of their own, fused by the same rules.
 // Every network ends with softmax cross-entropy over its last fc layer: the last op is
-// softmax_cross_entropy, unless a fused op took it in.
+// softmax_cross_entropy, unless a fused op took it in (conv_relu_pool_fc_softmax, fc_softmax).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,6 +37,7 @@ enum class OpKind {
   kSoftmaxCrossEntropy,    // the loss over the last fc layer's logits (no network layer of its own)
   kConvReluPool,           // conv + relu + maxpool: pooled values and their argmax, no conv output
   kConvReluPoolFcSoftmax,  // the whole seed model and its loss, on the GPU
+  kFcSoftmax,              // the last fc layer and the loss, on the GPU
 };
 
 enum class FusionTarget { kReference, kCpu, kCuda };
@@ -54,7 +59,8 @@ struct Op {
   std::vector<Op> body;
   std::vector<Op> shortcut;
 
-  // "conv", "conv+relu", "maxpool", "res[conv+relu conv]", "conv_relu_pool", "conv_relu_pool_fc_softmax", ...
+  // "conv", "conv+relu", "maxpool", "res[conv+relu conv]", "conv_relu_pool", "conv_relu_pool_fc_softmax",
+  // "fc_softmax", ...
   std::string name() const;
 };
 
@@ -72,5 +78,10 @@ std::vector<const Layer*> param_layers(const Network& network, const Op& op);
 // The CUDA kernels of the fused conv + relu + pool ops are compiled for these shapes
 // (kernels/ops/seed_shape.hpp): a 3x3 kernel, 1 or 3 input channels, 10 classes.
 bool cuda_conv_relu_pool_supported(const SeedModel& shape);
+// The fc_softmax kernel (kernels/ops/fc_softmax.cu) takes an fc layer of 10 outputs (the classes) and
+// up to this many inputs: a warp per sample reads the 10 x I weights from L1 for every sample, which
+// pays while they stay there (40 KiB at 1024 inputs; the cifar preset's last layer has 64).
+constexpr std::int64_t kCudaFcSoftmaxMaxInputs = 4096;
+bool cuda_fc_softmax_supported(const Layer& fc, int classes);
 
 }  // namespace cnn

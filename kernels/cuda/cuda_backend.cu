@@ -32,14 +32,19 @@ std::string checked_ops(const Network& network, const std::vector<Op>& ops, bool
       refuse("conv_relu_pool_fc_softmax runs the whole seed model, reading the data set");
     return "ops " + describe_ops(ops);
   }
-  if (ops.size() < 2 || ops.back().kind != OpKind::kSoftmaxCrossEntropy ||
-      ops[ops.size() - 2].kind != OpKind::kLayer || ops[ops.size() - 2].layer != LayerKind::kFc ||
-      ops[ops.size() - 2].relu_after)
+  const bool fused_head = !ops.empty() && ops.back().kind == OpKind::kFcSoftmax;
+  if (!fused_head && (ops.size() < 2 || ops.back().kind != OpKind::kSoftmaxCrossEntropy ||
+                      ops[ops.size() - 2].kind != OpKind::kLayer || ops[ops.size() - 2].layer != LayerKind::kFc ||
+                      ops[ops.size() - 2].relu_after))
     throw UsageError("the cuda backend needs a network that ends with fc:" + std::to_string(network.classes) +
                      " (got " + network.describe() + ")");
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const Op& op = ops[k];
     if (op.kind == OpKind::kConvReluPoolFcSoftmax) refuse("conv_relu_pool_fc_softmax is the whole model");
+    if (op.kind == OpKind::kFcSoftmax &&
+        (k + 1 != ops.size() || !cuda_fc_softmax_supported(network.layers[op.first_layer], network.classes)))
+      refuse("fc_softmax is the last op, an fc layer of " + std::to_string(network.classes) + " outputs and at most " +
+             std::to_string(kCudaFcSoftmaxMaxInputs) + " inputs");
     if (op.reads_data && (k != 0 || op.kind != OpKind::kConvReluPool))
       refuse("only a first conv_relu_pool reads the data set itself");
     if (op.kind != OpKind::kConvReluPool) continue;

@@ -1,6 +1,8 @@
 // What the ops share (device_op.hpp), and the table from op kind (and layer kind, layers.def) to op file.
 #include "cuda/device_op.hpp"
 
+#include <utility>
+
 #include "cnn/errors.hpp"
 #include "cuda/cuda_check.hpp"
 
@@ -64,12 +66,46 @@ ProductOp::ProductOp(const Op& op, const Network& network, OpShared& shared)
   out_size_ = layer_.out.size();
   output_is_relu_ = relu_;
   uses_side_stream_ = needs_input_grad();
+  if (shared.precision != Precision::kFp32) {
+    uses_side_stream_ = true;  // start_step's staging of the weights
+    CNN_CHECK_CUDA(cudaEventCreateWithFlags(&weights_staged_, cudaEventDisableTiming));
+  }
+}
+
+ProductOp::~ProductOp() {
+  if (weights_staged_ != nullptr) (void)cudaEventDestroy(weights_staged_);
 }
 
 DeviceOp::Prepared ProductOp::prepare(std::int64_t n) {
   auto found = plans_.find(n);
   if (found == plans_.end()) found = plans_.emplace(n, plan(n)).first;
-  return Prepared{false, found->second.workspace_floats()};
+  const LayerPlans& plans = found->second;
+  Prepared prepared{false, plans.workspace_floats()};
+  if (plans.staged) {
+    prepared.moved |= staged_input_.reserve(plans.staged_input_words);
+    prepared.moved |= staged_grad_.reserve(plans.staged_grad_words);
+    prepared.moved |= staged_weight_.reserve(plans.staged_weight_words);
+  }
+  return prepared;
+}
+
+void ProductOp::start_step(const DeviceBatch& batch) {
+  const LayerPlans& plans = plans_for(batch.n);
+  if (!plans.staged) return;
+  shared_.fork();
+  conv2d_stage_weights(plans, weight(), staged_conv(), staged(), shared_.side_stream);
+  CNN_CHECK_CUDA(cudaEventRecord(weights_staged_, shared_.side_stream));
+  weights_pending_ = true;
+}
+
+bool ProductOp::weights_staged_at_start() {
+  if (!std::exchange(weights_pending_, false)) return false;
+  CNN_CHECK_CUDA(cudaStreamWaitEvent(shared_.stream, weights_staged_, 0));
+  return true;
+}
+
+ConvShape ProductOp::staged_conv() const {
+  throw Error(ExitCode::kFailure, "internal error: a staged plan for layer " + layer_.name + ", which has none");
 }
 
 std::string ProductOp::implementation(std::int64_t n) const {
@@ -101,6 +137,7 @@ std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, O
     case OpKind::kSoftmaxCrossEntropy: return make_softmax_cross_entropy_op(op, network, shared);
     case OpKind::kConvReluPool: return make_conv_relu_pool_op(op, network, shared);
     case OpKind::kConvReluPoolFcSoftmax: return make_conv_relu_pool_fc_softmax_op(op, network, shared);
+    case OpKind::kFcSoftmax: return make_fc_softmax_op(op, network, shared);
   }
   throw Error(ExitCode::kFailure, "internal error: the cuda backend has no op " + op.name());
 }

@@ -196,14 +196,32 @@ GradientReadyPoint param_range(const Layer& layer);
 class ProductOp : public DeviceOp {
  public:
   ProductOp(const Op& op, const Network& network, OpShared& shared);
+  ~ProductOp() override;
 
+  // The plans for a batch of n, and where they are staged (tf32, bf16: layer_ops.hpp) the staged
+  // copies, sized for the largest batch so far.
   Prepared prepare(std::int64_t n) override;
+  // Staged products' weights change only in the update, so a training step stages them here, at its
+  // start, on the side stream, where the staging runs beside the first layers' forward instead of on
+  // the main chain right before the layer's product (two launches of about 4 us a step on the cifar
+  // preset's chain at batch 128, where the step is about 30 short kernels in series). An evaluation
+  // stages them in its forward.
+  void start_step(const DeviceBatch& batch) override;
   std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
   std::string implementation(std::int64_t n) const override;
 
  protected:
   // The launch shapes of the layer's three products for a batch of n.
   virtual LayerPlans plan(std::int64_t n) const = 0;
+  // The convolution whose staged products run the layer, where plan() stages: a conv's own, or an fc
+  // layer's as a 1x1 convolution.
+  virtual ConvShape staged_conv() const;
+  StagedBuffers staged() const {
+    return StagedBuffers{staged_input_.get(), staged_grad_.get(), staged_weight_.get()};
+  }
+  // For the forward, once, before its products: whether start_step staged this step's weights; if so,
+  // the main stream waits for them here.
+  bool weights_staged_at_start();
   // The forward's launch in implementation()'s line.
   virtual std::string forward_description(const LayerPlans& plans) const { return plans.forward.describe(); }
   const LayerPlans& plans_for(std::int64_t n) const { return plans_.at(n); }
@@ -220,6 +238,10 @@ class ProductOp : public DeviceOp {
 
  private:
   std::map<std::int64_t, LayerPlans> plans_;  // by batch size
+  // The staged input (read again by the weight gradient), output gradient and weights.
+  DeviceBuffer<std::uint32_t> staged_input_, staged_grad_, staged_weight_;
+  cudaEvent_t weights_staged_ = nullptr;  // recorded on the side stream by start_step
+  bool weights_pending_ = false;          // start_step staged them; the forward has not waited yet
 };
 
 // The table: the op for op.kind (and op.layer), running network's layers (which must outlive it).
@@ -236,5 +258,6 @@ std::unique_ptr<DeviceOp> make_device_op(const Op& op, const Network& network, O
 std::unique_ptr<DeviceOp> make_softmax_cross_entropy_op(const Op& op, const Network& network, OpShared& shared);
 std::unique_ptr<DeviceOp> make_conv_relu_pool_op(const Op& op, const Network& network, OpShared& shared);
 std::unique_ptr<DeviceOp> make_conv_relu_pool_fc_softmax_op(const Op& op, const Network& network, OpShared& shared);
+std::unique_ptr<DeviceOp> make_fc_softmax_op(const Op& op, const Network& network, OpShared& shared);
 
 }  // namespace cnn::cuda

@@ -360,41 +360,29 @@ class ConvOp final : public ProductOp {
   // A 2x2/2 max-pool after the conv's folded ReLU: the staged forward can pool in its store.
   void offer_pool_after() override { pool_follows_ = relu_; }
 
-  // In tf32 and bf16, the staged copies of conv_tensor_core.cu, sized for the largest batch so far.
-  Prepared prepare(std::int64_t n) override {
-    Prepared prepared = ProductOp::prepare(n);
-    const LayerPlans& plans = plans_for(n);
-    if (plans.staged) {
-      prepared.moved |= staged_input_.reserve(plans.staged_input_words);
-      prepared.moved |= staged_grad_.reserve(plans.staged_grad_words);
-      prepared.moved |= staged_weight_.reserve(plans.staged_weight_words);
-    }
-    return prepared;
-  }
-
   StagedTensor staged_output_grad(std::int64_t n) const override {
     const LayerPlans& plans = plans_for(n);
     if (!plans.staged) return {};
-    return {staged_grad_.get(), plans.wgrad.precision, staged_channels(layer_.conv.filters, plans.wgrad.precision)};
+    return {staged().output_grad, plans.wgrad.precision, staged_channels(layer_.conv.filters, plans.wgrad.precision)};
   }
 
   StagedTensor staged_input(std::int64_t n) const override {
     const LayerPlans& plans = plans_for(n);
     if (!plans.staged) return {};
-    return {staged_input_.get(), plans.forward.precision,
-            staged_channels(layer_.conv.channels, plans.forward.precision)};
+    return {staged().input, plans.forward.precision, staged_channels(layer_.conv.channels, plans.forward.precision)};
   }
 
   bool pools_output(std::int64_t n) const override { return plans_for(n).pooled_forward.m > 0; }
 
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
+    const bool weights_staged = weights_staged_at_start();
     if (t.pooled.out != nullptr)
       conv2d_forward_staged_pooled(plans, t.pooled, t.in, weight(), bias(), batch.n, layer_.conv, staged(),
-                                   t.in_staged, shared_.stream);
+                                   t.in_staged, weights_staged, shared_.stream);
     else if (plans.staged)
       conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_, staged(), t.in_staged,
-                            shared_.workspace.get(), shared_.stream);
+                            weights_staged, shared_.workspace.get(), shared_.stream);
     else
       conv2d_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_,
                              shared_.workspace.get(), shared_.stream);
@@ -439,14 +427,9 @@ class ConvOp final : public ProductOp {
     if (plans.pooled_forward.m == 0) return ProductOp::forward_description(plans);
     return plans.pooled_forward.describe() + " with the 2x2 max-pool in its store";
   }
-  StagedBuffers staged() const {
-    return StagedBuffers{staged_input_.get(), staged_grad_.get(), staged_weight_.get()};
-  }
+  ConvShape staged_conv() const override { return layer_.conv; }
 
   bool pool_follows_ = false;  // offer_pool_after, before any plan
-  // The forward's staged input (read again by the weight gradient), the staged output gradient, the
-  // staged weights.
-  DeviceBuffer<std::uint32_t> staged_input_, staged_grad_, staged_weight_;
 };
 
 }  // namespace

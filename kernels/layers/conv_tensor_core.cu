@@ -88,6 +88,29 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 }
 
+// stage_nhwc_kernel's words where each sample is one pixel (hw = 1: an fc layer run as a 1x1
+// convolution): no transpose, a thread per 16-byte chunk, reading its 4 or 8 consecutive values of a
+// row. (Through stage_nhwc_kernel the lanes of a warp read 32 rows a column at a time: 13.2 us for
+// fc1's input at batch 2048 in bf16, nvidia-h100-x1, docs/PERFORMANCE.md, the fourteenth part.)
+template <Precision P>
+__global__ void __launch_bounds__(kBlockThreads)
+    stage_rows_kernel(uint4* __restrict__ dst, const float* __restrict__ src, int rows, int C, int Cp) {
+  start_after_previous_kernel();
+  constexpr int kPerChunk = chunk_elements(P);
+  const int chunks_per_row = Cp / kPerChunk;
+  const std::int64_t chunks = static_cast<std::int64_t>(rows) * chunks_per_row;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < chunks;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = e / chunks_per_row;
+    const int c0 = static_cast<int>(e - row * chunks_per_row) * kPerChunk;
+    const float* src_row = src + row * C;
+    float v[kPerChunk];
+#pragma unroll
+    for (int q = 0; q < kPerChunk; ++q) v[q] = c0 + q < C ? __ldg(src_row + c0 + q) : 0.0f;
+    dst[e] = pack_chunk<P>(v);
+  }
+}
+
 // One staged order of the weights [F,C,KK]: dst[r, tap, col] = round(w[r * row_stride +
 // col * col_stride + tap]) for col < cols, 0 up to cols_padded. The forward's is [F][KK][Cp]
 // (r = f, col = c), the input gradient's [C][KK][Fp] (r = c, col = f).
@@ -97,7 +120,8 @@ struct WeightOrder {
 };
 
 // Both orders in one launch, one thread per (r, tap, chunk): the weights change only in the update,
-// so the forward stages what the backward's input gradient reads too, one kernel fewer per step.
+// so one staging a step serves the forward and the backward's input gradient, one kernel fewer per
+// step (conv2d_stage_weights).
 template <Precision P>
 __global__ void stage_weights_kernel(const float* __restrict__ w, int kk, WeightOrder first, WeightOrder second) {
   start_after_previous_kernel();
@@ -126,6 +150,12 @@ template <Precision P>
 void stage_nhwc(std::uint32_t* dst, const float* src, std::int64_t n, int channels, int hw, int channels_padded,
                 cudaStream_t stream) {
   const int pixels = static_cast<int>(n * hw);
+  if (hw == 1) {
+    launch_dependent(stage_rows_kernel<P>, grid_for(std::int64_t{pixels} * channels_padded / chunk_elements(P)),
+                     kBlockThreads, 0, stream, reinterpret_cast<uint4*>(dst), src, pixels, channels, channels_padded);
+    CNN_CHECK_LAUNCH();
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(ceil_div(pixels, kStagePixels)),
                   static_cast<unsigned>(ceil_div(channels_padded, kStageChannels)));
   launch_dependent(stage_nhwc_kernel<P>, grid, kBlockThreads, 0, stream, reinterpret_cast<uint4*>(dst), src, pixels,
@@ -177,11 +207,11 @@ struct StagedWeightGradStore {
 template <Precision P>
 void forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight, const float* bias,
                     std::int64_t n, const ConvShape& s, bool relu, const StagedBuffers& staged, bool input_staged,
-                    float* workspace, cudaStream_t stream) {
+                    bool weights_staged, float* workspace, cudaStream_t stream) {
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
   if (!input_staged) stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
-  stage_weights<P>(staged.weight, weight, g, stream);
+  if (!weights_staged) stage_weights<P>(staged.weight, weight, g, stream);
   const int shift = word_shift(P);
   const StagedWindowA a{staged.input, shift, g.H, g.W, cp, g.stride, g.pad, static_cast<int>(n * g.OHW),
                         g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
@@ -243,7 +273,7 @@ struct ConvPooledStore {
 template <Precision P>
 void forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& s, const StagedBuffers& staged,
-                           bool input_staged, cudaStream_t stream) {
+                           bool input_staged, bool weights_staged, cudaStream_t stream) {
   const ConvGeometry g(s);
   const PoolShape pool{g.F, g.OH, g.OW, 2, 2};
   const int cp = staged_channels(g.C, P);
@@ -253,7 +283,7 @@ void forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, 
       (pooled.out_staged.precision != P || pooled.out_staged.channels_padded != fp))
     throw Error(ExitCode::kFailure, "internal error: a pooled conv's staged output in another layout");
   if (!input_staged) stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
-  stage_weights<P>(staged.weight, weight, g, stream);
+  if (!weights_staged) stage_weights<P>(staged.weight, weight, g, stream);
   const int shift = word_shift(P);
   const FastDiv by_phw(pool.out_h() * pool.out_w()), by_pw(pool.out_w());
   const PoolOrderedWindowA a{{staged.input, shift, g.H, g.W, cp, g.stride, g.pad, 0, g.by_ohw, g.by_ow, FastDiv(cp),
@@ -329,26 +359,38 @@ int staged_channels(int c, Precision precision) {
   return (c + chunk - 1) / chunk * chunk;
 }
 
+void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const ConvShape& shape,
+                          const StagedBuffers& staged, cudaStream_t stream) {
+  if (plans.forward.precision == Precision::kBf16)
+    stage_weights<Precision::kBf16>(staged.weight, weight, ConvGeometry(shape), stream);
+  else
+    stage_weights<Precision::kTf32>(staged.weight, weight, ConvGeometry(shape), stream);
+}
+
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
-                           const StagedBuffers& staged, bool input_staged, float* workspace, cudaStream_t stream) {
+                           const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
+                           cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.forward.precision == Precision::kBf16)
-    forward_staged<Precision::kBf16>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged, workspace,
-                                     stream);
+    forward_staged<Precision::kBf16>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged,
+                                     weights_staged, workspace, stream);
   else
-    forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged, workspace,
-                                     stream);
+    forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged,
+                                     weights_staged, workspace, stream);
 }
 
 void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in,
                                   const float* weight, const float* bias, std::int64_t n, const ConvShape& shape,
-                                  const StagedBuffers& staged, bool input_staged, cudaStream_t stream) {
+                                  const StagedBuffers& staged, bool input_staged, bool weights_staged,
+                                  cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.pooled_forward.precision == Precision::kBf16)
-    forward_staged_pooled<Precision::kBf16>(plans, pooled, in, weight, bias, n, shape, staged, input_staged, stream);
+    forward_staged_pooled<Precision::kBf16>(plans, pooled, in, weight, bias, n, shape, staged, input_staged,
+                                            weights_staged, stream);
   else
-    forward_staged_pooled<Precision::kTf32>(plans, pooled, in, weight, bias, n, shape, staged, input_staged, stream);
+    forward_staged_pooled<Precision::kTf32>(plans, pooled, in, weight, bias, n, shape, staged, input_staged,
+                                            weights_staged, stream);
 }
 
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,

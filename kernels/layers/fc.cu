@@ -3,7 +3,8 @@
 // Fully connected layer, forward and backward: the twin of src/layers/fc.cpp's fc_forward / fc_backward.
 //
 // The fc op (fully connected, its ReLU folded into the store when relu_after): the planned forms of
-// layer_ops.hpp, with the launch shape fixed once per batch size (ProductOp, device_op.hpp).
+// layer_ops.hpp, with the launch shape fixed once per batch size (ProductOp, device_op.hpp); in tf32
+// and bf16, with 256 or more inputs, the staged products of a 1x1 convolution (conv_tensor_core.cu).
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/device_op.hpp"
@@ -161,26 +162,69 @@ class FcOp final : public ProductOp {
  public:
   using ProductOp::ProductOp;
 
+  // As a staged convolution, its output gradient may be written staged by the op after (fc_softmax).
+  StagedTensor staged_output_grad(std::int64_t n) const override {
+    const LayerPlans& plans = plans_for(n);
+    if (!plans.staged) return {};
+    return {staged().output_grad, plans.wgrad.precision, staged_channels(layer_.fc_out, plans.wgrad.precision)};
+  }
+
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
-    fc_forward_planned(plans_for(batch.n).forward, t.out, t.in, weight(), bias(), batch.n, layer_.in.size(),
-                       layer_.fc_out, relu_, shared_.workspace.get(), shared_.stream);
+    const LayerPlans& plans = plans_for(batch.n);
+    const bool weights_staged = weights_staged_at_start();
+    if (plans.staged)
+      conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, as_conv(), relu_, staged(), false,
+                            weights_staged, shared_.workspace.get(), shared_.stream);
+    else
+      fc_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.in.size(), layer_.fc_out,
+                         relu_, shared_.workspace.get(), shared_.stream);
   }
 
   void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter& ready) override {
     const LayerPlans& plans = plans_for(batch.n);
+    const float* relu_out = t.input_is_relu ? t.in : nullptr;
+    if (plans.staged) {
+      // (Unless the op after has written it staged already: t.grad_out_staged.)
+      if (!t.grad_out_staged) conv2d_stage_backward(plans, t.grad_out, batch.n, as_conv(), staged(), shared_.stream);
+      const OpShared::Place place = shared_.weight_grad_place(t.grad_in != nullptr);
+      conv2d_backward_weights_staged(plans, grad_weight(), grad_bias(), batch.n, as_conv(), false, staged(),
+                                     place.workspace, place.stream);
+      if (t.grad_in != nullptr)
+        conv2d_backward_data_staged(plans, t.grad_in, relu_out, batch.n, as_conv(), staged(),
+                                    shared_.workspace.get(), shared_.stream);
+      report_ready(ready, place);
+      return;
+    }
     const OpShared::Place place = shared_.weight_grad_place(t.grad_in != nullptr);
     fc_backward_weights(plans.wgrad, grad_weight(), grad_bias(), t.grad_out, t.in, batch.n, layer_.in.size(),
                         layer_.fc_out, false, place.workspace, place.stream);
     if (t.grad_in != nullptr)
-      fc_backward_data(plans.dgrad, t.grad_in, t.grad_out, weight(), t.input_is_relu ? t.in : nullptr, batch.n,
-                       layer_.in.size(), layer_.fc_out, shared_.workspace.get(), shared_.stream);
+      fc_backward_data(plans.dgrad, t.grad_in, t.grad_out, weight(), relu_out, batch.n, layer_.in.size(),
+                       layer_.fc_out, shared_.workspace.get(), shared_.stream);
     report_ready(ready, place);
   }
 
  private:
+  // The layer as a convolution of 1x1 images with in.size() channels and fc_out 1x1 filters: the same
+  // weights [O][I], the same input [n][I] (NCHW of 1x1 is NHWC), the same output [n][O]. In tf32 and
+  // bf16 it takes the convolution's staged products (conv_tensor_core.cu), whose cp.async pipeline
+  // keeps several k tiles in flight where the fc kernels' element loaders keep one.
+  ConvShape as_conv() const {
+    return {static_cast<int>(layer_.in.size()), 1, 1, static_cast<int>(layer_.fc_out), 1, 1, 0};
+  }
+  // Where it pays: the cifar preset's fc1 (1024 inputs) gained 0-4% of the step at every batch in both
+  // precisions, its fc2 (64 inputs) lost up to 3% (a tiny product, and three staging launches a step);
+  // nvidia-h100-x1, 2026-11-27, docs/PERFORMANCE.md, the fourteenth part.
+  static constexpr std::int64_t kMinInputsAsConv = 256;
+  bool as_conv_pays() const {
+    return shared_.precision != Precision::kFp32 && layer_.in.size() >= kMinInputsAsConv;
+  }
   LayerPlans plan(std::int64_t n) const override {
+    if (as_conv_pays())
+      return plan_conv(as_conv(), n, shared_.multiprocessors, kMaxColumnFloats, shared_.precision, shared_.wgmma);
     return plan_fc(layer_.in.size(), layer_.fc_out, n, shared_.multiprocessors, shared_.precision);
   }
+  ConvShape staged_conv() const override { return as_conv(); }
 };
 
 }  // namespace

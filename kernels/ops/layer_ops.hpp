@@ -140,18 +140,25 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
 // spend a dozen instructions on each operand element (its window decoded, bounds tested, loaded
 // alone, rounded); these read 16-byte chunks of 4 or 8 channels instead, from NHWC copies in the
 // precision's format with the channels padded to whole chunks, which the op stages before the
-// products: the forward stages its input (kept for the weight gradient) and the weights in both
-// orders, (i,j,c) for itself and (i,j,f) for the input gradient (they change only in the update);
-// the backward stages the output gradient before the two products that read it.
+// products: the forward stages its input (kept for the weight gradient); the weights are staged in
+// both orders, (i,j,c) for the forward and (i,j,f) for the input gradient, once a step (they change
+// only in the update); the backward stages the output gradient before the two products that read it.
 struct StagedBuffers {
   std::uint32_t* input = nullptr;        // [n,H,W,Cp], LayerPlans::staged_input_words
   std::uint32_t* output_grad = nullptr;  // [n,OH,OW,Fp], staged_grad_words
   std::uint32_t* weight = nullptr;       // [F][KK*Cp] then [C][KK*Fp], staged_weight_words
 };
+// Stages the weights in both orders into staged.weight. They change only in the update, so a training
+// step stages them at its start, off the main chain (ProductOp::start_step); the forwards below stage
+// them themselves unless told so (weights_staged).
+void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const ConvShape& shape,
+                          const StagedBuffers& staged, cudaStream_t stream);
 // input_staged: the op before has written staged.input already (StagedTensor); else it is staged here.
+// weights_staged: conv2d_stage_weights has run for these weights (in stream order); else it runs here.
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
                            const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
-                           const StagedBuffers& staged, bool input_staged, float* workspace, cudaStream_t stream);
+                           const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
+                           cudaStream_t stream);
 // Stages grad_out for the two products below (after the step's conv2d_forward_staged).
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,
                            const StagedBuffers& staged, cudaStream_t stream);
@@ -190,7 +197,33 @@ struct PooledOutput {
 // does). The conv's own output is not written, nor computed where no window covers it.
 void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in,
                                   const float* weight, const float* bias, std::int64_t n, const ConvShape& shape,
-                                  const StagedBuffers& staged, bool input_staged, cudaStream_t stream);
+                                  const StagedBuffers& staged, bool input_staged, bool weights_staged,
+                                  cudaStream_t stream);
+
+// fc_forward (O = 10), softmax_cross_entropy_per_sample and fc_backward's input gradient in one
+// kernel, for the last fc layer and its loss (fc_softmax.cu, the fc_softmax op): per sample, the
+// logits (where `logits`), the loss and hit, dL/dlogits (where `grad_logits`, for the weight
+// gradient's product) and the input gradient (it needs grad_logits), zeroed where in <= 0 when
+// mask_relu (`in` is a ReLU's output): into `grad_in`, or where grad_in_staged.words, into that
+// staged output gradient of the op before instead (StagedTensor above: NHWC [n, staged_pixels, Cp]
+// words, the input being that op's output [C, staged_pixels] flattened, C = I / staged_pixels), the
+// words its staging would write.
+struct FcSoftmaxTensors {
+  const float* in = nullptr;             // [n, I]
+  const float* weight = nullptr;         // [10, I]
+  const float* bias = nullptr;           // [10]
+  const std::uint8_t* labels = nullptr;  // [n]
+  float* logits = nullptr;               // [n, 10] or null
+  float* grad_logits = nullptr;          // [n, 10] or null (evaluation)
+  float* grad_in = nullptr;              // [n, I] or null
+  StagedTensor grad_in_staged;           // words null: none
+  int staged_pixels = 1;                 // of grad_in_staged's samples: OH * OW of a conv, 1 of an fc
+  bool mask_relu = false;
+  float* sample_loss = nullptr;  // [n]
+  int* sample_correct = nullptr; // [n]
+};
+void fc_softmax_cross_entropy(const FcSoftmaxTensors& t, std::int64_t n, std::int64_t in_features,
+                              float label_smoothing, cudaStream_t stream);
 
 // maxpool_backward with the backward of a ReLU before the pool folded in (when pooled_out, the
 // pool's output, is given): zero wherever the pool's input <= 0. Only winners get gradient, and a

@@ -38,6 +38,7 @@ std::unique_ptr<CpuOp> make_cpu_op(const Op& op, const Network& network) {
       case OpKind::kSoftmaxCrossEntropy: return make_cpu_softmax_cross_entropy_op(op, network);
       case OpKind::kConvReluPool: return make_cpu_conv_relu_pool_op(op, network);
       case OpKind::kConvReluPoolFcSoftmax: break;  // the whole seed model is a GPU op only
+      case OpKind::kFcSoftmax: break;              // a GPU op only
     }
   }
   throw std::logic_error("make_cpu_op: " + op.name() + " is no CPU op");

@@ -101,6 +101,14 @@ std::vector<Op> plan_list(const Network& net, FusionTarget target, bool params_b
     push(op);
   }
   if (in_block) return ops;
+  // On the GPU the last fc layer takes the loss in, where its kernel does.
+  if (target == FusionTarget::kCuda && !ops.empty() && ops.back().kind == OpKind::kLayer &&
+      ops.back().layer == LayerKind::kFc && !ops.back().relu_after &&
+      cuda_fc_softmax_supported(net.layers[ops.back().first_layer], net.classes)) {
+    ops.back().kind = OpKind::kFcSoftmax;
+    ops.back().last_layer = count;  // the loss too
+    return ops;
+  }
   Op loss;
   loss.kind = OpKind::kSoftmaxCrossEntropy;
   loss.first_layer = count;
@@ -116,6 +124,11 @@ bool cuda_conv_relu_pool_supported(const SeedModel& m) {
          m.pooled().height > 0 && m.pooled().width > 0;
 }
 
+bool cuda_fc_softmax_supported(const Layer& fc, int classes) {
+  return fc.kind == LayerKind::kFc && classes == 10 && fc.fc_out == classes && fc.in.size() > 0 &&
+         fc.in.size() <= kCudaFcSoftmaxMaxInputs;
+}
+
 std::string Op::name() const {
   switch (kind) {
     case OpKind::kLayer:
@@ -125,6 +138,7 @@ std::string Op::name() const {
     case OpKind::kSoftmaxCrossEntropy: return "softmax_cross_entropy";
     case OpKind::kConvReluPool: return "conv_relu_pool";
     case OpKind::kConvReluPoolFcSoftmax: return "conv_relu_pool_fc_softmax";
+    case OpKind::kFcSoftmax: return "fc_softmax";
   }
   return "?";
 }
