@@ -104,6 +104,12 @@ bool ProductOp::weights_staged_at_start() {
   return true;
 }
 
+StagedTensor ProductOp::staged_output_grad(std::int64_t n) const {
+  const LayerPlans& plans = plans_for(n);
+  if (!plans.staged) return {};
+  return {staged().output_grad, plans.wgrad.precision, staged_channels(staged_conv().filters, plans.wgrad.precision)};
+}
+
 ConvShape ProductOp::staged_conv() const {
   throw Error(ExitCode::kFailure, "internal error: a staged plan for layer " + layer_.name + ", which has none");
 }

@@ -140,7 +140,8 @@ class DeviceOp {
   bool needs_input_grad() const { return needs_input_grad_; }
   // It queues work on the side stream.
   bool uses_side_stream() const { return uses_side_stream_; }
-  // Where its output gradient may be written staged for a batch of n (a staged conv); words null: not.
+  // Where its output gradient may be written staged for a batch of n (staged products: ProductOp); words
+  // null: not.
   virtual StagedTensor staged_output_grad(std::int64_t /*n*/) const { return {}; }
   // It can write its input gradient into the op before's StagedTensor (OpTensors::grad_in_staged).
   virtual bool writes_staged_input_grad() const { return false; }
@@ -207,6 +208,9 @@ class ProductOp : public DeviceOp {
   // preset's chain at batch 128, where the step is about 30 short kernels in series). An evaluation
   // stages them in its forward.
   void start_step(const DeviceBatch& batch) override;
+  // Where the layer runs staged products (a conv, or an fc layer as a 1x1 one), its staged output
+  // gradient, which the op after may write (a max-pool's backward, fc_softmax).
+  StagedTensor staged_output_grad(std::int64_t n) const override;
   std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
   std::string implementation(std::int64_t n) const override;
 

@@ -32,10 +32,8 @@ class FcSoftmaxOp final : public ProductOp {
     return prepared;
   }
 
-  void start_step(const DeviceBatch& batch) override {
-    ProductOp::start_step(batch);  // (no staged products: nothing)
-    labels_.gather_at_step_start(batch);
-  }
+  // Only the labels' gather: its one product (the weight gradient) stages nothing.
+  void start_step(const DeviceBatch& batch) override { labels_.gather_at_step_start(batch); }
 
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     FcSoftmaxTensors head;

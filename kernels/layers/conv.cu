@@ -360,12 +360,6 @@ class ConvOp final : public ProductOp {
   // A 2x2/2 max-pool after the conv's folded ReLU: the staged forward can pool in its store.
   void offer_pool_after() override { pool_follows_ = relu_; }
 
-  StagedTensor staged_output_grad(std::int64_t n) const override {
-    const LayerPlans& plans = plans_for(n);
-    if (!plans.staged) return {};
-    return {staged().output_grad, plans.wgrad.precision, staged_channels(layer_.conv.filters, plans.wgrad.precision)};
-  }
-
   StagedTensor staged_input(std::int64_t n) const override {
     const LayerPlans& plans = plans_for(n);
     if (!plans.staged) return {};

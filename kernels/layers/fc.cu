@@ -162,13 +162,6 @@ class FcOp final : public ProductOp {
  public:
   using ProductOp::ProductOp;
 
-  // As a staged convolution, its output gradient may be written staged by the op after (fc_softmax).
-  StagedTensor staged_output_grad(std::int64_t n) const override {
-    const LayerPlans& plans = plans_for(n);
-    if (!plans.staged) return {};
-    return {staged().output_grad, plans.wgrad.precision, staged_channels(layer_.fc_out, plans.wgrad.precision)};
-  }
-
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
     const bool weights_staged = weights_staged_at_start();

@@ -114,8 +114,6 @@ void fc_softmax_cross_entropy(const FcSoftmaxTensors& t, std::int64_t n, std::in
                               float label_smoothing, cudaStream_t stream) {
   if (n <= 0) return;
   const bool staged = t.grad_in_staged.words != nullptr;
-  if ((t.grad_in != nullptr || staged) && t.grad_logits == nullptr)
-    throw Error(ExitCode::kFailure, "internal error: fc_softmax's input gradient needs dL/dlogits");
   if (staged && (t.staged_pixels < 1 || in_features % t.staged_pixels != 0 ||
                  t.grad_in_staged.channels_padded !=
                      staged_channels(static_cast<int>(in_features / t.staged_pixels), t.grad_in_staged.precision)))

@@ -203,7 +203,7 @@ void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& p
 // fc_forward (O = 10), softmax_cross_entropy_per_sample and fc_backward's input gradient in one
 // kernel, for the last fc layer and its loss (fc_softmax.cu, the fc_softmax op): per sample, the
 // logits (where `logits`), the loss and hit, dL/dlogits (where `grad_logits`, for the weight
-// gradient's product) and the input gradient (it needs grad_logits), zeroed where in <= 0 when
+// gradient's product) and the input gradient, zeroed where in <= 0 when
 // mask_relu (`in` is a ReLU's output): into `grad_in`, or where grad_in_staged.words, into that
 // staged output gradient of the op before instead (StagedTensor above: NHWC [n, staged_pixels, Cp]
 // words, the input being that op's output [C, staged_pixels] flattened, C = I / staged_pixels), the
