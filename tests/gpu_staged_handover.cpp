@@ -10,6 +10,9 @@
 //      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward;
 //   5. the last fc layer with the loss (fc_softmax) into the staged output gradient of the fc layer
 //      before it, run as a staged 1x1 convolution, its other outputs unchanged;
+//   6. a staged product's stores into the staged tensors of the products beside it: the forward's
+//      into the input of the conv or fc layer after it, its own output unchanged, and the input
+//      gradient's into the output gradient of the conv before it, in place of its fp32 one;
 // and the staging of one-pixel samples (an fc layer's rows, stage_rows_kernel) against the staging
 // of two-pixel ones (stage_nhwc_kernel's transpose), pixel by pixel.
 // The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
@@ -64,7 +67,7 @@ std::vector<std::uint32_t> staged_input_of(const float* in, std::int64_t n, cons
       to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.weight_size()), 4, 0.5f));
   const DeviceBuffer<float> b = to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.filters), 5, 0.5f));
   cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
-  cnn::cuda::conv2d_forward_staged(plans, out.get(), in, w.get(), b.get(), n, shape, true, staged, false, false,
+  cnn::cuda::conv2d_forward_staged(plans, out.get(), {}, in, w.get(), b.get(), n, shape, true, staged, false, false,
                                    workspace.get(), nullptr);
   return to_host(input);
 }
@@ -262,7 +265,7 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
           plans.forward = forward;
           auto conv_out = poisoned<float>(n * shape.out_size());
           DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
-          cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), x.get(), w.get(), b.get(), n, shape, true, staged,
+          cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), {}, x.get(), w.get(), b.get(), n, shape, true, staged,
                                            false, false, workspace.get(), nullptr);
           auto pooled = poisoned<float>(n * pool.out_size());
           auto argmax = poisoned<std::int32_t>(n * pool.out_size());
@@ -388,8 +391,8 @@ BOOST_AUTO_TEST_CASE(fused_head_into_the_staged_gradient_gives_the_bits_of_the_s
           Outputs one = outputs();
           auto got_words = poisoned<std::uint32_t>(plans.staged_grad_words);
           t = tensors(one);
-          t.grad_in_staged = {got_words.get(), precision, cnn::cuda::staged_channels(shape.channels, precision)};
-          t.staged_pixels = pixels;
+          t.grad_in_staged = {got_words.get(), precision, cnn::cuda::staged_channels(shape.channels, precision),
+                              pixels};
           cnn::cuda::fc_softmax_cross_entropy(t, n, inputs, 0.1f, nullptr);
           CNN_CHECK_CUDA(cudaDeviceSynchronize());
           const std::int64_t words =
@@ -409,6 +412,108 @@ BOOST_AUTO_TEST_CASE(fused_head_into_the_staged_gradient_gives_the_bits_of_the_s
           BOOST_TEST((to_host(one.loss) == to_host(two.loss)), what << ": losses");
           BOOST_TEST((to_host(one.correct) == to_host(two.correct)), what << ": hits");
         }
+}
+
+// A staged conv's forward writing the staged input of the product after it beside its output
+// (OpTensors::out_staged), and a staged product's input gradient writing the staged output gradient of
+// the conv before it instead of its fp32 one (OpTensors::grad_in_staged), each against the fp32
+// tensor staged by the pass it replaces, bit for bit. The conv: 16 -> F channels, 6x6 -> 4x4; the
+// product after it: an fc layer run as a 1x1 convolution over the flattened F*16 values (the cifar
+// preset's conv3 and fc1), and a 3x3 conv over the 4x4 plane. F = 64 fills whole chunks, F = 20 does
+// not in bf16 (the padding's zeros come from the store); a batch of 5 (the products split k, the sum
+// kernel stores) and one of 300; the input gradient with and without the ReLU's mask.
+BOOST_AUTO_TEST_CASE(staged_products_write_the_staged_tensors_of_the_products_beside_them) {
+  const int sms = cnn::cuda::multiprocessor_count();
+  for (const std::int64_t n : {5, 300})
+    for (const int filters : {64, 20})
+      for (const cnn::Precision precision : kTensorCorePrecisions) {
+        const cnn::ConvShape conv{16, 6, 6, filters, 3, 1, 0};
+        const int pixels = conv.out_h() * conv.out_w();
+        struct After {
+          const char* name;
+          cnn::ConvShape shape;
+          int pixels;  // of its input's staged layout
+        };
+        const After afters[] = {{"fc", {filters * pixels, 1, 1, 32, 1, 1, 0}, 1},
+                                {"conv", {filters, conv.out_h(), conv.out_w(), 24, 3, 1, 1}, pixels}};
+        const cnn::cuda::LayerPlans plans = cnn::cuda::plan_conv(conv, n, sms, cnn::cuda::kMaxColumnFloats, precision);
+        BOOST_REQUIRE(plans.staged);
+        const DeviceBuffer<float> x =
+            to_device(cnn::test::random_vector(static_cast<std::size_t>(n * conv.in_size()), 12, 1.0f));
+        const DeviceBuffer<float> w =
+            to_device(cnn::test::random_vector(static_cast<std::size_t>(conv.weight_size()), 13, 0.3f));
+        const DeviceBuffer<float> b = to_device(cnn::test::random_vector(static_cast<std::size_t>(filters), 14, 0.3f));
+        DeviceBuffer<std::uint32_t> input(plans.staged_input_words), grad(plans.staged_grad_words),
+            weight(plans.staged_weight_words);
+        const cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
+        DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
+        auto out = poisoned<float>(n * conv.out_size());
+        cnn::cuda::conv2d_forward_staged(plans, out.get(), {}, x.get(), w.get(), b.get(), n, conv, true, staged, false,
+                                         false, workspace.get(), nullptr);
+        const std::vector<float> want_out = to_host(out);
+        for (const After& after : afters) {
+          const std::string what = std::to_string(filters) + " filters into the " + after.name + " after, batch " +
+                                   std::to_string(n) + ", " + cnn::precision_name(precision) + ", forward " +
+                                   plans.forward.describe();
+          BOOST_TEST_MESSAGE("staged product into its neighbours: " << what);
+          // The forward: the words the next product's staging writes from `out`.
+          const int padded = cnn::cuda::staged_channels(after.shape.channels, precision);
+          const std::int64_t words = words_of(n * after.pixels, padded, precision);
+          const std::vector<std::uint32_t> want = head_of_vector(staged_input_of(out.get(), n, after.shape, precision),
+                                                                 words);
+          auto got_out = poisoned<float>(n * conv.out_size());
+          auto got_words = poisoned<std::uint32_t>(words);
+          cnn::cuda::conv2d_forward_staged(plans, got_out.get(), {got_words.get(), precision, padded, after.pixels},
+                                           x.get(), w.get(), b.get(), n, conv, true, staged, false, true,
+                                           workspace.get(), nullptr);
+          BOOST_TEST(std::count(want.begin(), want.end(), 0u) < static_cast<std::ptrdiff_t>(want.size()) * 3 / 4);
+          BOOST_TEST((to_host(got_words) == want), what << ": the staged input words differ");
+          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got_out), want_out), what << ": the output differs");
+
+          // The backward: the product after's input gradient (masked by `out`, the conv's ReLU output,
+          // or not), as the conv's staged output gradient.
+          const cnn::cuda::LayerPlans after_plans =
+              cnn::cuda::plan_conv(after.shape, n, sms, cnn::cuda::kMaxColumnFloats, precision);
+          BOOST_REQUIRE(after_plans.staged);
+          DeviceBuffer<std::uint32_t> after_input(after_plans.staged_input_words),
+              after_grad(after_plans.staged_grad_words), after_weight(after_plans.staged_weight_words);
+          const cnn::cuda::StagedBuffers after_staged{after_input.get(), after_grad.get(), after_weight.get()};
+          DeviceBuffer<float> after_workspace(std::max<std::int64_t>(1, after_plans.workspace_floats()));
+          const DeviceBuffer<float> after_w =
+              to_device(cnn::test::random_vector(static_cast<std::size_t>(after.shape.weight_size()), 15, 0.3f));
+          const DeviceBuffer<float> after_b =
+              to_device(cnn::test::random_vector(static_cast<std::size_t>(after.shape.filters), 16, 0.3f));
+          const DeviceBuffer<float> after_grad_out =
+              to_device(cnn::test::random_vector(static_cast<std::size_t>(n * after.shape.out_size()), 17, 1.0f));
+          auto after_out = poisoned<float>(n * after.shape.out_size());
+          cnn::cuda::conv2d_forward_staged(after_plans, after_out.get(), {}, out.get(), after_w.get(), after_b.get(), n,
+                                           after.shape, false, after_staged, false, false, after_workspace.get(),
+                                           nullptr);  // stages the weights
+          cnn::cuda::conv2d_stage_backward(after_plans, after_grad_out.get(), n, after.shape, after_staged, nullptr);
+          for (const bool relu : {true, false}) {
+            const float* relu_out = relu ? out.get() : nullptr;
+            auto grad_in = poisoned<float>(n * conv.out_size());
+            cnn::cuda::conv2d_backward_data_staged(after_plans, grad_in.get(), {}, relu_out, n, after.shape,
+                                                   after_staged, after_workspace.get(), nullptr);
+            auto want_grad = poisoned<std::uint32_t>(plans.staged_grad_words);
+            cnn::cuda::conv2d_stage_backward(plans, grad_in.get(), n, conv,
+                                             {nullptr, want_grad.get(), nullptr}, nullptr);
+            const int grad_padded = cnn::cuda::staged_channels(filters, precision);
+            auto got_grad = poisoned<std::uint32_t>(plans.staged_grad_words);
+            cnn::cuda::conv2d_backward_data_staged(after_plans, nullptr,
+                                                   {got_grad.get(), precision, grad_padded, pixels}, relu_out, n,
+                                                   after.shape, after_staged, after_workspace.get(), nullptr);
+            const std::int64_t grad_words = words_of(n * pixels, grad_padded, precision);
+            const std::vector<std::uint32_t> want_g = head_of_vector(to_host(want_grad), grad_words);
+            const auto nonzero = std::count_if(want_g.begin(), want_g.end(), [](std::uint32_t v) { return v != 0; });
+            const std::string grad_what = what + ", input gradient " + after_plans.dgrad.describe() +
+                                          (relu ? ", masked" : "");
+            BOOST_TEST(nonzero > static_cast<std::ptrdiff_t>(want_g.size()) / 4, grad_what);
+            BOOST_TEST((head_of_vector(to_host(got_grad), grad_words) == want_g),
+                       grad_what << ": the staged gradient words differ");
+          }
+        }
+      }
 }
 
 // Samples of one pixel (an fc layer run as a 1x1 convolution: [n][C] rows) are staged row by row

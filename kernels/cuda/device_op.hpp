@@ -209,14 +209,24 @@ class ProductOp : public DeviceOp {
   // stages them in its forward.
   void start_step(const DeviceBatch& batch) override;
   // Where the layer runs staged products (a conv, or an fc layer as a 1x1 one), its staged output
-  // gradient, which the op after may write (a max-pool's backward, fc_softmax).
+  // gradient, which the op after may write (a max-pool's backward, fc_softmax, a staged product's
+  // input gradient), and its staged input, which the op before may write (the first layer's fused op,
+  // a max-pool, a staged product's forward).
   StagedTensor staged_output_grad(std::int64_t n) const override;
+  StagedTensor staged_input(std::int64_t n) const override;
+  // A staged product's stores write the staged tensors of the staged products beside it: its forward's
+  // the op after's input, its input gradient's the op before's output gradient (the cifar preset's
+  // conv3 and fc1: two staging passes fewer on the step's chain).
+  bool writes_staged_output() const override { return staged_products(); }
+  bool writes_staged_input_grad() const override { return staged_products(); }
   std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
   std::string implementation(std::int64_t n) const override;
 
  protected:
   // The launch shapes of the layer's three products for a batch of n.
   virtual LayerPlans plan(std::int64_t n) const = 0;
+  // plan() stages at every batch size.
+  virtual bool staged_products() const = 0;
   // The convolution whose staged products run the layer, where plan() stages: a conv's own, or an fc
   // layer's as a 1x1 convolution.
   virtual ConvShape staged_conv() const;

@@ -166,8 +166,8 @@ class FcOp final : public ProductOp {
     const LayerPlans& plans = plans_for(batch.n);
     const bool weights_staged = weights_staged_at_start();
     if (plans.staged)
-      conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, as_conv(), relu_, staged(), false,
-                            weights_staged, shared_.workspace.get(), shared_.stream);
+      conv2d_forward_staged(plans, t.out, t.out_staged, t.in, weight(), bias(), batch.n, as_conv(), relu_, staged(),
+                            t.in_staged, weights_staged, shared_.workspace.get(), shared_.stream);
     else
       fc_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.in.size(), layer_.fc_out,
                          relu_, shared_.workspace.get(), shared_.stream);
@@ -183,7 +183,7 @@ class FcOp final : public ProductOp {
       conv2d_backward_weights_staged(plans, grad_weight(), grad_bias(), batch.n, as_conv(), false, staged(),
                                      place.workspace, place.stream);
       if (t.grad_in != nullptr)
-        conv2d_backward_data_staged(plans, t.grad_in, relu_out, batch.n, as_conv(), staged(),
+        conv2d_backward_data_staged(plans, t.grad_in, t.grad_in_staged, relu_out, batch.n, as_conv(), staged(),
                                     shared_.workspace.get(), shared_.stream);
       report_ready(ready, place);
       return;
@@ -218,6 +218,7 @@ class FcOp final : public ProductOp {
     return plan_fc(layer_.in.size(), layer_.fc_out, n, shared_.multiprocessors, shared_.precision);
   }
   ConvShape staged_conv() const override { return as_conv(); }
+  bool staged_products() const override { return as_conv_pays(); }
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "cnn/layer_ops.hpp"
 #include "ops/fast_div.cuh"
+#include "ops/staged_layout.cuh"
 
 namespace cnn::cuda {
 // Internal to each file that includes this one (as layer_ops_gemm.cuh): the kernels instantiated on
@@ -32,33 +33,43 @@ struct ConvGeometry {
         CHW(s.in_size()), FOHW(s.out_size()), by_ohw(OHW), by_ow(OW), by_kk(KK), by_ks(KS), by_hw(HW), by_w(W) {}
 };
 
-// out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox).
+// out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox). Where staged.words,
+// the same value also into the staged input of the op after (OpTensors::out_staged).
 template <bool kRelu>
 struct ConvForwardStore {
   float* out;
   const float* bias;
   FastDiv by_ohw;
   int ohw, filters;
+  StagedScatter staged;
   __device__ __forceinline__ void operator()(int m, int f, float v) const {
     const int s = by_ohw.div(m);
     float y = v + bias[f];
     if (kRelu) y = fmaxf(y, 0.0f);
-    out[(static_cast<std::int64_t>(s) * filters + f) * ohw + (m - s * ohw)] = y;
+    const int q = f * ohw + (m - s * ohw);
+    out[static_cast<std::int64_t>(s) * filters * ohw + q] = y;
+    if (staged.words != nullptr) staged.put(s, q, y);
   }
 };
 
-// grad_in[s, c, h, w] = v, zeroed where relu_out <= 0 when kMask. m = (s, h*W + w).
+// grad_in[s, c, h, w] = v, zeroed where relu_out <= 0 when kMask. m = (s, h*W + w). Where
+// staged.words, into the staged output gradient of the op before instead (OpTensors::grad_in_staged).
 template <bool kMask>
 struct ConvDgradStore {
   float* grad_in;
   const float* relu_out;
   FastDiv by_hw;
   int hw, channels;
+  StagedScatter staged;
   __device__ __forceinline__ void operator()(int m, int c, float v) const {
     const int s = by_hw.div(m);
-    const std::int64_t e = (static_cast<std::int64_t>(s) * channels + c) * hw + (m - s * hw);
+    const int q = c * hw + (m - s * hw);
+    const std::int64_t e = static_cast<std::int64_t>(s) * channels * hw + q;
     if (kMask && !(relu_out[e] > 0.0f)) v = 0.0f;
-    grad_in[e] = v;
+    if (staged.words != nullptr)
+      staged.put(s, q, v);
+    else
+      grad_in[e] = v;
   }
 };
 
