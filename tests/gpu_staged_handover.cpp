@@ -10,9 +10,8 @@
 //      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward;
 //   5. the last fc layer with the loss (fc_softmax) into the staged output gradient of the fc layer
 //      before it, run as a staged 1x1 convolution, its other outputs unchanged;
-//   6. a staged product's stores into the staged tensors of the products beside it: the forward's
-//      into the input of the conv or fc layer after it, its own output unchanged, and the input
-//      gradient's into the output gradient of the conv before it, in place of its fp32 one;
+//   6. a staged conv's forward into the staged input of the conv or fc layer after it, its own output
+//      unchanged;
 // and the staging of one-pixel samples (an fc layer's rows, stage_rows_kernel) against the staging
 // of two-pixel ones (stage_nhwc_kernel's transpose), pixel by pixel.
 // The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
@@ -415,14 +414,12 @@ BOOST_AUTO_TEST_CASE(fused_head_into_the_staged_gradient_gives_the_bits_of_the_s
 }
 
 // A staged conv's forward writing the staged input of the product after it beside its output
-// (OpTensors::out_staged), and a staged product's input gradient writing the staged output gradient of
-// the conv before it instead of its fp32 one (OpTensors::grad_in_staged), each against the fp32
-// tensor staged by the pass it replaces, bit for bit. The conv: 16 -> F channels, 6x6 -> 4x4; the
-// product after it: an fc layer run as a 1x1 convolution over the flattened F*16 values (the cifar
-// preset's conv3 and fc1), and a 3x3 conv over the 4x4 plane. F = 64 fills whole chunks, F = 20 does
-// not in bf16 (the padding's zeros come from the store); a batch of 5 (the products split k, the sum
-// kernel stores) and one of 300; the input gradient with and without the ReLU's mask.
-BOOST_AUTO_TEST_CASE(staged_products_write_the_staged_tensors_of_the_products_beside_them) {
+// (OpTensors::out_staged), against its fp32 output staged by the pass it replaces, bit for bit. The
+// conv: 16 -> F channels, 6x6 -> 4x4; the product after it: an fc layer run as a 1x1 convolution over
+// the flattened F*16 values (the cifar preset's conv3 and fc1), and a 3x3 conv over the 4x4 plane.
+// F = 64 fills whole chunks, F = 20 does not in bf16 (the padding's zeros come from the store); a
+// batch of 5 (the forward splits k: the sum kernel stores) and one of 300.
+BOOST_AUTO_TEST_CASE(a_staged_conv_writes_the_staged_input_of_the_product_after_it) {
   const int sms = cnn::cuda::multiprocessor_count();
   for (const std::int64_t n : {5, 300})
     for (const int filters : {64, 20})
@@ -455,8 +452,8 @@ BOOST_AUTO_TEST_CASE(staged_products_write_the_staged_tensors_of_the_products_be
           const std::string what = std::to_string(filters) + " filters into the " + after.name + " after, batch " +
                                    std::to_string(n) + ", " + cnn::precision_name(precision) + ", forward " +
                                    plans.forward.describe();
-          BOOST_TEST_MESSAGE("staged product into its neighbours: " << what);
-          // The forward: the words the next product's staging writes from `out`.
+          BOOST_TEST_MESSAGE("staged conv into the staged input after it: " << what);
+          // The words the next product's staging writes from `out`.
           const int padded = cnn::cuda::staged_channels(after.shape.channels, precision);
           const std::int64_t words = words_of(n * after.pixels, padded, precision);
           const std::vector<std::uint32_t> want = head_of_vector(staged_input_of(out.get(), n, after.shape, precision),
@@ -469,49 +466,6 @@ BOOST_AUTO_TEST_CASE(staged_products_write_the_staged_tensors_of_the_products_be
           BOOST_TEST(std::count(want.begin(), want.end(), 0u) < static_cast<std::ptrdiff_t>(want.size()) * 3 / 4);
           BOOST_TEST((to_host(got_words) == want), what << ": the staged input words differ");
           BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got_out), want_out), what << ": the output differs");
-
-          // The backward: the product after's input gradient (masked by `out`, the conv's ReLU output,
-          // or not), as the conv's staged output gradient.
-          const cnn::cuda::LayerPlans after_plans =
-              cnn::cuda::plan_conv(after.shape, n, sms, cnn::cuda::kMaxColumnFloats, precision);
-          BOOST_REQUIRE(after_plans.staged);
-          DeviceBuffer<std::uint32_t> after_input(after_plans.staged_input_words),
-              after_grad(after_plans.staged_grad_words), after_weight(after_plans.staged_weight_words);
-          const cnn::cuda::StagedBuffers after_staged{after_input.get(), after_grad.get(), after_weight.get()};
-          DeviceBuffer<float> after_workspace(std::max<std::int64_t>(1, after_plans.workspace_floats()));
-          const DeviceBuffer<float> after_w =
-              to_device(cnn::test::random_vector(static_cast<std::size_t>(after.shape.weight_size()), 15, 0.3f));
-          const DeviceBuffer<float> after_b =
-              to_device(cnn::test::random_vector(static_cast<std::size_t>(after.shape.filters), 16, 0.3f));
-          const DeviceBuffer<float> after_grad_out =
-              to_device(cnn::test::random_vector(static_cast<std::size_t>(n * after.shape.out_size()), 17, 1.0f));
-          auto after_out = poisoned<float>(n * after.shape.out_size());
-          cnn::cuda::conv2d_forward_staged(after_plans, after_out.get(), {}, out.get(), after_w.get(), after_b.get(), n,
-                                           after.shape, false, after_staged, false, false, after_workspace.get(),
-                                           nullptr);  // stages the weights
-          cnn::cuda::conv2d_stage_backward(after_plans, after_grad_out.get(), n, after.shape, after_staged, nullptr);
-          for (const bool relu : {true, false}) {
-            const float* relu_out = relu ? out.get() : nullptr;
-            auto grad_in = poisoned<float>(n * conv.out_size());
-            cnn::cuda::conv2d_backward_data_staged(after_plans, grad_in.get(), {}, relu_out, n, after.shape,
-                                                   after_staged, after_workspace.get(), nullptr);
-            auto want_grad = poisoned<std::uint32_t>(plans.staged_grad_words);
-            cnn::cuda::conv2d_stage_backward(plans, grad_in.get(), n, conv,
-                                             {nullptr, want_grad.get(), nullptr}, nullptr);
-            const int grad_padded = cnn::cuda::staged_channels(filters, precision);
-            auto got_grad = poisoned<std::uint32_t>(plans.staged_grad_words);
-            cnn::cuda::conv2d_backward_data_staged(after_plans, nullptr,
-                                                   {got_grad.get(), precision, grad_padded, pixels}, relu_out, n,
-                                                   after.shape, after_staged, after_workspace.get(), nullptr);
-            const std::int64_t grad_words = words_of(n * pixels, grad_padded, precision);
-            const std::vector<std::uint32_t> want_g = head_of_vector(to_host(want_grad), grad_words);
-            const auto nonzero = std::count_if(want_g.begin(), want_g.end(), [](std::uint32_t v) { return v != 0; });
-            const std::string grad_what = what + ", input gradient " + after_plans.dgrad.describe() +
-                                          (relu ? ", masked" : "");
-            BOOST_TEST(nonzero > static_cast<std::ptrdiff_t>(want_g.size()) / 4, grad_what);
-            BOOST_TEST((head_of_vector(to_host(got_grad), grad_words) == want_g),
-                       grad_what << ": the staged gradient words differ");
-          }
         }
       }
 }

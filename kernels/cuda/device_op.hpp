@@ -209,16 +209,16 @@ class ProductOp : public DeviceOp {
   // stages them in its forward.
   void start_step(const DeviceBatch& batch) override;
   // Where the layer runs staged products (a conv, or an fc layer as a 1x1 one), its staged output
-  // gradient, which the op after may write (a max-pool's backward, fc_softmax, a staged product's
-  // input gradient), and its staged input, which the op before may write (the first layer's fused op,
-  // a max-pool, a staged product's forward).
+  // gradient, which the op after may write (a max-pool's backward, fc_softmax), and its staged input,
+  // which the op before may write (the first layer's fused op, a max-pool, a staged product's forward).
   StagedTensor staged_output_grad(std::int64_t n) const override;
   StagedTensor staged_input(std::int64_t n) const override;
-  // A staged product's stores write the staged tensors of the staged products beside it: its forward's
-  // the op after's input, its input gradient's the op before's output gradient (the cifar preset's
-  // conv3 and fc1: two staging passes fewer on the step's chain).
+  // A staged product's forward store writes the staged input of a staged product after it, beside its
+  // own output (the cifar preset's conv3 into fc1's: a staging launch fewer on the step's chain).
+  // Its input-gradient store does not write the staged output gradient of the one before: the
+  // scattered 2- and 4-byte stores of that transpose made the step 4-10% slower than the staging
+  // pass (nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md, the sixteenth part).
   bool writes_staged_output() const override { return staged_products(); }
-  bool writes_staged_input_grad() const override { return staged_products(); }
   std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
   std::string implementation(std::int64_t n) const override;
 

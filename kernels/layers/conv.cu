@@ -293,8 +293,8 @@ void conv2d_backward_data(const LayerPlans& plans, float* grad_in, const float* 
     const ConvDgradA a{g, grad_out, static_cast<int>(n * g.HW)};
     const ConvDgradB b{g, weight};
     launch_either(relu_out != nullptr, plans.dgrad, a, b,
-                  ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C, {}},
-                  ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C, {}}, workspace, stream);
+                  ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
+                  ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
     return;
   }
   const int positions = static_cast<int>(n * g.OHW);
@@ -389,7 +389,7 @@ class ConvOp final : public ProductOp {
       conv2d_backward_weights_staged(plans, grad_weight(), grad_bias(), batch.n, layer_.conv, false, staged(),
                                      place.workspace, place.stream);
       if (input_grad)
-        conv2d_backward_data_staged(plans, t.grad_in, t.grad_in_staged, relu_out, batch.n, layer_.conv, staged(),
+        conv2d_backward_data_staged(plans, t.grad_in, relu_out, batch.n, layer_.conv, staged(),
                                     shared_.workspace.get(), shared_.stream);
       report_ready(ready, place);
       return;

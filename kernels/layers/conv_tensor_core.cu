@@ -333,15 +333,13 @@ void stage_backward(const float* grad_out, std::int64_t n, const ConvShape& s, c
 }
 
 template <Precision P>
-void backward_data_staged(const LayerPlans& plans, float* grad_in, const StagedTensor& grad_in_staged,
-                          const float* relu_out, std::int64_t n, const ConvShape& s, const StagedBuffers& staged,
-                          float* workspace, cudaStream_t stream) {
+void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
+                          const ConvShape& s, const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
   const ConvGeometry g(s);
   const int fp = staged_channels(g.F, P);
   const int shift = word_shift(P);
-  const StagedScatter before = scatter_into<P>(grad_in_staged, g.CHW);
-  const ConvDgradStore<true> masked{grad_in, relu_out, g.by_hw, g.HW, g.C, before};
-  const ConvDgradStore<false> unmasked{grad_in, nullptr, g.by_hw, g.HW, g.C, before};
+  const ConvDgradStore<true> masked{grad_in, relu_out, g.by_hw, g.HW, g.C};
+  const ConvDgradStore<false> unmasked{grad_in, nullptr, g.by_hw, g.HW, g.C};
   if (plans.dgrad.tma()) {
     const TmaDgradOperands op{staged.output_grad, dgrad_weights<P>(staged, g), static_cast<int>(n), g.H, g.W, g.C,
                               g.OH, g.OW, fp >> shift, g.KS, g.pad};
@@ -421,16 +419,14 @@ void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::
     stage_backward<Precision::kTf32>(grad_out, n, shape, staged, stream);
 }
 
-void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const StagedTensor& grad_in_staged,
-                                 const float* relu_out, std::int64_t n, const ConvShape& shape,
-                                 const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
+void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
+                                 const ConvShape& shape, const StagedBuffers& staged, float* workspace,
+                                 cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.dgrad.precision == Precision::kBf16)
-    backward_data_staged<Precision::kBf16>(plans, grad_in, grad_in_staged, relu_out, n, shape, staged, workspace,
-                                           stream);
+    backward_data_staged<Precision::kBf16>(plans, grad_in, relu_out, n, shape, staged, workspace, stream);
   else
-    backward_data_staged<Precision::kTf32>(plans, grad_in, grad_in_staged, relu_out, n, shape, staged, workspace,
-                                           stream);
+    backward_data_staged<Precision::kTf32>(plans, grad_in, relu_out, n, shape, staged, workspace, stream);
 }
 
 void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,

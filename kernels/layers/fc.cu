@@ -183,7 +183,7 @@ class FcOp final : public ProductOp {
       conv2d_backward_weights_staged(plans, grad_weight(), grad_bias(), batch.n, as_conv(), false, staged(),
                                      place.workspace, place.stream);
       if (t.grad_in != nullptr)
-        conv2d_backward_data_staged(plans, t.grad_in, t.grad_in_staged, relu_out, batch.n, as_conv(), staged(),
+        conv2d_backward_data_staged(plans, t.grad_in, relu_out, batch.n, as_conv(), staged(),
                                     shared_.workspace.get(), shared_.stream);
       report_ready(ready, place);
       return;

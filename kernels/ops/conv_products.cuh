@@ -52,24 +52,18 @@ struct ConvForwardStore {
   }
 };
 
-// grad_in[s, c, h, w] = v, zeroed where relu_out <= 0 when kMask. m = (s, h*W + w). Where
-// staged.words, into the staged output gradient of the op before instead (OpTensors::grad_in_staged).
+// grad_in[s, c, h, w] = v, zeroed where relu_out <= 0 when kMask. m = (s, h*W + w).
 template <bool kMask>
 struct ConvDgradStore {
   float* grad_in;
   const float* relu_out;
   FastDiv by_hw;
   int hw, channels;
-  StagedScatter staged;
   __device__ __forceinline__ void operator()(int m, int c, float v) const {
     const int s = by_hw.div(m);
-    const int q = c * hw + (m - s * hw);
-    const std::int64_t e = static_cast<std::int64_t>(s) * channels * hw + q;
+    const std::int64_t e = (static_cast<std::int64_t>(s) * channels + c) * hw + (m - s * hw);
     if (kMask && !(relu_out[e] > 0.0f)) v = 0.0f;
-    if (staged.words != nullptr)
-      staged.put(s, q, v);
-    else
-      grad_in[e] = v;
+    grad_in[e] = v;
   }
 };
 

@@ -178,11 +178,9 @@ void conv2d_forward_staged(const LayerPlans& plans, float* out, const StagedTens
 // Stages grad_out for the two products below (after the step's conv2d_forward_staged).
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,
                            const StagedBuffers& staged, cudaStream_t stream);
-// grad_in_staged: where words, the staged output gradient of the op before (a staged conv, or an fc
-// layer run as one), written by the store instead of grad_in (which may then be null).
-void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const StagedTensor& grad_in_staged,
-                                 const float* relu_out, std::int64_t n, const ConvShape& shape,
-                                 const StagedBuffers& staged, float* workspace, cudaStream_t stream);
+void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
+                                 const ConvShape& shape, const StagedBuffers& staged, float* workspace,
+                                 cudaStream_t stream);
 void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,
                                     const ConvShape& shape, bool accumulate, const StagedBuffers& staged,
                                     float* workspace, cudaStream_t stream);
