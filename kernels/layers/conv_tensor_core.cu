@@ -233,8 +233,8 @@ void forward_staged(const LayerPlans& plans, float* out, const StagedTensor& out
                         g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
   const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
   const StagedScatter next = scatter_into<P>(out_staged, g.FOHW);
-  launch_either(relu, plans.forward, a, b, ConvForwardStore<true>{out, bias, g.by_ohw, g.OHW, g.F, next},
-                ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F, next}, workspace, stream);
+  launch_either(relu, plans.forward, a, b, ConvForwardStore<true, true>{out, bias, g.by_ohw, g.OHW, g.F, next},
+                ConvForwardStore<false, true>{out, bias, g.by_ohw, g.OHW, g.F, next}, workspace, stream);
 }
 
 // The forward's outputs through the ReLU and the 2x2/2 max-pool after it, a window at a time

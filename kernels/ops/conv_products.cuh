@@ -33,9 +33,11 @@ struct ConvGeometry {
         CHW(s.in_size()), FOHW(s.out_size()), by_ohw(OHW), by_ow(OW), by_kk(KK), by_ks(KS), by_hw(HW), by_w(W) {}
 };
 
-// out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox). Where staged.words,
-// the same value also into the staged input of the op after (OpTensors::out_staged).
-template <bool kRelu>
+// out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox). kScatter (the
+// staged forms, conv_tensor_core.cu): where staged.words, the same value also into the staged input of
+// the op after (OpTensors::out_staged). The fp32 forms take no such test: with it their step was
+// 1.1-1.7% slower (nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md, the sixteenth part).
+template <bool kRelu, bool kScatter = false>
 struct ConvForwardStore {
   float* out;
   const float* bias;
@@ -46,9 +48,11 @@ struct ConvForwardStore {
     const int s = by_ohw.div(m);
     float y = v + bias[f];
     if (kRelu) y = fmaxf(y, 0.0f);
-    const int q = f * ohw + (m - s * ohw);
-    out[static_cast<std::int64_t>(s) * filters * ohw + q] = y;
-    if (staged.words != nullptr) staged.put(s, q, y);
+    const int p = m - s * ohw;
+    out[(static_cast<std::int64_t>(s) * filters + f) * ohw + p] = y;
+    if constexpr (kScatter) {
+      if (staged.words != nullptr) staged.put(s, f * ohw + p, y);
+    }
   }
 };
 
