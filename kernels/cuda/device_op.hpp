@@ -215,9 +215,10 @@ class ProductOp : public DeviceOp {
   StagedTensor staged_input(std::int64_t n) const override;
   // A staged product's forward store writes the staged input of a staged product after it, beside its
   // own output (the cifar preset's conv3 into fc1's: a staging launch fewer on the step's chain).
-  // Its input-gradient store does not write the staged output gradient of the one before: the
-  // scattered 2- and 4-byte stores of that transpose made the step 4-10% slower than the staging
-  // pass (nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md, the sixteenth part).
+  // Its input-gradient store does not write the staged output gradient of the one before: that
+  // transpose into NHWC as scattered 2- and 4-byte stores (where the staging pass writes whole chunks)
+  // made the step about 4-11% slower at batch 128 and up (nvidia-h100-x1, 2026-11-28,
+  // docs/PERFORMANCE.md, the sixteenth part).
   bool writes_staged_output() const override { return staged_products(); }
   std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
   std::string implementation(std::int64_t n) const override;
