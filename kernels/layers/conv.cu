@@ -292,8 +292,7 @@ void conv2d_backward_data(const LayerPlans& plans, float* grad_in, const float* 
   if (!plans.dgrad_by_columns) {
     const ConvDgradA a{g, grad_out, static_cast<int>(n * g.HW)};
     const ConvDgradB b{g, weight};
-    launch_either(relu_out != nullptr, plans.dgrad, a, b,
-                  ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
+    launch_either(relu_out != nullptr, plans.dgrad, a, b, ConvDgradStore<true>{grad_in, relu_out, g.by_hw, g.HW, g.C},
                   ConvDgradStore<false>{grad_in, nullptr, g.by_hw, g.HW, g.C}, workspace, stream);
     return;
   }

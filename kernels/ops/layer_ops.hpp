@@ -141,8 +141,9 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
 // writes in its backward (conv2d_stage_backward skipped), or its input ([n,H,W,Cp],
 // StagedBuffers::input), which the op before it writes in its forward beside its own output (the
 // forward's stage_nhwc skipped). The words are those the staging would write, bit for bit; words
-// null: none. pixels: of a sample, OH*OW or H*W (1 of an fc layer run as a 1x1 conv), for a writer
-// whose tensor is that one flattened (an fc layer after a conv; 0 where the writer knows the shape).
+// null: none. pixels: of a sample in that layout (OH*OW or H*W; 1 of an fc layer run as a 1x1 conv),
+// for a writer whose own tensor is that one flattened (a conv's output as an fc layer's input,
+// fc_softmax's input gradient as a conv's output gradient).
 struct StagedTensor {
   std::uint32_t* words = nullptr;
   Precision precision = Precision::kFp32;

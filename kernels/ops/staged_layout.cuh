@@ -35,12 +35,12 @@ __device__ __forceinline__ uint4 pack_chunk(const float (&v)[chunk_elements(P)])
 }
 #endif
 
-// The staged words of an NCHW tensor, written one element at a time by a product's store beside (or
-// instead of) its fp32 element: element q = c * pixels + p of sample s goes to the NHWC position
-// (s, p, c), a tf32 word or one bf16 half of a word, rounded as pack_word rounds it. The thread that
-// writes a pixel's last channel also writes the padding channels' zeros, so every word is written.
-// Used where the two neighbours of a flattening meet too (a conv's [F, OH*OW] output as an fc layer's
-// 1x1 input of F*OH*OW channels: pixels 1). Stores of 2 or 4 bytes, scattered as the fp32 ones are.
+// The staged words of an NCHW tensor, written one element at a time by a product's store beside its
+// fp32 element (ConvForwardStore, conv_products.cuh): element q = c * pixels + p of sample s goes to
+// the NHWC position (s, p, c), a tf32 word or one bf16 half of a word, rounded as pack_word rounds it.
+// The thread that writes a pixel's last channel also writes the padding channels' zeros, so every
+// word is written. Also where a flattening lies between the two (a conv's [F, OH*OW] output as an fc
+// layer's 1x1 input of F*OH*OW channels: pixels 1, and q is the fp32 element's own offset).
 struct StagedScatter {
   std::uint32_t* words = nullptr;  // null: none
   bool bf16 = false;
