@@ -10,6 +10,8 @@
 //      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward;
 //   5. the last fc layer with the loss (fc_softmax) into the staged output gradient of the fc layer
 //      before it, run as a staged 1x1 convolution, its other outputs unchanged;
+//   6. a staged conv's forward into the staged input of the conv or fc layer after it, its own output
+//      unchanged;
 // and the staging of one-pixel samples (an fc layer's rows, stage_rows_kernel) against the staging
 // of two-pixel ones (stage_nhwc_kernel's transpose), pixel by pixel.
 // The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
@@ -64,7 +66,7 @@ std::vector<std::uint32_t> staged_input_of(const float* in, std::int64_t n, cons
       to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.weight_size()), 4, 0.5f));
   const DeviceBuffer<float> b = to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.filters), 5, 0.5f));
   cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
-  cnn::cuda::conv2d_forward_staged(plans, out.get(), in, w.get(), b.get(), n, shape, true, staged, false, false,
+  cnn::cuda::conv2d_forward_staged(plans, out.get(), {}, in, w.get(), b.get(), n, shape, true, staged, false, false,
                                    workspace.get(), nullptr);
   return to_host(input);
 }
@@ -262,7 +264,7 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
           plans.forward = forward;
           auto conv_out = poisoned<float>(n * shape.out_size());
           DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
-          cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), x.get(), w.get(), b.get(), n, shape, true, staged,
+          cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), {}, x.get(), w.get(), b.get(), n, shape, true, staged,
                                            false, false, workspace.get(), nullptr);
           auto pooled = poisoned<float>(n * pool.out_size());
           auto argmax = poisoned<std::int32_t>(n * pool.out_size());
@@ -388,8 +390,8 @@ BOOST_AUTO_TEST_CASE(fused_head_into_the_staged_gradient_gives_the_bits_of_the_s
           Outputs one = outputs();
           auto got_words = poisoned<std::uint32_t>(plans.staged_grad_words);
           t = tensors(one);
-          t.grad_in_staged = {got_words.get(), precision, cnn::cuda::staged_channels(shape.channels, precision)};
-          t.staged_pixels = pixels;
+          t.grad_in_staged = {got_words.get(), precision, cnn::cuda::staged_channels(shape.channels, precision),
+                              pixels};
           cnn::cuda::fc_softmax_cross_entropy(t, n, inputs, 0.1f, nullptr);
           CNN_CHECK_CUDA(cudaDeviceSynchronize());
           const std::int64_t words =
@@ -409,6 +411,63 @@ BOOST_AUTO_TEST_CASE(fused_head_into_the_staged_gradient_gives_the_bits_of_the_s
           BOOST_TEST((to_host(one.loss) == to_host(two.loss)), what << ": losses");
           BOOST_TEST((to_host(one.correct) == to_host(two.correct)), what << ": hits");
         }
+}
+
+// A staged conv's forward writing the staged input of the product after it beside its output
+// (OpTensors::out_staged), against its fp32 output staged by the pass it replaces, bit for bit. The
+// conv: 16 -> F channels, 6x6 -> 4x4; the product after it: an fc layer run as a 1x1 convolution over
+// the flattened F*16 values (the cifar preset's conv3 and fc1), and a 3x3 conv over the 4x4 plane.
+// F = 64 fills whole chunks, F = 20 does not in bf16 (the padding's zeros come from the store); a
+// batch of 5 (the forward splits k: the sum kernel stores) and one of 300.
+BOOST_AUTO_TEST_CASE(a_staged_conv_writes_the_staged_input_of_the_product_after_it) {
+  const int sms = cnn::cuda::multiprocessor_count();
+  for (const std::int64_t n : {5, 300})
+    for (const int filters : {64, 20})
+      for (const cnn::Precision precision : kTensorCorePrecisions) {
+        const cnn::ConvShape conv{16, 6, 6, filters, 3, 1, 0};
+        const int pixels = conv.out_h() * conv.out_w();
+        struct After {
+          const char* name;
+          cnn::ConvShape shape;
+          int pixels;  // of its input's staged layout
+        };
+        const After afters[] = {{"fc", {filters * pixels, 1, 1, 32, 1, 1, 0}, 1},
+                                {"conv", {filters, conv.out_h(), conv.out_w(), 24, 3, 1, 1}, pixels}};
+        const cnn::cuda::LayerPlans plans = cnn::cuda::plan_conv(conv, n, sms, cnn::cuda::kMaxColumnFloats, precision);
+        BOOST_REQUIRE(plans.staged);
+        const DeviceBuffer<float> x =
+            to_device(cnn::test::random_vector(static_cast<std::size_t>(n * conv.in_size()), 12, 1.0f));
+        const DeviceBuffer<float> w =
+            to_device(cnn::test::random_vector(static_cast<std::size_t>(conv.weight_size()), 13, 0.3f));
+        const DeviceBuffer<float> b = to_device(cnn::test::random_vector(static_cast<std::size_t>(filters), 14, 0.3f));
+        DeviceBuffer<std::uint32_t> input(plans.staged_input_words), grad(plans.staged_grad_words),
+            weight(plans.staged_weight_words);
+        const cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
+        DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
+        auto out = poisoned<float>(n * conv.out_size());
+        cnn::cuda::conv2d_forward_staged(plans, out.get(), {}, x.get(), w.get(), b.get(), n, conv, true, staged, false,
+                                         false, workspace.get(), nullptr);
+        const std::vector<float> want_out = to_host(out);
+        for (const After& after : afters) {
+          const std::string what = std::to_string(filters) + " filters into the " + after.name + " after, batch " +
+                                   std::to_string(n) + ", " + cnn::precision_name(precision) + ", forward " +
+                                   plans.forward.describe();
+          BOOST_TEST_MESSAGE("staged conv into the staged input after it: " << what);
+          // The words the next product's staging writes from `out`.
+          const int padded = cnn::cuda::staged_channels(after.shape.channels, precision);
+          const std::int64_t words = words_of(n * after.pixels, padded, precision);
+          const std::vector<std::uint32_t> want = head_of_vector(staged_input_of(out.get(), n, after.shape, precision),
+                                                                 words);
+          auto got_out = poisoned<float>(n * conv.out_size());
+          auto got_words = poisoned<std::uint32_t>(words);
+          cnn::cuda::conv2d_forward_staged(plans, got_out.get(), {got_words.get(), precision, padded, after.pixels},
+                                           x.get(), w.get(), b.get(), n, conv, true, staged, false, true,
+                                           workspace.get(), nullptr);
+          BOOST_TEST(std::count(want.begin(), want.end(), 0u) < static_cast<std::ptrdiff_t>(want.size()) * 3 / 4);
+          BOOST_TEST((to_host(got_words) == want), what << ": the staged input words differ");
+          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got_out), want_out), what << ": the output differs");
+        }
+      }
 }
 
 // Samples of one pixel (an fc layer run as a 1x1 convolution: [n][C] rows) are staged row by row

@@ -104,6 +104,22 @@ bool ProductOp::weights_staged_at_start() {
   return true;
 }
 
+StagedTensor ProductOp::staged_output_grad(std::int64_t n) const {
+  const LayerPlans& plans = plans_for(n);
+  if (!plans.staged) return {};
+  const ConvShape conv = staged_conv();
+  return {staged().output_grad, plans.wgrad.precision, staged_channels(conv.filters, plans.wgrad.precision),
+          conv.out_h() * conv.out_w()};
+}
+
+StagedTensor ProductOp::staged_input(std::int64_t n) const {
+  const LayerPlans& plans = plans_for(n);
+  if (!plans.staged) return {};
+  const ConvShape conv = staged_conv();
+  return {staged().input, plans.forward.precision, staged_channels(conv.channels, plans.forward.precision),
+          conv.height * conv.width};
+}
+
 ConvShape ProductOp::staged_conv() const {
   throw Error(ExitCode::kFailure, "internal error: a staged plan for layer " + layer_.name + ", which has none");
 }

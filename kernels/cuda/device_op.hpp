@@ -140,7 +140,8 @@ class DeviceOp {
   bool needs_input_grad() const { return needs_input_grad_; }
   // It queues work on the side stream.
   bool uses_side_stream() const { return uses_side_stream_; }
-  // Where its output gradient may be written staged for a batch of n (a staged conv); words null: not.
+  // Where its output gradient may be written staged for a batch of n (staged products: ProductOp); words
+  // null: not.
   virtual StagedTensor staged_output_grad(std::int64_t /*n*/) const { return {}; }
   // It can write its input gradient into the op before's StagedTensor (OpTensors::grad_in_staged).
   virtual bool writes_staged_input_grad() const { return false; }
@@ -207,12 +208,26 @@ class ProductOp : public DeviceOp {
   // preset's chain at batch 128, where the step is about 30 short kernels in series). An evaluation
   // stages them in its forward.
   void start_step(const DeviceBatch& batch) override;
+  // Where the layer runs staged products (a conv, or an fc layer as a 1x1 one), its staged output
+  // gradient, which the op after may write (a max-pool's backward, fc_softmax), and its staged input,
+  // which the op before may write (the first layer's fused op, a max-pool, a staged product's forward).
+  StagedTensor staged_output_grad(std::int64_t n) const override;
+  StagedTensor staged_input(std::int64_t n) const override;
+  // A staged product's forward store writes the staged input of a staged product after it, beside its
+  // own output (the cifar preset's conv3 into fc1's: a staging launch fewer on the step's chain).
+  // Its input-gradient store does not write the staged output gradient of the one before: that
+  // transpose into NHWC as scattered 2- and 4-byte stores (where the staging pass writes whole chunks)
+  // made the step about 4-11% slower at batch 128 and up (nvidia-h100-x1, 2026-11-28,
+  // docs/PERFORMANCE.md, the sixteenth part).
+  bool writes_staged_output() const override { return staged_products(); }
   std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
   std::string implementation(std::int64_t n) const override;
 
  protected:
   // The launch shapes of the layer's three products for a batch of n.
   virtual LayerPlans plan(std::int64_t n) const = 0;
+  // plan() stages at every batch size.
+  virtual bool staged_products() const = 0;
   // The convolution whose staged products run the layer, where plan() stages: a conv's own, or an fc
   // layer's as a 1x1 convolution.
   virtual ConvShape staged_conv() const;

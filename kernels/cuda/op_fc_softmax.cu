@@ -19,8 +19,7 @@ namespace {
 class FcSoftmaxOp final : public ProductOp {
  public:
   FcSoftmaxOp(const Op& op, const Network& network, OpShared& shared)
-      : ProductOp(op, network, shared), classes_(network.classes), staged_pixels_(pixels_before(network, op)),
-        labels_(shared) {
+      : ProductOp(op, network, shared), classes_(network.classes), labels_(shared) {
     out_size_ = 0;             // the loss: no activation after it
     uses_side_stream_ = true;  // the labels' gather and the batch's sums (and the weight gradient)
   }
@@ -32,10 +31,8 @@ class FcSoftmaxOp final : public ProductOp {
     return prepared;
   }
 
-  void start_step(const DeviceBatch& batch) override {
-    ProductOp::start_step(batch);  // (no staged products: nothing)
-    labels_.gather_at_step_start(batch);
-  }
+  // Only the labels' gather: its one product (the weight gradient) stages nothing.
+  void start_step(const DeviceBatch& batch) override { labels_.gather_at_step_start(batch); }
 
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     FcSoftmaxTensors head;
@@ -50,7 +47,6 @@ class FcSoftmaxOp final : public ProductOp {
       // Into the op before's staged output gradient where it takes one (a staged conv, or an fc layer
       // run as one: tf32 and bf16), else into gradients[k].
       head.grad_in_staged = t.grad_in_staged;
-      head.staged_pixels = staged_pixels_;
       head.grad_in = t.grad_in_staged.words != nullptr ? nullptr : t.grad_in;
       head.mask_relu = t.input_is_relu;
     } else {
@@ -78,25 +74,15 @@ class FcSoftmaxOp final : public ProductOp {
   }
 
  private:
-  // Only the weight gradient is a planned product.
+  // Only the weight gradient is a planned product, and it stages nothing.
   LayerPlans plan(std::int64_t n) const override {
     LayerPlans plans;
     plans.wgrad = plan_fc(layer_.in.size(), classes_, n, shared_.multiprocessors, shared_.precision).wgrad;
     return plans;
   }
-
-  // The pixels of a sample in the output of the layer before the fc layer (a flatten skipped): where
-  // that layer's op is a staged conv, the NHWC layout of its staged output gradient.
-  static int pixels_before(const Network& network, const Op& op) {
-    std::size_t i = op.first_layer;
-    while (i > 0 && network.layers[i - 1].kind == LayerKind::kFlatten) --i;
-    if (i == 0) return 1;
-    const TensorShape& out = network.layers[i - 1].out;
-    return out.height * out.width;
-  }
+  bool staged_products() const override { return false; }
 
   int classes_;
-  int staged_pixels_;
   LossLabels labels_;
   DeviceBuffer<float> grad_logits_;  // [n, classes], dL/dlogits for the weight gradient
 };

@@ -280,8 +280,8 @@ void conv2d_forward_planned(const GemmPlan& plan, float* out, const float* in, c
   b.depth = g.C * g.KK;
   b.ld_mn = g.C * g.KK;
   b.ld_k = 1;
-  launch_either(relu, plan, a, b, ConvForwardStore<true>{out, bias, g.by_ohw, g.OHW, g.F},
-                ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
+  launch_either(relu, plan, a, b, ConvForwardStore<true>{out, bias, g.by_ohw, g.OHW, g.F, {}},
+                ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F, {}}, workspace, stream);
 }
 
 void conv2d_backward_data(const LayerPlans& plans, float* grad_in, const float* grad_out, const float* weight,
@@ -360,18 +360,6 @@ class ConvOp final : public ProductOp {
   // A 2x2/2 max-pool after the conv's folded ReLU: the staged forward can pool in its store.
   void offer_pool_after() override { pool_follows_ = relu_; }
 
-  StagedTensor staged_output_grad(std::int64_t n) const override {
-    const LayerPlans& plans = plans_for(n);
-    if (!plans.staged) return {};
-    return {staged().output_grad, plans.wgrad.precision, staged_channels(layer_.conv.filters, plans.wgrad.precision)};
-  }
-
-  StagedTensor staged_input(std::int64_t n) const override {
-    const LayerPlans& plans = plans_for(n);
-    if (!plans.staged) return {};
-    return {staged().input, plans.forward.precision, staged_channels(layer_.conv.channels, plans.forward.precision)};
-  }
-
   bool pools_output(std::int64_t n) const override { return plans_for(n).pooled_forward.m > 0; }
 
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
@@ -381,8 +369,8 @@ class ConvOp final : public ProductOp {
       conv2d_forward_staged_pooled(plans, t.pooled, t.in, weight(), bias(), batch.n, layer_.conv, staged(),
                                    t.in_staged, weights_staged, shared_.stream);
     else if (plans.staged)
-      conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_, staged(), t.in_staged,
-                            weights_staged, shared_.workspace.get(), shared_.stream);
+      conv2d_forward_staged(plans, t.out, t.out_staged, t.in, weight(), bias(), batch.n, layer_.conv, relu_, staged(),
+                            t.in_staged, weights_staged, shared_.workspace.get(), shared_.stream);
     else
       conv2d_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_,
                              shared_.workspace.get(), shared_.stream);
@@ -428,6 +416,7 @@ class ConvOp final : public ProductOp {
     return plans.pooled_forward.describe() + " with the 2x2 max-pool in its store";
   }
   ConvShape staged_conv() const override { return layer_.conv; }
+  bool staged_products() const override { return shared_.precision != Precision::kFp32; }
 
   bool pool_follows_ = false;  // offer_pool_after, before any plan
 };

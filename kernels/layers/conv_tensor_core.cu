@@ -24,6 +24,7 @@
 // input's windows, c contiguous at each (position, tap), plus one chunk whose first column is 1
 // (the bias). The forward and input-gradient stores are the element forms' (conv_products.cuh).
 #include <cstdint>
+#include <string>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
@@ -204,10 +205,25 @@ struct StagedWeightGradStore {
   }
 };
 
+// The stores' writer into a neighbour's staged tensor `t` (words null: none) from a tensor of
+// sample_size elements a sample, the NCHW order of t's [pixels, channels] flattened.
 template <Precision P>
-void forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight, const float* bias,
-                    std::int64_t n, const ConvShape& s, bool relu, const StagedBuffers& staged, bool input_staged,
-                    bool weights_staged, float* workspace, cudaStream_t stream) {
+StagedScatter scatter_into(const StagedTensor& t, std::int64_t sample_size) {
+  if (t.words == nullptr) return {};
+  const std::int64_t channels = t.pixels > 0 && sample_size % t.pixels == 0 ? sample_size / t.pixels : 0;
+  if (channels == 0 || t.precision != P || t.channels_padded != staged_channels(static_cast<int>(channels), P))
+    throw Error(ExitCode::kFailure, "internal error: a staged tensor of " + std::to_string(t.pixels) + " x " +
+                                        std::to_string(t.channels_padded) + " " + precision_name(t.precision) +
+                                        " for " + std::to_string(sample_size) + " elements a sample in " +
+                                        precision_name(P));
+  return {t.words, P == Precision::kBf16, static_cast<int>(channels), t.channels_padded, FastDiv(t.pixels)};
+}
+
+template <Precision P>
+void forward_staged(const LayerPlans& plans, float* out, const StagedTensor& out_staged, const float* in,
+                    const float* weight, const float* bias, std::int64_t n, const ConvShape& s, bool relu,
+                    const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
+                    cudaStream_t stream) {
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
   if (!input_staged) stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
@@ -216,8 +232,9 @@ void forward_staged(const LayerPlans& plans, float* out, const float* in, const 
   const StagedWindowA a{staged.input, shift, g.H, g.W, cp, g.stride, g.pad, static_cast<int>(n * g.OHW),
                         g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
   const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
-  launch_either(relu, plans.forward, a, b, ConvForwardStore<true>{out, bias, g.by_ohw, g.OHW, g.F},
-                ConvForwardStore<false>{out, bias, g.by_ohw, g.OHW, g.F}, workspace, stream);
+  const StagedScatter next = scatter_into<P>(out_staged, g.FOHW);
+  launch_either(relu, plans.forward, a, b, ConvForwardStore<true, true>{out, bias, g.by_ohw, g.OHW, g.F, next},
+                ConvForwardStore<false, true>{out, bias, g.by_ohw, g.OHW, g.F, next}, workspace, stream);
 }
 
 // The forward's outputs through the ReLU and the 2x2/2 max-pool after it, a window at a time
@@ -367,16 +384,16 @@ void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const Co
     stage_weights<Precision::kTf32>(staged.weight, weight, ConvGeometry(shape), stream);
 }
 
-void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
-                           const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
+void conv2d_forward_staged(const LayerPlans& plans, float* out, const StagedTensor& out_staged, const float* in,
+                           const float* weight, const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
                            const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
                            cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.forward.precision == Precision::kBf16)
-    forward_staged<Precision::kBf16>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged,
+    forward_staged<Precision::kBf16>(plans, out, out_staged, in, weight, bias, n, shape, relu, staged, input_staged,
                                      weights_staged, workspace, stream);
   else
-    forward_staged<Precision::kTf32>(plans, out, in, weight, bias, n, shape, relu, staged, input_staged,
+    forward_staged<Precision::kTf32>(plans, out, out_staged, in, weight, bias, n, shape, relu, staged, input_staged,
                                      weights_staged, workspace, stream);
 }
 

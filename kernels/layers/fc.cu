@@ -162,19 +162,12 @@ class FcOp final : public ProductOp {
  public:
   using ProductOp::ProductOp;
 
-  // As a staged convolution, its output gradient may be written staged by the op after (fc_softmax).
-  StagedTensor staged_output_grad(std::int64_t n) const override {
-    const LayerPlans& plans = plans_for(n);
-    if (!plans.staged) return {};
-    return {staged().output_grad, plans.wgrad.precision, staged_channels(layer_.fc_out, plans.wgrad.precision)};
-  }
-
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
     const bool weights_staged = weights_staged_at_start();
     if (plans.staged)
-      conv2d_forward_staged(plans, t.out, t.in, weight(), bias(), batch.n, as_conv(), relu_, staged(), false,
-                            weights_staged, shared_.workspace.get(), shared_.stream);
+      conv2d_forward_staged(plans, t.out, t.out_staged, t.in, weight(), bias(), batch.n, as_conv(), relu_, staged(),
+                            t.in_staged, weights_staged, shared_.workspace.get(), shared_.stream);
     else
       fc_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.in.size(), layer_.fc_out,
                          relu_, shared_.workspace.get(), shared_.stream);
@@ -225,6 +218,7 @@ class FcOp final : public ProductOp {
     return plan_fc(layer_.in.size(), layer_.fc_out, n, shared_.multiprocessors, shared_.precision);
   }
   ConvShape staged_conv() const override { return as_conv(); }
+  bool staged_products() const override { return as_conv_pays(); }
 };
 
 }  // namespace

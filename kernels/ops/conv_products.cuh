@@ -9,6 +9,7 @@
 
 #include "cnn/layer_ops.hpp"
 #include "ops/fast_div.cuh"
+#include "ops/staged_layout.cuh"
 
 namespace cnn::cuda {
 // Internal to each file that includes this one (as layer_ops_gemm.cuh): the kernels instantiated on
@@ -32,18 +33,26 @@ struct ConvGeometry {
         CHW(s.in_size()), FOHW(s.out_size()), by_ohw(OHW), by_ow(OW), by_kk(KK), by_ks(KS), by_hw(HW), by_w(W) {}
 };
 
-// out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox).
-template <bool kRelu>
+// out[s, f, oy, ox] = v + bias[f], through a ReLU when kRelu. m = (s, oy*OW + ox). kScatter (the
+// staged forms, conv_tensor_core.cu): where staged.words, the same value also into the staged input of
+// the op after (OpTensors::out_staged). The fp32 forms take no such test: with it their step was
+// 1.1-1.7% slower (nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md, the sixteenth part).
+template <bool kRelu, bool kScatter = false>
 struct ConvForwardStore {
   float* out;
   const float* bias;
   FastDiv by_ohw;
   int ohw, filters;
+  StagedScatter staged;
   __device__ __forceinline__ void operator()(int m, int f, float v) const {
     const int s = by_ohw.div(m);
     float y = v + bias[f];
     if (kRelu) y = fmaxf(y, 0.0f);
-    out[(static_cast<std::int64_t>(s) * filters + f) * ohw + (m - s * ohw)] = y;
+    const int p = m - s * ohw;
+    out[(static_cast<std::int64_t>(s) * filters + f) * ohw + p] = y;
+    if constexpr (kScatter) {
+      if (staged.words != nullptr) staged.put(s, f * ohw + p, y);
+    }
   }
 };
 

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       // One word of the sample's staged pixels per lane and step: a tf32 value, or the bf16 pair of
       // channels c, c+1 (consecutive lanes, consecutive words).
       constexpr int kPerWord = word_elements(kStaged);
-      const int pixels = t.staged_pixels;
+      const int pixels = t.grad_in_staged.pixels;
       const int channels = inputs / pixels;
       const int words_per_pixel = t.grad_in_staged.channels_padded / kPerWord;
       const int words = pixels * words_per_pixel;
@@ -114,17 +114,15 @@ void fc_softmax_cross_entropy(const FcSoftmaxTensors& t, std::int64_t n, std::in
                               float label_smoothing, cudaStream_t stream) {
   if (n <= 0) return;
   const bool staged = t.grad_in_staged.words != nullptr;
-  if ((t.grad_in != nullptr || staged) && t.grad_logits == nullptr)
-    throw Error(ExitCode::kFailure, "internal error: fc_softmax's input gradient needs dL/dlogits");
-  if (staged && (t.staged_pixels < 1 || in_features % t.staged_pixels != 0 ||
+  const int pixels = t.grad_in_staged.pixels;
+  if (staged && (pixels < 1 || in_features % pixels != 0 ||
                  t.grad_in_staged.channels_padded !=
-                     staged_channels(static_cast<int>(in_features / t.staged_pixels), t.grad_in_staged.precision)))
+                     staged_channels(static_cast<int>(in_features / pixels), t.grad_in_staged.precision)))
     throw Error(ExitCode::kFailure, "internal error: fc_softmax's staged input gradient has " +
                                         std::to_string(t.grad_in_staged.channels_padded) + " channels at " +
-                                        std::to_string(t.staged_pixels) + " pixels for " +
-                                        std::to_string(in_features) + " inputs");
-  check_int_range(n * std::max<std::int64_t>(in_features, std::int64_t{t.staged_pixels} *
-                                                               t.grad_in_staged.channels_padded),
+                                        std::to_string(pixels) + " pixels for " + std::to_string(in_features) +
+                                        " inputs");
+  check_int_range(n * std::max<std::int64_t>(in_features, std::int64_t{pixels} * t.grad_in_staged.channels_padded),
                   "the last fc layer's input");
   const unsigned blocks = grid_for(n * 32);
   const int I = static_cast<int>(in_features);

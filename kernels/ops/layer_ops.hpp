@@ -136,6 +136,21 @@ void fc_backward_weights(const GemmPlan& plan, float* grad_weight, float* grad_b
                          const float* in, std::int64_t n, std::int64_t in_features, std::int64_t out_features,
                          bool accumulate, float* workspace, cudaStream_t stream);
 
+// A staged tensor of a conv that a neighbouring op fills directly, so that the conv skips a staging
+// pass: its output gradient ([n,OH,OW,Fp] words, StagedBuffers::output_grad), which the op after it
+// writes in its backward (conv2d_stage_backward skipped), or its input ([n,H,W,Cp],
+// StagedBuffers::input), which the op before it writes in its forward beside its own output (the
+// forward's stage_nhwc skipped). The words are those the staging would write, bit for bit; words
+// null: none. pixels: of a sample in that layout (OH*OW or H*W; 1 of an fc layer run as a 1x1 conv),
+// for a writer whose own tensor is that one flattened (a conv's output as an fc layer's input,
+// fc_softmax's input gradient as a conv's output gradient).
+struct StagedTensor {
+  std::uint32_t* words = nullptr;
+  Precision precision = Precision::kFp32;
+  int channels_padded = 0;
+  int pixels = 0;
+};
+
 // The convolution's tensor-core forms (tf32, bf16; conv_tensor_core.cu). The element loaders above
 // spend a dozen instructions on each operand element (its window decoded, bounds tested, loaded
 // alone, rounded); these read 16-byte chunks of 4 or 8 channels instead, from NHWC copies in the
@@ -155,8 +170,10 @@ void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const Co
                           const StagedBuffers& staged, cudaStream_t stream);
 // input_staged: the op before has written staged.input already (StagedTensor); else it is staged here.
 // weights_staged: conv2d_stage_weights has run for these weights (in stream order); else it runs here.
-void conv2d_forward_staged(const LayerPlans& plans, float* out, const float* in, const float* weight,
-                           const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
+// out_staged: where words, the staged input of the op after (a staged conv, or an fc layer run as one),
+// written by the store beside `out` (StagedScatter, staged_layout.cuh).
+void conv2d_forward_staged(const LayerPlans& plans, float* out, const StagedTensor& out_staged, const float* in,
+                           const float* weight, const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
                            const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
                            cudaStream_t stream);
 // Stages grad_out for the two products below (after the step's conv2d_forward_staged).
@@ -170,18 +187,6 @@ void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight,
                                     float* workspace, cudaStream_t stream);
 // The channels of a staged tensor: c rounded up to whole 16-byte chunks of the precision.
 int staged_channels(int c, Precision precision);
-
-// A staged tensor of a conv that a neighbouring op fills directly, so that the conv skips a staging
-// pass: its output gradient ([n,OH,OW,Fp] words, StagedBuffers::output_grad), which the op after it
-// writes in its backward (conv2d_stage_backward skipped), or its input ([n,H,W,Cp],
-// StagedBuffers::input), which the op before it writes in its forward beside its own output (the
-// forward's stage_nhwc skipped). The words are those the staging would write, bit for bit; words
-// null: none.
-struct StagedTensor {
-  std::uint32_t* words = nullptr;
-  Precision precision = Precision::kFp32;
-  int channels_padded = 0;
-};
 
 // The output of a conv + ReLU + 2x2/2 max-pool whose pool runs in the conv's store: the pool's
 // output [n,F,PH,PW] and argmax (in the conv's output plane), and the staged input of the conv after
@@ -203,11 +208,11 @@ void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& p
 // fc_forward (O = 10), softmax_cross_entropy_per_sample and fc_backward's input gradient in one
 // kernel, for the last fc layer and its loss (fc_softmax.cu, the fc_softmax op): per sample, the
 // logits (where `logits`), the loss and hit, dL/dlogits (where `grad_logits`, for the weight
-// gradient's product) and the input gradient (it needs grad_logits), zeroed where in <= 0 when
+// gradient's product) and the input gradient, zeroed where in <= 0 when
 // mask_relu (`in` is a ReLU's output): into `grad_in`, or where grad_in_staged.words, into that
-// staged output gradient of the op before instead (StagedTensor above: NHWC [n, staged_pixels, Cp]
-// words, the input being that op's output [C, staged_pixels] flattened, C = I / staged_pixels), the
-// words its staging would write.
+// staged output gradient of the op before instead (StagedTensor above: NHWC [n, pixels, Cp] words,
+// the input being that op's output [C, pixels] flattened, C = I / pixels), the words its staging
+// would write.
 struct FcSoftmaxTensors {
   const float* in = nullptr;             // [n, I]
   const float* weight = nullptr;         // [10, I]
@@ -217,7 +222,6 @@ struct FcSoftmaxTensors {
   float* grad_logits = nullptr;          // [n, 10] or null (evaluation)
   float* grad_in = nullptr;              // [n, I] or null
   StagedTensor grad_in_staged;           // words null: none
-  int staged_pixels = 1;                 // of grad_in_staged's samples: OH * OW of a conv, 1 of an fc
   bool mask_relu = false;
   float* sample_loss = nullptr;  // [n]
   int* sample_correct = nullptr; // [n]
