@@ -243,6 +243,13 @@ BOOST_AUTO_TEST_CASE(odd_shapes_within_bounds) {
       {"conv3x3:16 relu maxpool2 conv3x3:24/s2/p1 relu fc:10", {3, 20, 20}, 7},
       {"conv3x3:16 relu maxpool2 conv3x3:24/s2/p1 relu fc:10", {3, 20, 20}, 300},
       {"conv3x3:16 relu maxpool2 conv3x3:24/s2/p1 relu fc:300 relu fc:10", {3, 20, 20}, 64},
+      // Staged inputs written by the op before only in the layouts it writes: the fused first layer
+      // and a conv with the pool in its store hand nothing to an fc layer run as a 1x1 conv (one pixel
+      // of 1296 and 1944 channels: it stages its own input), and a conv writes the NHWC input of the
+      // conv after it (18x18 pixels of 16 channels).
+      {"conv3x3:16 relu maxpool2 fc:40 relu fc:10", {3, 20, 20}, 7},
+      {"conv3x3:16 relu conv3x3:24/p1 relu maxpool2 fc:40 relu fc:10", {3, 20, 20}, 7},
+      {"conv3x3:16 relu conv3x3:24/p1 relu maxpool2 fc:40 relu fc:10", {3, 20, 20}, 64},
   };
   for (const Case& c : cases)
     for (const cnn::Precision precision : kTensorCorePrecisions)

@@ -136,10 +136,11 @@ StagedTensor CudaBackend::staged_grad_handover(std::size_t k, std::int64_t n) co
   return ops_[k - 1]->staged_output_grad(n);
 }
 
-// Op k-1 writes op k's input staged when k offers it and k-1 can (device_op.hpp).
+// Op k-1 writes op k's input staged when k offers it and k-1 can write that layout (device_op.hpp).
 StagedTensor CudaBackend::staged_input_handover(std::size_t k, std::int64_t n) const {
-  if (k == 0 || k >= ops_.size() || !ops_[k - 1]->writes_staged_output()) return {};
-  return ops_[k]->staged_input(n);
+  if (k == 0 || k >= ops_.size()) return {};
+  const StagedTensor into = ops_[k]->staged_input(n);
+  return ops_[k - 1]->writes_staged_output(into) ? into : StagedTensor{};
 }
 
 // Op k runs the max-pool op k+1 in its store when k can and k+1 is one (device_op.hpp).

@@ -112,6 +112,16 @@ StagedTensor ProductOp::staged_output_grad(std::int64_t n) const {
           conv.out_h() * conv.out_w()};
 }
 
+bool is_staged_layout_of(const StagedTensor& into, const TensorShape& shape) {
+  return into.words != nullptr && into.pixels == shape.height * shape.width &&
+         into.channels_padded == staged_channels(shape.channels, into.precision);
+}
+
+bool ProductOp::writes_staged_output(const StagedTensor& into) const {
+  if (!staged_products() || into.words == nullptr || into.pixels <= 0 || out_size_ % into.pixels != 0) return false;
+  return into.channels_padded == staged_channels(static_cast<int>(out_size_ / into.pixels), into.precision);
+}
+
 StagedTensor ProductOp::staged_input(std::int64_t n) const {
   const LayerPlans& plans = plans_for(n);
   if (!plans.staged) return {};

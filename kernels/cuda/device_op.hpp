@@ -145,10 +145,13 @@ class DeviceOp {
   virtual StagedTensor staged_output_grad(std::int64_t /*n*/) const { return {}; }
   // It can write its input gradient into the op before's StagedTensor (OpTensors::grad_in_staged).
   virtual bool writes_staged_input_grad() const { return false; }
-  // Where its input may be written staged for a batch of n (a staged conv); words null: not.
+  // Where its input may be written staged for a batch of n (staged products: ProductOp); words null:
+  // not.
   virtual StagedTensor staged_input(std::int64_t /*n*/) const { return {}; }
-  // It can write its output into the op after's StagedTensor as well (OpTensors::out_staged).
-  virtual bool writes_staged_output() const { return false; }
+  // It can write its output into `into`, the op after's staged input, as well (OpTensors::out_staged):
+  // `into` has the layout its kernel writes (a conv's NHWC input of the same shape, or an fc layer's
+  // one-pixel input, which only a staged product's store can write).
+  virtual bool writes_staged_output(const StagedTensor& /*into*/) const { return false; }
   // It is a 2x2/2 max-pool that the op before may run in its store (lending pool_argmax): the backend
   // then offers it to that op (offer_pool_after), before any plan is made.
   virtual bool can_be_pooled_before() const { return false; }
@@ -190,6 +193,11 @@ class DeviceOp {
 // A layer's weights and bias, [weight_offset, bias end) of the flat buffer, as a ready range.
 GradientReadyPoint param_range(const Layer& layer);
 
+// `into` is the staged NHWC layout of a tensor of `shape` (its pixels and padded channels): what the
+// max-pool's and the fused first layer's staged forwards write. An fc layer run as a 1x1 conv after
+// them takes its input as one pixel of C*H*W channels, which they do not write.
+bool is_staged_layout_of(const StagedTensor& into, const TensorShape& shape);
+
 // What the conv and fc ops share: one layer with weights and a bias, run as the planned products of
 // layer_ops.hpp with its ReLU folded into the store (relu_after); launch plans kept per batch size;
 // the weight gradient beside the input gradient (OpShared::weight_grad_place), and the layer's
@@ -214,12 +222,13 @@ class ProductOp : public DeviceOp {
   StagedTensor staged_output_grad(std::int64_t n) const override;
   StagedTensor staged_input(std::int64_t n) const override;
   // A staged product's forward store writes the staged input of a staged product after it, beside its
-  // own output (the cifar preset's conv3 into fc1's: a staging launch fewer on the step's chain).
+  // own output (the cifar preset's conv3 into fc1's: a staging launch fewer on the step's chain), for
+  // any view of its output as [channels, pixels] (StagedScatter).
   // Its input-gradient store does not write the staged output gradient of the one before: that
   // transpose into NHWC as scattered 2- and 4-byte stores (where the staging pass writes whole chunks)
   // made the step about 4-11% slower at batch 128 and up (nvidia-h100-x1, 2026-11-28,
   // docs/PERFORMANCE.md, the sixteenth part).
-  bool writes_staged_output() const override { return staged_products(); }
+  bool writes_staged_output(const StagedTensor& into) const override;
   std::vector<GradientReadyPoint> ready_ranges() const override { return {param_range(layer_)}; }
   std::string implementation(std::int64_t n) const override;
 

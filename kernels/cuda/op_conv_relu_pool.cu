@@ -21,7 +21,8 @@ class ConvReluPoolOp final : public DeviceOp {
       : DeviceOp(op), conv_(network.layers[op.first_layer]), shared_(shared) {
     if (needs_input_grad())
       throw Error(ExitCode::kFailure, "internal error: conv_relu_pool computes no input gradient");
-    out_size_ = network.layers[op.last_layer].out.size();
+    pooled_ = network.layers[op.last_layer].out;
+    out_size_ = pooled_.size();
     model_.input = conv_.in;
     model_.kernel = conv_.conv.kernel;
     model_.filters = conv_.conv.filters;
@@ -43,7 +44,9 @@ class ConvReluPoolOp final : public DeviceOp {
   }
 
   // Reading the data set, it can write a staged conv's input as well (OpTensors::out_staged).
-  bool writes_staged_output() const override { return reads_data(); }
+  bool writes_staged_output(const StagedTensor& into) const override {
+    return reads_data() && is_staged_layout_of(into, pooled_);
+  }
 
   // Writes the pool's output (and, from the data set, a staged copy for the conv after it); evaluation
   // saves no patches (no weight gradient follows).
@@ -73,6 +76,7 @@ class ConvReluPoolOp final : public DeviceOp {
   const Layer& conv_;
   OpShared& shared_;
   SeedModel model_;  // the conv's shape as the fused kernels take it
+  TensorShape pooled_;  // its output: the pool's
   std::map<std::int64_t, ConvReluPoolPlan> plans_;  // by batch size
   DeviceBuffer<std::uint8_t> winners_;  // [n, F, PH, PW]: which of the four conv outputs won (a*2+b)
   DeviceBuffer<uint4> patches_;         // [n, C, PH*PW] 4x4 uint8 input patches (reads_data)

@@ -358,7 +358,9 @@ class MaxPoolOp final : public DeviceOp {
   }
 
   // It can write a staged conv's input as well (OpTensors::out_staged).
-  bool writes_staged_output() const override { return true; }
+  bool writes_staged_output(const StagedTensor& into) const override {
+    return is_staged_layout_of(into, layer_.out);
+  }
 
   // Tiled windows can write a staged conv's output gradient themselves (OpTensors::grad_in_staged).
   bool writes_staged_input_grad() const override { return layer_.pool.size == layer_.pool.stride; }
