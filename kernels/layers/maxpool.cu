@@ -314,6 +314,9 @@ void maxpool_forward(float* out, std::int32_t* argmax, const float* in, std::int
 void maxpool_forward_staged(float* out, std::int32_t* argmax, const StagedTensor& out_staged, const float* in,
                             std::int64_t n, const PoolShape& shape, cudaStream_t stream) {
   if (n <= 0) return;
+  // Its kernel writes the NHWC layout of its own output [C, OH, OW] (channels padded).
+  if (out_staged.channels_padded != staged_channels(shape.channels, out_staged.precision))
+    throw Error(ExitCode::kFailure, "internal error: a max-pool's staged output in another layout");
   const PoolGeometry g = pool_geometry(shape, n);
   const int windows = g.total_out / shape.channels;  // n * OH * OW
   check_int_range(std::int64_t{windows} * out_staged.channels_padded, "a staged max-pool output");

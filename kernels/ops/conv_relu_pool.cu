@@ -261,6 +261,10 @@ void conv_relu_pool_forward_from_data(float* pooled, std::uint8_t* argmax, uint4
                                       const StagedTensor& pooled_staged, const std::uint8_t* images,
                                       const std::int32_t* indices, const float* weight, const float* bias,
                                       std::int64_t n, const SeedModel& m, cudaStream_t stream) {
+  // Its kernel writes the NHWC layout of its own pooled output [F, PH, PW] (channels padded).
+  if (pooled_staged.words != nullptr &&
+      pooled_staged.channels_padded != staged_channels(m.filters, pooled_staged.precision))
+    throw Error(ExitCode::kFailure, "internal error: the fused first layer's staged output in another layout");
   forward(pooled, argmax, patches, GatheredBatch{images, indices, m.input.size()}, weight, bias, n, m, pooled_staged,
           stream);
 }
