@@ -113,13 +113,11 @@ StagedTensor ProductOp::staged_output_grad(std::int64_t n) const {
 }
 
 bool is_staged_layout_of(const StagedTensor& into, const TensorShape& shape) {
-  return into.words != nullptr && into.pixels == shape.height * shape.width &&
-         into.channels_padded == staged_channels(shape.channels, into.precision);
+  return into.pixels == shape.height * shape.width && holds_staged_samples(into, shape.size());
 }
 
 bool ProductOp::writes_staged_output(const StagedTensor& into) const {
-  if (!staged_products() || into.words == nullptr || into.pixels <= 0 || out_size_ % into.pixels != 0) return false;
-  return into.channels_padded == staged_channels(static_cast<int>(out_size_ / into.pixels), into.precision);
+  return staged_products() && holds_staged_samples(into, out_size_);
 }
 
 StagedTensor ProductOp::staged_input(std::int64_t n) const {

@@ -210,13 +210,13 @@ struct StagedWeightGradStore {
 template <Precision P>
 StagedScatter scatter_into(const StagedTensor& t, std::int64_t sample_size) {
   if (t.words == nullptr) return {};
-  const std::int64_t channels = t.pixels > 0 && sample_size % t.pixels == 0 ? sample_size / t.pixels : 0;
-  if (channels == 0 || t.precision != P || t.channels_padded != staged_channels(static_cast<int>(channels), P))
+  if (t.precision != P || !holds_staged_samples(t, sample_size))
     throw Error(ExitCode::kFailure, "internal error: a staged tensor of " + std::to_string(t.pixels) + " x " +
                                         std::to_string(t.channels_padded) + " " + precision_name(t.precision) +
                                         " for " + std::to_string(sample_size) + " elements a sample in " +
                                         precision_name(P));
-  return {t.words, P == Precision::kBf16, static_cast<int>(channels), t.channels_padded, FastDiv(t.pixels)};
+  return {t.words, P == Precision::kBf16, static_cast<int>(sample_size / t.pixels), t.channels_padded,
+          FastDiv(t.pixels)};
 }
 
 template <Precision P>
@@ -374,6 +374,11 @@ void backward_weights_staged(const LayerPlans& plans, float* grad_weight, float*
 int staged_channels(int c, Precision precision) {
   const int chunk = chunk_elements(precision);
   return (c + chunk - 1) / chunk * chunk;
+}
+
+bool holds_staged_samples(const StagedTensor& t, std::int64_t sample_size) {
+  return t.words != nullptr && t.pixels > 0 && sample_size % t.pixels == 0 &&
+         t.channels_padded == staged_channels(static_cast<int>(sample_size / t.pixels), t.precision);
 }
 
 void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const ConvShape& shape,

@@ -115,9 +115,7 @@ void fc_softmax_cross_entropy(const FcSoftmaxTensors& t, std::int64_t n, std::in
   if (n <= 0) return;
   const bool staged = t.grad_in_staged.words != nullptr;
   const int pixels = t.grad_in_staged.pixels;
-  if (staged && (pixels < 1 || in_features % pixels != 0 ||
-                 t.grad_in_staged.channels_padded !=
-                     staged_channels(static_cast<int>(in_features / pixels), t.grad_in_staged.precision)))
+  if (staged && !holds_staged_samples(t.grad_in_staged, in_features))
     throw Error(ExitCode::kFailure, "internal error: fc_softmax's staged input gradient has " +
                                         std::to_string(t.grad_in_staged.channels_padded) + " channels at " +
                                         std::to_string(pixels) + " pixels for " + std::to_string(in_features) +

@@ -150,6 +150,9 @@ struct StagedTensor {
   int channels_padded = 0;
   int pixels = 0;
 };
+// `t` (words given) holds samples of sample_size elements each, an NCHW tensor's flattened sample as
+// [pixels, sample_size / pixels channels]: pixels divides it, and the channels pad to channels_padded.
+bool holds_staged_samples(const StagedTensor& t, std::int64_t sample_size);
 
 // The convolution's tensor-core forms (tf32, bf16; conv_tensor_core.cu). The element loaders above
 // spend a dozen instructions on each operand element (its window decoded, bounds tested, loaded
