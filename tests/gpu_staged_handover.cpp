@@ -12,6 +12,8 @@
 //      before it, run as a staged 1x1 convolution, its other outputs unchanged;
 //   6. a staged conv's forward into the staged input of the conv or fc layer after it, its own output
 //      unchanged;
+//   7. a staged conv's input gradient left in its split partials, which the max-pool's backward
+//      before it adds (OpTensors::grad_out_partials);
 // and the staging of one-pixel samples (an fc layer's rows, stage_rows_kernel) against the staging
 // of two-pixel ones (stage_nhwc_kernel's transpose), pixel by pixel.
 // The whole network with these handovers against `seq`: gpu_precision_steps.cpp.
@@ -123,7 +125,7 @@ BOOST_AUTO_TEST_CASE(pool_backward_into_the_staged_gradient_gives_the_bits_of_th
         staged.output_grad = two_passes;
         cnn::cuda::conv2d_stage_backward(plans, d_grad_in, n, conv, staged, nullptr);
         const int padded = cnn::cuda::staged_channels(channels, precision);
-        cnn::cuda::maxpool_backward_masked_staged({one_pass, precision, padded}, d_grad_out, d_argmax, pooled, n, pool,
+        cnn::cuda::maxpool_backward_masked_staged({one_pass, precision, padded}, d_grad_out, {}, d_argmax, pooled, n, pool,
                                                   nullptr);
         const std::size_t words =
             static_cast<std::size_t>(n * 13 * 13 * padded / (precision == cnn::Precision::kBf16 ? 2 : 1));
@@ -511,4 +513,76 @@ BOOST_AUTO_TEST_CASE(rows_staging_gives_the_words_of_the_transposing_staging) {
         BOOST_TEST((got == want), "batch " << n << ", " << channels << " channels, "
                                            << cnn::precision_name(precision) << ": the words differ");
       }
+}
+
+// A staged conv's input gradient left in its split partials (conv_input_grad_partials), which the
+// max-pool's backward before it adds in split order (OpTensors::grad_out_partials): the staged words
+// of the pool's backward from the input gradient that the conv's sum kernel stores, bit for bit, with
+// and without the ReLU's mask. The cifar preset's pool and conv3 (64 channels of 13x13 -> 6x6 -> 4x4),
+// and 20 channels (not whole bf16 chunks), at batches whose input gradient splits 2 to 16 ways.
+BOOST_AUTO_TEST_CASE(a_conv_input_gradient_in_split_partials_added_by_the_pool_before_it) {
+  const int sms = cnn::cuda::multiprocessor_count();
+  int cases = 0;
+  for (const std::int64_t n : {5, 64, 128, 300})
+    for (const int channels : {64, 20})
+      for (const cnn::Precision precision : kTensorCorePrecisions)
+        for (const bool relu : {true, false}) {
+          const cnn::PoolShape pool{channels, 13, 13, 2, 2};
+          const cnn::ConvShape before{3, 15, 15, channels, 3, 1, 0};  // the staged conv before the pool
+          const cnn::ConvShape conv{channels, 6, 6, 64, 3, 1, 0};
+          const cnn::cuda::LayerPlans plans = cnn::cuda::plan_conv(conv, n, sms, cnn::cuda::kMaxColumnFloats,
+                                                                   precision, cnn::cuda::wgmma_available());
+          const cnn::cuda::LayerPlans plans_before =
+              cnn::cuda::plan_conv(before, n, sms, cnn::cuda::kMaxColumnFloats, precision);
+          BOOST_REQUIRE(plans.staged);
+          DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
+          if (cnn::cuda::conv_input_grad_partials(plans, workspace.get(), n, conv).sums == nullptr) continue;
+          ++cases;
+          const std::string what = "batch " + std::to_string(n) + ", " + std::to_string(channels) + " channels, " +
+                                   cnn::precision_name(precision) + (relu ? ", masked" : "") + ", input gradient " +
+                                   plans.dgrad.describe();
+          BOOST_TEST_MESSAGE("conv's input gradient in split partials into the pool before it: " << what);
+          const DeviceBuffer<float> x =
+              to_device(cnn::test::random_vector(static_cast<std::size_t>(n * pool.in_size()), 15, 1.0f));
+          const DeviceBuffer<float> w =
+              to_device(cnn::test::random_vector(static_cast<std::size_t>(conv.weight_size()), 16, 0.3f));
+          const DeviceBuffer<float> grad_out =
+              to_device(cnn::test::random_vector(static_cast<std::size_t>(n * conv.out_size()), 17, 1.0f));
+          DeviceBuffer<float> pooled(n * pool.out_size());
+          DeviceBuffer<std::int32_t> argmax(n * pool.out_size());
+          cnn::cuda::maxpool_forward(pooled.get(), argmax.get(), x.get(), n, pool, nullptr);
+          DeviceBuffer<std::uint32_t> input(plans.staged_input_words), grad(plans.staged_grad_words),
+              weight(plans.staged_weight_words);
+          const cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
+          cnn::cuda::conv2d_stage_weights(plans, w.get(), conv, staged, nullptr);
+          cnn::cuda::conv2d_stage_backward(plans, grad_out.get(), n, conv, staged, nullptr);
+          const int padded = cnn::cuda::staged_channels(channels, precision);
+          const std::int64_t words = words_of(n * 13 * 13, padded, precision);
+          BOOST_REQUIRE(plans_before.staged_grad_words >= words);
+          const float* mask = relu ? pooled.get() : nullptr;
+          // The sum kernel stores the input gradient; the pool's backward reads it.
+          auto grad_in = poisoned<float>(n * conv.in_size());
+          cnn::cuda::conv2d_backward_data_staged(plans, grad_in.get(), nullptr, n, conv, staged, workspace.get(), false,
+                                                 nullptr);
+          auto want = poisoned<std::uint32_t>(words);
+          cnn::cuda::maxpool_backward_masked_staged({want.get(), precision, padded}, grad_in.get(), {}, argmax.get(),
+                                                    mask, n, pool, nullptr);
+          // The partials left in the workspace; the pool's backward adds them, and grad_in stays unwritten.
+          auto untouched = poisoned<float>(n * conv.in_size());
+          const std::vector<float> poison = to_host(untouched);
+          cnn::cuda::conv2d_backward_data_staged(plans, untouched.get(), nullptr, n, conv, staged, workspace.get(),
+                                                 true, nullptr);
+          const cnn::cuda::SplitPartials partials =
+              cnn::cuda::conv_input_grad_partials(plans, workspace.get(), n, conv);
+          auto got = poisoned<std::uint32_t>(words);
+          cnn::cuda::maxpool_backward_masked_staged({got.get(), precision, padded}, untouched.get(), partials,
+                                                    argmax.get(), mask, n, pool, nullptr);
+          const std::vector<std::uint32_t> want_words = to_host(want);
+          BOOST_TEST(std::count(want_words.begin(), want_words.end(), 0u) <
+                     static_cast<std::ptrdiff_t>(want_words.size()) * 19 / 20);  // gradient did get through
+          BOOST_TEST((to_host(got) == want_words), what << ": the words differ");
+          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(untouched), poison), what << ": grad_in was written");
+        }
+  BOOST_TEST_MESSAGE(cases << " cases split 2 to " << cnn::cuda::kMaxSplitsAddedInOrder << " ways");
+  BOOST_TEST(cases >= 4);  // the cifar preset's conv3 at batch 128 splits, in both precisions
 }
