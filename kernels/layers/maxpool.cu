@@ -64,13 +64,14 @@ __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __
 }
 
 // A block's tile of the staged kernels below, as stage_nhwc_kernel stages a tensor: 32 windows (s, py,
-// px in the pool output's order) x kChannelsPerTile channels, read with lanes on consecutive windows of
-// a plane (coalesced in the pool's NCHW output) into shared memory, then written as 16-byte chunks of a
-// pixel's channels (whole sectors of the staged NHWC words).
-template <int kChannelsPerTile>
-struct PoolTileOf {
+// px in the pool output's order) x 32 channels, read with lanes on consecutive windows of a plane
+// (coalesced in the pool's NCHW output) into shared memory, then written as 16-byte chunks of a
+// pixel's channels (whole sectors of the staged NHWC words). (A tile of 64 channels for the backward,
+// whose 32 windows x 4 bf16 chunks leave half of the 256 threads idle in its write phase, was 5% faster
+// in tf32 and 3% slower in bf16 at batch 2048: nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md.)
+struct PoolTile {
   static constexpr int kWindows = 32;
-  static constexpr int kChannels = kChannelsPerTile;
+  static constexpr int kChannels = 32;
 
   // A (channel, window) of the block's tile: lc, lw in the tile; c and window (s * OH * OW + r, r = py
   // * OW + px) in the tensor; plane = s * C + c, and o its index in the pool's output [n,C,OH,OW].
@@ -113,10 +114,6 @@ struct PoolTileOf {
                 static_cast<unsigned>(ceil_div(channels_padded, kChannels)));
   }
 };
-// The forward's tile. The backward's is 64 channels wide: its write phase has a thread per 16-byte
-// chunk, and 32 channels are 4 bf16 chunks, so 32 windows x 4 chunks left half of the 256 threads idle.
-using PoolTile = PoolTileOf<32>;
-using PoolBackwardTile = PoolTileOf<64>;
 
 // maxpool_forward_kernel that also writes the output into the staged input of the conv after the pool
 // ([n,OH,OW,Cp] words), a block per PoolTile: the outputs and argmaxes as the plain kernel writes
@@ -206,28 +203,34 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
 // The pool's output gradient at an element of the tile: grad_out, or where the conv after the pool left
 // it in its split partials (SplitPartials, layer_ops.hpp: [splits][C][n*OH*OW]), their sum in split
 // order from 0, as gemm_finalize_kernel adds them, so the same bits: the conv's sum kernel is one
-// launch fewer on the step's chain (the cifar preset's conv3 at small batches).
+// launch fewer on the step's chain (the cifar preset's conv3 at small batches). Every split's load is
+// issued before the adds: one at a time, each waiting for the last, made the kernel 6-7 us longer at
+// batch 128 (as long as the sum kernel it replaced; nvidia-h100-x1, 2026-11-28).
 struct PoolGradOut {
   const float* grad;      // [n,C,OH,OW], where partials.sums is null
   SplitPartials partials;
-  __device__ __forceinline__ float operator()(const PoolBackwardTile::Element& e) const {
+  __device__ __forceinline__ float operator()(const PoolTile::Element& e) const {
     if (partials.sums == nullptr) return __ldg(grad + e.o);
     const std::int64_t plane = std::int64_t{partials.rows} * partials.columns;
     const float* at = partials.sums + static_cast<std::int64_t>(e.c) * partials.rows + e.window;
+    float split[kMaxSplitsAddedInOrder];
+#pragma unroll
+    for (int z = 0; z < kMaxSplitsAddedInOrder; ++z) split[z] = z < partials.splits ? __ldg(at + z * plane) : 0.0f;
     float sum = 0.0f;
-    for (int z = 0; z < partials.splits; ++z) sum += __ldg(at + z * plane);
+#pragma unroll
+    for (int z = 0; z < kMaxSplitsAddedInOrder; ++z)
+      if (z < partials.splits) sum += split[z];
     return sum;
   }
 };
 
-// maxpool_backward_tiled_kernel into the staged layout, a block per PoolBackwardTile: each window's
+// maxpool_backward_tiled_kernel into the staged layout, a block per PoolTile: each window's
 // argmax, gradient and maximum read once (the gradient only where the mask lets it through), then one
 // 16-byte chunk of 4 tf32 or 8 bf16 channels per thread at every pixel of a window: the winner's masked
 // gradient or 0, as the tiled kernel. Channels C..Cp-1 are 0, and the last row and column of windows
 // also write the pixels no window covers (H or W not a multiple of the size), with 0. For conv2 of the
-// cifar preset at batch 2048 this took 67-68 us in
-// tf32 and bf16 on nvidia-h100-x1 and 51-54 on nvidia-h200 (ncu) with tiles of 32 channels. Slower forms, nvidia-h100-x1: a
-// thread per (window, pixel, chunk), 75-77 us in bf16; a thread per pixel and chunk with no shared
+// cifar preset at batch 2048 this takes 66-68 us in tf32 and bf16 on nvidia-h100-x1 and 51-54 on
+// nvidia-h200 (ncu). Slower forms, nvidia-h100-x1: a thread per (window, pixel, chunk), 75-77 us in bf16; a thread per pixel and chunk with no shared
 // memory, reading each window once per pixel of it, 80 us in bf16 and 101 in tf32; a thread per window
 // and chunk with windows on adjacent lanes, writing 16 bytes of every 512, 74 and 163 us.
 // docs/PERFORMANCE.md.
@@ -238,11 +241,11 @@ __global__ void __launch_bounds__(kBlockThreads)
                                    PoolGeometry g, int C, int Cp, int windows /*n * OH * OW*/) {
   start_after_previous_kernel();
   constexpr int kPerChunk = chunk_elements(P);
-  __shared__ std::int32_t winner_s[PoolBackwardTile::kChannels][PoolBackwardTile::kWindows + 1];
-  __shared__ float grad_s[PoolBackwardTile::kChannels][PoolBackwardTile::kWindows + 1];
-  PoolBackwardTile::read(
+  __shared__ std::int32_t winner_s[PoolTile::kChannels][PoolTile::kWindows + 1];
+  __shared__ float grad_s[PoolTile::kChannels][PoolTile::kWindows + 1];
+  PoolTile::read(
       g, C, windows,
-      [&](const PoolBackwardTile::Element& e) {
+      [&](const PoolTile::Element& e) {
         winner_s[e.lc][e.lw] = __ldg(argmax + e.o);
         grad_s[e.lc][e.lw] = pooled_out == nullptr || __ldg(pooled_out + e.o) > 0.0f ? grad_out(e) : 0.0f;
       },
@@ -251,7 +254,7 @@ __global__ void __launch_bounds__(kBlockThreads)
         grad_s[lc][lw] = 0.0f;
       });
   __syncthreads();
-  PoolBackwardTile::write<kPerChunk>(Cp, windows, [&](int window, int lw, int j, int c0) {
+  PoolTile::write<kPerChunk>(Cp, windows, [&](int window, int lw, int j, int c0) {
     const auto [s, r, py, px] = split_plane_index(window, g.by_ohw, g.by_ow);
     std::int32_t winner[kPerChunk];
     float grad[kPerChunk];
@@ -314,7 +317,7 @@ void launch_maxpool_backward_staged(const StagedTensor& grad_in, const PoolGradO
                                     int channels, cudaStream_t stream) {
   const int windows = g.total_out / channels;  // n * OH * OW
   check_int_range(std::int64_t{g.total_in} / channels * grad_in.channels_padded, "a staged max-pool gradient");
-  const dim3 grid = PoolBackwardTile::grid(windows, grad_in.channels_padded);
+  const dim3 grid = PoolTile::grid(windows, grad_in.channels_padded);
   launch_dependent(maxpool_backward_staged_kernel<P>, grid, kBlockThreads, 0, stream,
                    reinterpret_cast<uint4*>(grad_in.words), grad_out, argmax, pooled_out, g, channels,
                    grad_in.channels_padded, windows);
