@@ -9,6 +9,7 @@
 // After a staged conv + ReLU that pools in its store (OpTensors::pooled), the op's forward is that
 // conv's: it only lends its argmax (pool_argmax).
 #include <cstdint>
+#include <string>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
@@ -204,8 +205,8 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
 // it in its split partials (SplitPartials, layer_ops.hpp: [splits][C][n*OH*OW]), their sum in split
 // order from 0, as gemm_finalize_kernel adds them, so the same bits: the conv's sum kernel is one
 // launch fewer on the step's chain (the cifar preset's conv3 at small batches). Every split's load is
-// issued before the adds: one at a time, each waiting for the last, made the kernel 6-7 us longer at
-// batch 128 (as long as the sum kernel it replaced; nvidia-h100-x1, 2026-11-28).
+// issued before the adds: with the loads one at a time, each after the add before it, the kernel grew
+// by as much as the sum kernel it replaced took (nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md).
 struct PoolGradOut {
   const float* grad;      // [n,C,OH,OW], where partials.sums is null
   SplitPartials partials;
@@ -230,10 +231,10 @@ struct PoolGradOut {
 // gradient or 0, as the tiled kernel. Channels C..Cp-1 are 0, and the last row and column of windows
 // also write the pixels no window covers (H or W not a multiple of the size), with 0. For conv2 of the
 // cifar preset at batch 2048 this takes 66-68 us in tf32 and bf16 on nvidia-h100-x1 and 51-54 on
-// nvidia-h200 (ncu). Slower forms, nvidia-h100-x1: a thread per (window, pixel, chunk), 75-77 us in bf16; a thread per pixel and chunk with no shared
-// memory, reading each window once per pixel of it, 80 us in bf16 and 101 in tf32; a thread per window
-// and chunk with windows on adjacent lanes, writing 16 bytes of every 512, 74 and 163 us.
-// docs/PERFORMANCE.md.
+// nvidia-h200 (ncu). Slower forms, nvidia-h100-x1: a thread per (window, pixel, chunk), 75-77 us in
+// bf16; a thread per pixel and chunk with no shared memory, reading each window once per pixel of it,
+// 80 us in bf16 and 101 in tf32; a thread per window and chunk with windows on adjacent lanes, writing
+// 16 bytes of every 512, 74 and 163 us. docs/PERFORMANCE.md.
 template <Precision P>
 __global__ void __launch_bounds__(kBlockThreads)
     maxpool_backward_staged_kernel(uint4* __restrict__ dst, PoolGradOut grad_out,
