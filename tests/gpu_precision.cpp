@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(staged_products_match_the_cpu_twins) {
                                      std::pair{&staged.weight, plans.staged_weight_words}})
           CNN_CHECK_CUDA(cudaMalloc(buffer, words * sizeof(std::uint32_t)));
         cnn::cuda::conv2d_forward_staged(plans, d_out, {}, d_in, d_weight, d_bias, n, shape, true, staged, false, false,
-                                         d_workspace, false, nullptr);
+                                         d_workspace, nullptr);
         cnn::cuda::conv2d_stage_backward(plans, d_grad_out, n, shape, staged, nullptr);
         cnn::cuda::conv2d_backward_data_staged(plans, d_grad_in, d_in, n, shape, staged, d_workspace, false, nullptr);
         cnn::cuda::conv2d_backward_weights_staged(plans, d_grad_weight, d_grad_bias, n, shape, false, staged,
@@ -358,7 +358,7 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
         for (const auto& [name, v] : variants)
           report(p, "forward staged " + name + " (" + v.forward.describe() + ")", time_us([&] {
                    cnn::cuda::conv2d_forward_staged(v, out, {}, in, weight, bias, n, s, true, staged, false, false,
-                                                    workspace, false, nullptr);
+                                                    workspace, nullptr);
                  }));
         for (const auto& [name, v] : variants)
           report(p, "dgrad staged " + name + " (" + v.dgrad.describe() + ")", time_us([&] {

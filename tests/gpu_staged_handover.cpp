@@ -9,8 +9,6 @@
 //      the pool's output, argmax and staged words of the conv + ReLU and the pool's staged forward;
 //   4. a staged conv's forward into the staged input of the conv or fc layer after it, its own output
 //      unchanged;
-//   5. an fc layer's output (run as a staged 1x1 convolution) left in its split partials, which
-//      fc_softmax after it adds (OpTensors::in_partials);
 // and the staging of one-pixel samples (an fc layer's rows, stage_rows_kernel) against the staging
 // of two-pixel ones (stage_nhwc_kernel's transpose), pixel by pixel.
 // The backward's handovers: gpu_staged_backward_handover.cpp. The whole network with these handovers
@@ -70,7 +68,7 @@ std::vector<std::uint32_t> staged_input_of(const float* in, std::int64_t n, cons
   const DeviceBuffer<float> b = to_device(cnn::test::random_vector(static_cast<std::size_t>(shape.filters), 5, 0.5f));
   cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
   cnn::cuda::conv2d_forward_staged(plans, out.get(), {}, in, w.get(), b.get(), n, shape, true, staged, false, false,
-                                   workspace.get(), false, nullptr);
+                                   workspace.get(), nullptr);
   return to_host(input);
 }
 
@@ -195,7 +193,7 @@ BOOST_AUTO_TEST_CASE(conv_with_the_pool_in_its_store_gives_the_bits_of_conv_then
           auto conv_out = poisoned<float>(n * shape.out_size());
           DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
           cnn::cuda::conv2d_forward_staged(plans, conv_out.get(), {}, x.get(), w.get(), b.get(), n, shape, true, staged,
-                                           false, false, workspace.get(), false, nullptr);
+                                           false, false, workspace.get(), nullptr);
           auto pooled = poisoned<float>(n * pool.out_size());
           auto argmax = poisoned<std::int32_t>(n * pool.out_size());
           auto staged_words = poisoned<std::uint32_t>(words);
@@ -290,7 +288,7 @@ BOOST_AUTO_TEST_CASE(a_staged_conv_writes_the_staged_input_of_the_product_after_
         DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
         auto out = poisoned<float>(n * conv.out_size());
         cnn::cuda::conv2d_forward_staged(plans, out.get(), {}, x.get(), w.get(), b.get(), n, conv, true, staged, false,
-                                         false, workspace.get(), false, nullptr);
+                                         false, workspace.get(), nullptr);
         const std::vector<float> want_out = to_host(out);
         for (const After& after : afters) {
           const std::string what = std::to_string(filters) + " filters into the " + after.name + " after, batch " +
@@ -306,7 +304,7 @@ BOOST_AUTO_TEST_CASE(a_staged_conv_writes_the_staged_input_of_the_product_after_
           auto got_words = poisoned<std::uint32_t>(words);
           cnn::cuda::conv2d_forward_staged(plans, got_out.get(), {got_words.get(), precision, padded, after.pixels},
                                            x.get(), w.get(), b.get(), n, conv, true, staged, false, true,
-                                           workspace.get(), false, nullptr);
+                                           workspace.get(), nullptr);
           BOOST_TEST(std::count(want.begin(), want.end(), 0u) < static_cast<std::ptrdiff_t>(want.size()) * 3 / 4);
           BOOST_TEST((to_host(got_words) == want), what << ": the staged input words differ");
           BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got_out), want_out), what << ": the output differs");
@@ -355,103 +353,4 @@ BOOST_AUTO_TEST_CASE(rows_staging_gives_the_words_of_the_transposing_staging) {
         BOOST_TEST((got == want), "batch " << n << ", " << channels << " channels, "
                                            << cnn::precision_name(precision) << ": the words differ");
       }
-}
-
-// An fc layer run as a staged 1x1 convolution leaving its output in its split partials
-// (conv_output_partials), which fc_softmax after it adds with the layer's bias and ReLU
-// (FcSoftmaxTensors::in_partials): the fc layer's output that fc_softmax writes, its staged input
-// gradient words, logits, dL/dlogits, losses and hits are those of the layer's stored output read by
-// fc_softmax, bit for bit, and the layer's own output buffer is not written. The cifar preset's fc1
-// (1024 -> 64) and an fc of 200 -> 20 (not whole bf16 chunks), with and without the ReLU, at batches
-// whose forward splits 2 to 16 ways.
-BOOST_AUTO_TEST_CASE(an_fc_output_in_split_partials_added_by_fc_softmax_after_it) {
-  constexpr int kClasses = 10;
-  const int sms = cnn::cuda::multiprocessor_count();
-  int cases = 0;
-  for (const std::int64_t n : {5, 64, 128, 300})
-    for (const int inputs : {1024, 200})
-      for (const cnn::Precision precision : kTensorCorePrecisions)
-        for (const bool relu : {true, false}) {
-          const int outputs = inputs == 1024 ? 64 : 20;
-          const cnn::ConvShape fc{inputs, 1, 1, outputs, 1, 1, 0};  // the fc layer as a 1x1 conv
-          const cnn::cuda::LayerPlans plans = cnn::cuda::plan_conv(fc, n, sms, cnn::cuda::kMaxColumnFloats, precision,
-                                                                   cnn::cuda::wgmma_available());
-          BOOST_REQUIRE(plans.staged);
-          DeviceBuffer<float> workspace(std::max<std::int64_t>(1, plans.workspace_floats()));
-          const DeviceBuffer<float> b =
-              to_device(cnn::test::random_vector(static_cast<std::size_t>(outputs), 20, 0.3f));
-          if (cnn::cuda::conv_output_partials(plans, workspace.get(), n, fc, b.get(), relu).sums == nullptr) continue;
-          ++cases;
-          const std::string what = "batch " + std::to_string(n) + ", " + std::to_string(inputs) + " -> " +
-                                   std::to_string(outputs) + ", " + cnn::precision_name(precision) +
-                                   (relu ? ", ReLU" : "") + ", forward " + plans.forward.describe();
-          BOOST_TEST_MESSAGE("fc output in split partials into fc_softmax: " << what);
-          const DeviceBuffer<float> x =
-              to_device(cnn::test::random_vector(static_cast<std::size_t>(n * inputs), 21, 1.0f));
-          const DeviceBuffer<float> w =
-              to_device(cnn::test::random_vector(static_cast<std::size_t>(fc.weight_size()), 22, 0.1f));
-          const DeviceBuffer<float> head_w =
-              to_device(cnn::test::random_vector(static_cast<std::size_t>(kClasses * outputs), 23, 0.5f));
-          const DeviceBuffer<float> head_b = to_device(cnn::test::random_vector(kClasses, 24, 0.5f));
-          std::vector<std::uint8_t> labels(static_cast<std::size_t>(n));
-          for (std::size_t s = 0; s < labels.size(); ++s) labels[s] = static_cast<std::uint8_t>((s * 7 + 3) % kClasses);
-          const auto d_labels = to_device(labels);
-          DeviceBuffer<std::uint32_t> input(plans.staged_input_words), grad(plans.staged_grad_words),
-              weight(plans.staged_weight_words);
-          const cnn::cuda::StagedBuffers staged{input.get(), grad.get(), weight.get()};
-          const int padded = cnn::cuda::staged_channels(outputs, precision);
-          struct Run {
-            DeviceBuffer<float> logits, grad_logits, loss;
-            DeviceBuffer<int> correct;
-            DeviceBuffer<std::uint32_t> words;
-          };
-          auto head = [&](Run& r, const float* in) {
-            cnn::cuda::FcSoftmaxTensors t;
-            t.in = in;
-            t.weight = head_w.get();
-            t.bias = head_b.get();
-            t.labels = d_labels.get();
-            t.logits = r.logits.get();
-            t.grad_logits = r.grad_logits.get();
-            t.mask_relu = relu;
-            t.sample_loss = r.loss.get();
-            t.sample_correct = r.correct.get();
-            t.grad_in_staged = {r.words.get(), precision, padded, 1};
-            return t;
-          };
-          auto run = [&] {
-            return Run{poisoned<float>(n * kClasses), poisoned<float>(n * kClasses), poisoned<float>(n),
-                       poisoned<int>(n), poisoned<std::uint32_t>(words_of(n, padded, precision))};
-          };
-          // The layer's sum kernel stores its output; fc_softmax reads it.
-          auto out = poisoned<float>(n * outputs);
-          cnn::cuda::conv2d_forward_staged(plans, out.get(), {}, x.get(), w.get(), b.get(), n, fc, relu, staged, false,
-                                           false, workspace.get(), false, nullptr);
-          Run want = run();
-          cnn::cuda::fc_softmax_cross_entropy(head(want, out.get()), n, outputs, 0.1f, nullptr);
-          // The partials left in the workspace; fc_softmax adds them and writes the output itself.
-          auto untouched = poisoned<float>(n * outputs);
-          const std::vector<float> poison = to_host(untouched);
-          cnn::cuda::conv2d_forward_staged(plans, untouched.get(), {}, x.get(), w.get(), b.get(), n, fc, relu, staged,
-                                           false, true, workspace.get(), true, nullptr);
-          Run got = run();
-          auto written = poisoned<float>(n * outputs);
-          cnn::cuda::FcSoftmaxTensors t = head(got, nullptr);
-          t.in_partials = cnn::cuda::conv_output_partials(plans, workspace.get(), n, fc, b.get(), relu);
-          t.in_written = written.get();
-          cnn::cuda::fc_softmax_cross_entropy(t, n, outputs, 0.1f, nullptr);
-          const std::vector<float> want_out = to_host(out);
-          const auto zeros = std::count(want_out.begin(), want_out.end(), 0.0f);
-          BOOST_TEST(zeros < static_cast<std::ptrdiff_t>(want_out.size()) * 3 / 4);
-          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(written), want_out), what << ": the output differs");
-          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(untouched), poison), what << ": the layer wrote its output");
-          BOOST_TEST((to_host(got.words) == to_host(want.words)), what << ": the staged input gradient differs");
-          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got.logits), to_host(want.logits)), what << ": logits");
-          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got.grad_logits), to_host(want.grad_logits)),
-                     what << ": dL/dlogits");
-          BOOST_TEST(cnn::gpu_test::bitwise_equal(to_host(got.loss), to_host(want.loss)), what << ": losses");
-          BOOST_TEST((to_host(got.correct) == to_host(want.correct)), what << ": hits");
-        }
-  BOOST_TEST_MESSAGE(cases << " cases split 2 to " << cnn::cuda::kMaxSplitsAddedInOrder << " ways");
-  BOOST_TEST(cases >= 4);  // the cifar preset's fc1 at batch 128 splits, in both precisions
 }

@@ -152,15 +152,6 @@ SplitPartials CudaBackend::split_grad_handover(std::size_t k, std::int64_t n) co
   return ops_[k]->input_grad_partials(n);
 }
 
-// Op k leaves its output in split partials for op k+1 when k offers them and k+1 adds them itself, and
-// op k writes no staged input of op k+1 and runs no pool in its store (device_op.hpp).
-SplitPartials CudaBackend::split_output_handover(std::size_t k, std::int64_t n) const {
-  if (k + 1 >= ops_.size() || !ops_[k + 1]->reads_split_input() || staged_input_handover(k + 1, n).words != nullptr ||
-      pool_handover(k, n).out != nullptr)
-    return {};
-  return ops_[k]->output_partials(n);
-}
-
 // Op k runs the max-pool op k+1 in its store when k can and k+1 is one (device_op.hpp).
 PooledOutput CudaBackend::pool_handover(std::size_t k, std::int64_t n) const {
   if (k + 1 >= ops_.size() || !ops_[k]->pools_output(n)) return {};
@@ -184,9 +175,6 @@ OpTensors CudaBackend::tensors(std::size_t k, std::int64_t n) const {
   t.pooled_before = k > 0 && pool_handover(k - 1, n).out != nullptr;
   t.grad_out_partials = split_grad_handover(k + 1, n);
   t.grad_in_partials = split_grad_handover(k, n).sums != nullptr;
-  if (k > 0) t.in_partials = split_output_handover(k - 1, n);
-  if (t.in_partials.sums != nullptr) t.in_written = activations_[k].get();
-  t.out_partials = split_output_handover(k, n).sums != nullptr;
   return t;
 }
 

@@ -83,8 +83,6 @@ class CudaBackend final : public DeviceBackend {
   // Op k's input gradient left in its split partials, which op k-1 adds (OpTensors::grad_out_partials).
   // sums null: none.
   SplitPartials split_grad_handover(std::size_t k, std::int64_t n) const;
-  // Op k's output left in its split partials, which op k+1 adds (OpTensors::in_partials).
-  SplitPartials split_output_handover(std::size_t k, std::int64_t n) const;
 
   Network network_;  // the ops hold references to its layers
   OpShared shared_;

@@ -101,13 +101,6 @@ struct OpTensors {
   // not write grad_in.
   SplitPartials grad_out_partials;
   bool grad_in_partials = false;
-  // The forward's twin: the op before left this op's input in its split partials (with its bias and
-  // ReLU), which this op adds itself and writes into `in`'s buffer (reads_split_input; fc_softmax after
-  // the cifar preset's fc1 at small batches). And this op leaves its output so (output_partials), and
-  // writes neither out nor out_staged.
-  SplitPartials in_partials;
-  float* in_written = nullptr;     // where in_partials.sums: activations[k], which this op writes
-  bool out_partials = false;
 };
 
 // The overlapped step's ready points (gradient_ready.hpp), as the backward reaches them. An op with
@@ -164,12 +157,6 @@ class DeviceOp {
   // Where it writes its own input gradient staged, it can add its output gradient from the op after's
   // split partials (OpTensors::grad_out_partials).
   virtual bool reads_split_output_grad() const { return false; }
-  // Where its output for a batch of n may be left in the split partials of its product (an fc layer run
-  // as a staged 1x1 convolution whose forward splits k); sums null: not.
-  virtual SplitPartials output_partials(std::int64_t /*n*/) const { return {}; }
-  // It can add its input from the op before's split partials (OpTensors::in_partials), writing it
-  // into the input's buffer.
-  virtual bool reads_split_input() const { return false; }
   // Where its input may be written staged for a batch of n (staged products: ProductOp); words null:
   // not.
   virtual StagedTensor staged_input(std::int64_t /*n*/) const { return {}; }

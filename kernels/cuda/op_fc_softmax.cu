@@ -34,14 +34,9 @@ class FcSoftmaxOp final : public ProductOp {
   // Only the labels' gather: its one product (the weight gradient) stages nothing.
   void start_step(const DeviceBatch& batch) override { labels_.gather_at_step_start(batch); }
 
-  // Its kernel can add its input from the fc layer before's split partials, a few inputs a lane.
-  bool reads_split_input() const override { return layer_.in.size() <= kFcSoftmaxMaxPartialInputs; }
-
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     FcSoftmaxTensors head;
     head.in = t.in;
-    head.in_partials = t.in_partials;
-    head.in_written = t.in_written;
     head.weight = weight();
     head.bias = bias();
     head.labels = labels_.labels_for(batch);

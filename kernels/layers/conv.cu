@@ -376,7 +376,7 @@ class ConvOp final : public ProductOp {
                                    t.in_staged, weights_staged, shared_.stream);
     else if (plans.staged)
       conv2d_forward_staged(plans, t.out, t.out_staged, t.in, weight(), bias(), batch.n, layer_.conv, relu_, staged(),
-                            t.in_staged, weights_staged, shared_.workspace.get(), false, shared_.stream);
+                            t.in_staged, weights_staged, shared_.workspace.get(), shared_.stream);
     else
       conv2d_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.conv, relu_,
                              shared_.workspace.get(), shared_.stream);

@@ -223,10 +223,7 @@ template <Precision P>
 void forward_staged(const LayerPlans& plans, float* out, const StagedTensor& out_staged, const float* in,
                     const float* weight, const float* bias, std::int64_t n, const ConvShape& s, bool relu,
                     const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
-                    bool leave_splits, cudaStream_t stream) {
-  if (leave_splits && conv_output_partials(plans, workspace, n, s, bias, relu).sums == nullptr)
-    throw Error(ExitCode::kFailure, "internal error: a conv's output left in split partials by the plan " +
-                                        plans.forward.describe());
+                    cudaStream_t stream) {
   const ConvGeometry g(s);
   const int cp = staged_channels(g.C, P);
   if (!input_staged) stage_nhwc<P>(staged.input, in, n, g.C, g.HW, cp, stream);
@@ -236,12 +233,8 @@ void forward_staged(const LayerPlans& plans, float* out, const StagedTensor& out
                         g.by_ohw, g.by_ow, FastDiv(cp), g.by_ks};
   const StagedRowsB b{staged.weight, shift, g.F, g.KK * cp};
   const StagedScatter next = scatter_into<P>(out_staged, g.FOHW);
-  const ConvForwardStore<true, true> with_relu{out, bias, g.by_ohw, g.OHW, g.F, next};
-  if (leave_splits)  // the store is not called
-    launch_gemm(plans.forward, a, b, with_relu, workspace, stream, false);
-  else
-    launch_either(relu, plans.forward, a, b, with_relu,
-                  ConvForwardStore<false, true>{out, bias, g.by_ohw, g.OHW, g.F, next}, workspace, stream);
+  launch_either(relu, plans.forward, a, b, ConvForwardStore<true, true>{out, bias, g.by_ohw, g.OHW, g.F, next},
+                ConvForwardStore<false, true>{out, bias, g.by_ohw, g.OHW, g.F, next}, workspace, stream);
 }
 
 // The forward's outputs through the ReLU and the 2x2/2 max-pool after it, a window at a time
@@ -406,42 +399,14 @@ void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const Co
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const StagedTensor& out_staged, const float* in,
                            const float* weight, const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
                            const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
-                           bool leave_splits, cudaStream_t stream) {
+                           cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.forward.precision == Precision::kBf16)
     forward_staged<Precision::kBf16>(plans, out, out_staged, in, weight, bias, n, shape, relu, staged, input_staged,
-                                     weights_staged, workspace, leave_splits, stream);
+                                     weights_staged, workspace, stream);
   else
     forward_staged<Precision::kTf32>(plans, out, out_staged, in, weight, bias, n, shape, relu, staged, input_staged,
-                                     weights_staged, workspace, leave_splits, stream);
-}
-
-namespace {
-// The split partials of a staged product of `plan` over rows x columns, where it splits 2 to
-// kMaxSplitsAddedInOrder ways (not over TMA boxes, which never split); else none.
-SplitPartials split_partials_of(const GemmPlan& plan, bool staged, const float* workspace, std::int64_t rows,
-                                std::int64_t columns) {
-  if (!staged || plan.tma() || plan.splits < 2 || plan.splits > kMaxSplitsAddedInOrder) return {};
-  if (plan.m != rows || plan.n != columns)
-    throw Error(ExitCode::kFailure, "internal error: a product planned as " + std::to_string(plan.m) + " x " +
-                                        std::to_string(plan.n) + " for " + std::to_string(rows) + " x " +
-                                        std::to_string(columns));
-  SplitPartials partials;
-  partials.sums = workspace;
-  partials.splits = plan.splits;
-  partials.rows = plan.m;
-  partials.columns = plan.n;
-  return partials;
-}
-}  // namespace
-
-SplitPartials conv_output_partials(const LayerPlans& plans, const float* workspace, std::int64_t n,
-                                   const ConvShape& shape, const float* bias, bool relu) {
-  SplitPartials partials =
-      split_partials_of(plans.forward, plans.staged, workspace, n * shape.out_h() * shape.out_w(), shape.filters);
-  partials.bias = bias;
-  partials.relu = relu;
-  return partials;
+                                     weights_staged, workspace, stream);
 }
 
 void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& pooled, const float* in,
@@ -480,7 +445,12 @@ void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const 
 
 SplitPartials conv_input_grad_partials(const LayerPlans& plans, const float* workspace, std::int64_t n,
                                        const ConvShape& shape) {
-  return split_partials_of(plans.dgrad, plans.staged, workspace, n * shape.height * shape.width, shape.channels);
+  const GemmPlan& plan = plans.dgrad;
+  if (!plans.staged || plan.tma() || plan.splits < 2 || plan.splits > kMaxSplitsAddedInOrder) return {};
+  if (plan.m != n * shape.height * shape.width || plan.n != shape.channels)
+    throw Error(ExitCode::kFailure, "internal error: a conv's input gradient planned as " + std::to_string(plan.m) +
+                                        " x " + std::to_string(plan.n) + " for a batch of " + std::to_string(n));
+  return {workspace, plan.splits, plan.m, plan.n};
 }
 
 void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,

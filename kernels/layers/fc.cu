@@ -162,18 +162,12 @@ class FcOp final : public ProductOp {
  public:
   using ProductOp::ProductOp;
 
-  // Its staged forward's split output, in the main stream's workspace, where nothing else runs between
-  // its product and the op after's forward.
-  SplitPartials output_partials(std::int64_t n) const override {
-    return conv_output_partials(plans_for(n), shared_.workspace.get(), n, as_conv(), bias(), relu_);
-  }
-
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
     const bool weights_staged = weights_staged_at_start();
     if (plans.staged)
       conv2d_forward_staged(plans, t.out, t.out_staged, t.in, weight(), bias(), batch.n, as_conv(), relu_, staged(),
-                            t.in_staged, weights_staged, shared_.workspace.get(), t.out_partials, shared_.stream);
+                            t.in_staged, weights_staged, shared_.workspace.get(), shared_.stream);
     else
       fc_forward_planned(plans.forward, t.out, t.in, weight(), bias(), batch.n, layer_.in.size(), layer_.fc_out,
                          relu_, shared_.workspace.get(), shared_.stream);

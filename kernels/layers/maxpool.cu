@@ -17,7 +17,6 @@
 #include "cuda/launch.hpp"
 #include "ops/fast_div.cuh"
 #include "ops/layer_ops.hpp"
-#include "ops/split_partials.cuh"
 #include "ops/staged_layout.cuh"
 
 namespace cnn::cuda {
@@ -203,14 +202,26 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
 }
 
 // The pool's output gradient at an element of the tile: grad_out, or where the conv after the pool left
-// it in its split partials (SplitPartials, layer_ops.hpp: [splits][C][n*OH*OW]), their sum
-// (add_split_partials): the conv's sum kernel is one launch fewer on the step's chain (the cifar
-// preset's conv3 at small batches).
+// it in its split partials (SplitPartials, layer_ops.hpp: [splits][C][n*OH*OW]), their sum in split
+// order from 0, as gemm_finalize_kernel adds them, so the same bits: the conv's sum kernel is one
+// launch fewer on the step's chain (the cifar preset's conv3 at small batches). Every split's load is
+// issued before the adds: with the loads one at a time, each after the add before it, the kernel grew
+// by as much as the sum kernel it replaced took (nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md).
 struct PoolGradOut {
   const float* grad;      // [n,C,OH,OW], where partials.sums is null
   SplitPartials partials;
   __device__ __forceinline__ float operator()(const PoolTile::Element& e) const {
-    return partials.sums == nullptr ? __ldg(grad + e.o) : add_split_partials(partials, e.window, e.c);
+    if (partials.sums == nullptr) return __ldg(grad + e.o);
+    const std::int64_t plane = std::int64_t{partials.rows} * partials.columns;
+    const float* at = partials.sums + static_cast<std::int64_t>(e.c) * partials.rows + e.window;
+    float split[kMaxSplitsAddedInOrder];
+#pragma unroll
+    for (int z = 0; z < kMaxSplitsAddedInOrder; ++z) split[z] = z < partials.splits ? __ldg(at + z * plane) : 0.0f;
+    float sum = 0.0f;
+#pragma unroll
+    for (int z = 0; z < kMaxSplitsAddedInOrder; ++z)
+      if (z < partials.splits) sum += split[z];
+    return sum;
   }
 };
 
@@ -321,8 +332,8 @@ void maxpool_backward_masked_staged(const StagedTensor& grad_in, const float* gr
   const PoolGeometry g = pool_geometry(shape, n);
   const std::int64_t windows = n * shape.out_h() * shape.out_w();
   if (grad_out_partials.sums != nullptr &&
-      (!holds_split_partials(grad_out_partials, windows, shape.channels) || grad_out_partials.bias != nullptr ||
-       grad_out_partials.relu))
+      (grad_out_partials.rows != windows || grad_out_partials.columns != shape.channels ||
+       grad_out_partials.splits < 2 || grad_out_partials.splits > kMaxSplitsAddedInOrder))
     throw Error(ExitCode::kFailure, "internal error: a max-pool's output gradient in " +
                                         std::to_string(grad_out_partials.splits) + " split partials of " +
                                         std::to_string(grad_out_partials.rows) + " x " +

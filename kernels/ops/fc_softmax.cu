@@ -6,8 +6,7 @@
 // and 6 us under ncu at batch 128, nvidia-h100-x1; docs/PERFORMANCE.md) for about 1300 FMAs a sample.
 // Where the op before it is a staged convolution (tf32, bf16; also an fc layer run as a 1x1 one), the
 // input gradient goes straight into that conv's staged output gradient, as its staging would write
-// it (one launch fewer); where that fc layer's forward splits k, the kernel adds its input from the
-// split partials itself (FcSoftmaxTensors::in_partials: the fc layer's sum kernel is one launch fewer).
+// it (one launch fewer).
 //
 // A warp per sample: lane l takes inputs l, l+32, ... in that order, the ten partial logits are added
 // over the lanes by an xor butterfly (each lane adds the same two values at each level, so all end
@@ -23,7 +22,6 @@
 #include "cuda/launch.hpp"
 #include "ops/layer_ops.hpp"
 #include "ops/softmax_kernels.cuh"
-#include "ops/split_partials.cuh"
 #include "ops/staged_layout.cuh"
 
 namespace cnn::cuda {
@@ -31,32 +29,19 @@ namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Input i's gradient of the sample: sum_o dz[o] W[o, i], 0 where the ReLU before let nothing through
-// (x_at(i), the input, <= 0).
-template <class InputAt>
+// Input i's gradient of the sample: sum_o dz[o] W[o, i], 0 where the ReLU before let nothing through.
 __device__ __forceinline__ float input_gradient(const FcSoftmaxTensors& t, const float (&dz)[kSeedClasses],
-                                                InputAt x_at, int inputs, int i) {
+                                                const float* __restrict__ x, int inputs, int i) {
   float g = 0.0f;
 #pragma unroll
   for (int o = 0; o < kSeedClasses; ++o) g = fmaf(dz[o], __ldg(t.weight + o * inputs + i), g);
-  if (t.mask_relu && !(x_at(i) > 0.0f)) g = 0.0f;
+  if (t.mask_relu && !(__ldg(x + i) > 0.0f)) g = 0.0f;
   return g;
-}
-
-// Input i of sample s from the op before's split partials: their sum, then its store's bias and ReLU,
-// as ConvForwardStore stores them (v + bias, then fmaxf(., 0)): the bits of its output.
-__device__ __forceinline__ float input_from_partials(const SplitPartials& p, int s, int i) {
-  float x = add_split_partials(p, s, i) + __ldg(p.bias + i);
-  if (p.relu) x = fmaxf(x, 0.0f);
-  return x;
 }
 
 // kStaged: where the input gradient goes: kFp32 into t.grad_in, kTf32 or kBf16 into the words of
 // t.grad_in_staged (NHWC: pixel p, channel c is input c * pixels + p; channels padded with zeros).
-// kFromPartials: the input comes from t.in_partials, written into t.in_written (for the weight
-// gradient) as it is added; the input gradient's mask reads it back after the warp's barrier, through
-// L2 (__ldcg: the read-only path would not see this kernel's writes).
-template <Precision kStaged, bool kFromPartials>
+template <Precision kStaged>
 __global__ void __launch_bounds__(kBlockThreads)
     fc_softmax_kernel(FcSoftmaxTensors t, int n, int inputs, float label_smoothing) {
   start_after_previous_kernel();
@@ -64,24 +49,15 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int lane = static_cast<int>(threadIdx.x & 31u);
   const int warps = static_cast<int>(gridDim.x * (blockDim.x / 32));
   for (int s = static_cast<int>(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32); s < n; s += warps) {
-    const std::int64_t row = static_cast<std::int64_t>(s) * inputs;
-    const float* x = (kFromPartials ? t.in_written : t.in) + row;
-    const auto x_at = [&](int i) { return kFromPartials ? __ldcg(x + i) : __ldg(x + i); };
+    const float* __restrict__ x = t.in + static_cast<std::int64_t>(s) * inputs;
     float z[kO];
 #pragma unroll
     for (int o = 0; o < kO; ++o) z[o] = 0.0f;
     for (int i = lane; i < inputs; i += 32) {
-      float xi;
-      if constexpr (kFromPartials) {
-        xi = input_from_partials(t.in_partials, s, i);
-        t.in_written[row + i] = xi;
-      } else {
-        xi = __ldg(x + i);
-      }
+      const float xi = __ldg(x + i);
 #pragma unroll
       for (int o = 0; o < kO; ++o) z[o] = fmaf(__ldg(t.weight + o * inputs + i), xi, z[o]);
     }
-    if constexpr (kFromPartials) __syncwarp();
 #pragma unroll
     for (int o = 0; o < kO; ++o) {
 #pragma unroll
@@ -109,7 +85,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     if constexpr (kStaged == Precision::kFp32) {
       if (t.grad_in == nullptr) continue;
       float* __restrict__ grad_x = t.grad_in + static_cast<std::int64_t>(s) * inputs;
-      for (int i = lane; i < inputs; i += 32) grad_x[i] = input_gradient(t, dz, x_at, inputs, i);
+      for (int i = lane; i < inputs; i += 32) grad_x[i] = input_gradient(t, dz, x, inputs, i);
     } else {
       // One word of the sample's staged pixels per lane and step: a tf32 value, or the bf16 pair of
       // channels c, c+1 (consecutive lanes, consecutive words).
@@ -125,31 +101,10 @@ __global__ void __launch_bounds__(kBlockThreads)
         float g[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int q = 0; q < kPerWord; ++q)
-          if (c0 + q < channels) g[q] = input_gradient(t, dz, x_at, inputs, (c0 + q) * pixels + p);
+          if (c0 + q < channels) g[q] = input_gradient(t, dz, x, inputs, (c0 + q) * pixels + p);
         sample[w] = pack_word<kStaged>(g[0], g[1]);
       }
     }
-  }
-}
-
-template <bool kFromPartials>
-void launch_fc_softmax(Precision into, const FcSoftmaxTensors& t, std::int64_t n, std::int64_t in_features,
-                       float label_smoothing, cudaStream_t stream) {
-  const unsigned blocks = grid_for(n * 32);
-  const int samples = static_cast<int>(n), inputs = static_cast<int>(in_features);
-  switch (into) {
-    case Precision::kFp32:
-      launch_dependent(fc_softmax_kernel<Precision::kFp32, kFromPartials>, blocks, kBlockThreads, 0, stream, t,
-                       samples, inputs, label_smoothing);
-      break;
-    case Precision::kTf32:
-      launch_dependent(fc_softmax_kernel<Precision::kTf32, kFromPartials>, blocks, kBlockThreads, 0, stream, t,
-                       samples, inputs, label_smoothing);
-      break;
-    case Precision::kBf16:
-      launch_dependent(fc_softmax_kernel<Precision::kBf16, kFromPartials>, blocks, kBlockThreads, 0, stream, t,
-                       samples, inputs, label_smoothing);
-      break;
   }
 }
 
@@ -167,18 +122,17 @@ void fc_softmax_cross_entropy(const FcSoftmaxTensors& t, std::int64_t n, std::in
                                         " inputs");
   check_int_range(n * std::max<std::int64_t>(in_features, std::int64_t{pixels} * t.grad_in_staged.channels_padded),
                   "the last fc layer's input");
-  const bool from_partials = t.in_partials.sums != nullptr;
-  if (from_partials && (!holds_split_partials(t.in_partials, n, in_features) || t.in_partials.bias == nullptr ||
-                        t.in_written == nullptr || in_features > kFcSoftmaxMaxPartialInputs))
-    throw Error(ExitCode::kFailure, "internal error: fc_softmax's input in " + std::to_string(t.in_partials.splits) +
-                                        " split partials of " + std::to_string(t.in_partials.rows) + " x " +
-                                        std::to_string(t.in_partials.columns) + " for " + std::to_string(n) +
-                                        " samples of " + std::to_string(in_features) + " inputs");
-  const Precision into = staged ? t.grad_in_staged.precision : Precision::kFp32;
-  if (from_partials)
-    launch_fc_softmax<true>(into, t, n, in_features, label_smoothing, stream);
+  const unsigned blocks = grid_for(n * 32);
+  const int I = static_cast<int>(in_features);
+  if (!staged)
+    launch_dependent(fc_softmax_kernel<Precision::kFp32>, blocks, kBlockThreads, 0, stream, t, static_cast<int>(n), I,
+                     label_smoothing);
+  else if (t.grad_in_staged.precision == Precision::kBf16)
+    launch_dependent(fc_softmax_kernel<Precision::kBf16>, blocks, kBlockThreads, 0, stream, t, static_cast<int>(n), I,
+                     label_smoothing);
   else
-    launch_fc_softmax<false>(into, t, n, in_features, label_smoothing, stream);
+    launch_dependent(fc_softmax_kernel<Precision::kTf32>, blocks, kBlockThreads, 0, stream, t, static_cast<int>(n), I,
+                     label_smoothing);
   CNN_CHECK_LAUNCH();
 }
 

@@ -151,19 +151,14 @@ struct StagedTensor {
   int pixels = 0;
 };
 // A product's output left as the partial sums of its k splits, [splits][columns][rows] floats (the
-// product's M = rows, N = columns; GemmPlan::splits from 2 to kMaxSplitsAddedInOrder), for the op next
-// to it to add in split order from 0, as the product's sum kernel (gemm_finalize_kernel) adds them
-// (add_split_partials, split_partials.cuh), then to apply what the product's store applies: the same
-// bits, one launch fewer on the step's chain. A convolution's input gradient, unmasked (no bias, no
-// ReLU): rows = n*H*W (s, h, w), columns = C, for the max-pool before it. An fc layer's output run as a
-// 1x1 convolution's: rows = n, columns = the outputs, plus bias[column] and then max(0, .) where relu,
-// as ConvForwardStore stores it, for fc_softmax after it. sums null: none.
+// product's M = rows, N = columns; GemmPlan::splits from 2 to kMaxSplitsAddedInOrder), for the op after
+// it to add in split order from 0, as the product's sum kernel (gemm_finalize_kernel) adds them: the
+// same bits, one launch fewer. A convolution's input gradient, unmasked: rows = n*H*W (s, h, w),
+// columns = C. sums null: none.
 struct SplitPartials {
   const float* sums = nullptr;
   int splits = 0;
   int rows = 0, columns = 0;
-  const float* bias = nullptr;
-  bool relu = false;
 };
 
 // `t` (words given) holds samples of sample_size elements each, an NCHW tensor's flattened sample as
@@ -191,16 +186,10 @@ void conv2d_stage_weights(const LayerPlans& plans, const float* weight, const Co
 // weights_staged: conv2d_stage_weights has run for these weights (in stream order); else it runs here.
 // out_staged: where words, the staged input of the op after (a staged conv, or an fc layer run as one),
 // written by the store beside `out` (StagedScatter, staged_layout.cuh).
-// leave_splits: the output is left in `workspace` as conv_output_partials describes it, for the op
-// after to add, and neither out nor out_staged is written (the plan must offer them).
 void conv2d_forward_staged(const LayerPlans& plans, float* out, const StagedTensor& out_staged, const float* in,
                            const float* weight, const float* bias, std::int64_t n, const ConvShape& shape, bool relu,
                            const StagedBuffers& staged, bool input_staged, bool weights_staged, float* workspace,
-                           bool leave_splits, cudaStream_t stream);
-// Where the staged forward's plan splits k (2 to kMaxSplitsAddedInOrder ways), its split partials in
-// `workspace` with the store's bias and ReLU (SplitPartials); else none.
-SplitPartials conv_output_partials(const LayerPlans& plans, const float* workspace, std::int64_t n,
-                                   const ConvShape& shape, const float* bias, bool relu);
+                           cudaStream_t stream);
 // Stages grad_out for the two products below (after the step's conv2d_forward_staged).
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,
                            const StagedBuffers& staged, cudaStream_t stream);
@@ -244,15 +233,8 @@ void conv2d_forward_staged_pooled(const LayerPlans& plans, const PooledOutput& p
 // staged output gradient of the op before instead (StagedTensor above: NHWC [n, pixels, Cp] words,
 // the input being that op's output [C, pixels] flattened, C = I / pixels), the words its staging
 // would write.
-// Where in_partials.sums, the input is the op before's output left in its split partials (an fc layer
-// run as a staged 1x1 convolution, at most kFcSoftmaxMaxPartialInputs inputs): the kernel adds them
-// with that product's bias and ReLU, writes the result into `in_written` (the op before's output,
-// which the weight gradient reads) and reads no `in`.
-constexpr int kFcSoftmaxMaxPartialInputs = 256;  // 8 a lane, in registers
 struct FcSoftmaxTensors {
   const float* in = nullptr;             // [n, I]
-  SplitPartials in_partials;             // sums null: none
-  float* in_written = nullptr;           // [n, I], where in_partials.sums
   const float* weight = nullptr;         // [10, I]
   const float* bias = nullptr;           // [10]
   const std::uint8_t* labels = nullptr;  // [n]
