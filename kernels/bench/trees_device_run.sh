@@ -3,7 +3,8 @@
 # `git archive REV -- ':!docs' | tar -x -C .carry/tree-REV`), printing compact results only:
 #   1. builds every tree in parallel (the earlier ones: gpu_layers alone);
 #   2. (STEPS includes tests) the after tree's precision and layer tests: gpu_precision,
-#      gpu_precision_steps, gpu_staged_handover, gpu_staged_backward_handover, gpu_layer_networks, gpu_layer_determinism, gpu_mma_tiles;
+#      gpu_precision_steps, gpu_staged_handover, gpu_staged_backward_handover, gpu_layer_networks,
+#      gpu_layer_determinism, gpu_mma_tiles;
 #   3. (STEPS includes epochs) the cifar preset's ms/epoch at batch 32, 128, 512 and 2048 in
 #      PRECISIONS (default tf32,bf16), the trees in the order given, then after, ROUNDS times (default 2);
 #   4. (STEPS includes torch) PyTorch's best (.carry/anchors/torch_cifar_best.py, from ../shared/anchors)
