@@ -16,9 +16,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -29,7 +26,7 @@
 #include "kernels/ops/layer_ops.hpp"
 #include "test_util.hpp"
 #include "gpu_precision_bounds.hpp"
-#include "gpu_staged_words.hpp"
+#include "gpu_staged_tests.hpp"
 #include "gpu_test_util.hpp"
 
 using namespace cnn::precision_test;  // tests/gpu_precision_bounds.hpp
@@ -39,16 +36,6 @@ using cnn::gpu_test::to_host;
 using cnn::staged_test::head_of_vector;
 using cnn::staged_test::words_of;
 using cnn::cuda::DeviceBuffer;
-
-namespace {
-
-// tf32 and bf16 need compute capability 8.0.
-struct RequireGpu {
-  RequireGpu() { cnn::gpu_test::require_gpu(8); }
-};
-BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
-
-}  // namespace
 
 // The max-pool's backward written straight into the staged output gradient of the conv before it
 // (maxpool_backward_masked_staged, what the backend runs for conv relu maxpool2): the same words as

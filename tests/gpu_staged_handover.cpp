@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,7 +33,7 @@
 #include "kernels/ops/layer_ops.hpp"
 #include "test_util.hpp"
 #include "gpu_precision_bounds.hpp"
-#include "gpu_staged_words.hpp"
+#include "gpu_staged_tests.hpp"
 #include "gpu_test_util.hpp"
 
 using namespace cnn::precision_test;  // tests/gpu_precision_bounds.hpp
@@ -46,12 +45,6 @@ using cnn::staged_test::words_of;
 using cnn::cuda::DeviceBuffer;
 
 namespace {
-
-// tf32 and bf16 need compute capability 8.0.
-struct RequireGpu {
-  RequireGpu() { cnn::gpu_test::require_gpu(8); }
-};
-BOOST_TEST_GLOBAL_FIXTURE(RequireGpu);
 
 // What a staged conv of `shape` (and n) stages as its input from `in`, [n,H,W,Cp] words: its forward
 // with the staging in (input_staged false).
