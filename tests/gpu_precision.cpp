@@ -117,7 +117,7 @@ BOOST_AUTO_TEST_CASE(staged_products_match_the_cpu_twins) {
         cnn::cuda::conv2d_forward_staged(plans, d_out, {}, d_in, d_weight, d_bias, n, shape, true, staged, false, false,
                                          d_workspace, nullptr);
         cnn::cuda::conv2d_stage_backward(plans, d_grad_out, n, shape, staged, nullptr);
-        cnn::cuda::conv2d_backward_data_staged(plans, d_grad_in, d_in, n, shape, staged, d_workspace, nullptr);
+        cnn::cuda::conv2d_backward_data_staged(plans, d_grad_in, d_in, n, shape, staged, d_workspace, false, nullptr);
         cnn::cuda::conv2d_backward_weights_staged(plans, d_grad_weight, d_grad_bias, n, shape, false, staged,
                                                   d_workspace, nullptr);
         auto download = [](const float* d, std::size_t count) {
@@ -362,7 +362,7 @@ BOOST_AUTO_TEST_CASE(measure_layer_products, *boost::unit_test::disabled() * boo
                  }));
         for (const auto& [name, v] : variants)
           report(p, "dgrad staged " + name + " (" + v.dgrad.describe() + ")", time_us([&] {
-                   cnn::cuda::conv2d_backward_data_staged(v, grad_in, in, n, s, staged, workspace, nullptr);
+                   cnn::cuda::conv2d_backward_data_staged(v, grad_in, in, n, s, staged, workspace, false, nullptr);
                  }));
         for (const auto& [name, v] : variants)
           report(p, "wgrad staged " + name + " (" + v.wgrad.describe() + ")", time_us([&] {

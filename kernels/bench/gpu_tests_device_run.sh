@@ -13,7 +13,7 @@ log=$(mktemp)
 echo "build $? at $(($(date +%s) - start)) s"; grep -E "error:" "$log" | head -10
 (cd build-gpu && timeout 480 ctest -L gpu --timeout 400) 2>&1 | grep -E "Test +#|tests passed|FAILED|Failed" | sed -E 's/ +/ /g'
 for t in gpu_backend gpu_backend_kernels gpu_backend_randomness gpu_layers gpu_layer_networks gpu_layer_determinism \
-         gpu_bn gpu_precision gpu_precision_steps gpu_staged_handover gpu_mma_tiles; do
+         gpu_bn gpu_precision gpu_precision_steps gpu_staged_handover gpu_staged_backward_handover gpu_mma_tiles; do
   echo "== $t"
   timeout 200 "build-gpu/tests/$t" --log_level=test_suite 2>&1 |
     grep -E "Leaving test case|is skipped|error|No errors|failure" |

@@ -3,7 +3,8 @@
 # `git archive REV -- ':!docs' | tar -x -C .carry/tree-REV`), printing compact results only:
 #   1. builds every tree in parallel (the earlier ones: gpu_layers alone);
 #   2. (STEPS includes tests) the after tree's precision and layer tests: gpu_precision,
-#      gpu_precision_steps, gpu_staged_handover, gpu_layer_networks, gpu_layer_determinism, gpu_mma_tiles;
+#      gpu_precision_steps, gpu_staged_handover, gpu_staged_backward_handover, gpu_layer_networks,
+#      gpu_layer_determinism, gpu_mma_tiles;
 #   3. (STEPS includes epochs) the cifar preset's ms/epoch at batch 32, 128, 512 and 2048 in
 #      PRECISIONS (default tf32,bf16), the trees in the order given, then after, ROUNDS times (default 2);
 #   4. (STEPS includes torch) PyTorch's best (.carry/anchors/torch_cifar_best.py, from ../shared/anchors)
@@ -20,7 +21,7 @@ export CNN_FASHION_DIR=$PWD/.carry/fashion-mnist CNN_MNIST_DIR=$PWD/.carry/mnist
 source kernels/bench/device_run_lib.sh
 start=$(date +%s)
 nvidia-smi -L; date -u +%FT%TZ
-tests=(gpu_precision gpu_precision_steps gpu_staged_handover gpu_layer_networks gpu_layer_determinism gpu_mma_tiles)
+tests=(gpu_precision gpu_precision_steps gpu_staged_handover gpu_staged_backward_handover gpu_layer_networks gpu_layer_determinism gpu_mma_tiles)
 (configure . build-after after && ninja -C build-after -j 12 gpu_layers "${tests[@]}" >"$logs/after.log" 2>&1
  echo "after build $?"; grep -m3 error "$logs/after.log") &
 for tree in "${trees[@]}"; do

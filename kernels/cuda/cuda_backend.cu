@@ -143,6 +143,15 @@ StagedTensor CudaBackend::staged_input_handover(std::size_t k, std::int64_t n) c
   return ops_[k - 1]->writes_staged_output(into) ? into : StagedTensor{};
 }
 
+// Op k leaves its input gradient in split partials for op k-1 when k offers them, and k-1 adds them
+// itself while writing its own input gradient staged, with no ReLU mask between (device_op.hpp).
+SplitPartials CudaBackend::split_grad_handover(std::size_t k, std::int64_t n) const {
+  if (k == 0 || k >= ops_.size() || !ops_[k]->needs_input_grad() || !ops_[k - 1]->reads_split_output_grad() ||
+      ops_[k - 1]->output_is_relu() || staged_grad_handover(k - 1, n).words == nullptr)
+    return {};
+  return ops_[k]->input_grad_partials(n);
+}
+
 // Op k runs the max-pool op k+1 in its store when k can and k+1 is one (device_op.hpp).
 PooledOutput CudaBackend::pool_handover(std::size_t k, std::int64_t n) const {
   if (k + 1 >= ops_.size() || !ops_[k]->pools_output(n)) return {};
@@ -164,6 +173,8 @@ OpTensors CudaBackend::tensors(std::size_t k, std::int64_t n) const {
   t.in_staged = staged_input_handover(k, n).words != nullptr;
   t.pooled = pool_handover(k, n);
   t.pooled_before = k > 0 && pool_handover(k - 1, n).out != nullptr;
+  t.grad_out_partials = split_grad_handover(k + 1, n);
+  t.grad_in_partials = split_grad_handover(k, n).sums != nullptr;
   return t;
 }
 

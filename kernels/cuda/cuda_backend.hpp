@@ -80,6 +80,9 @@ class CudaBackend final : public DeviceBackend {
   // The max-pool op k+1 that op k runs in its store (OpTensors::pooled): the pool's output, argmax
   // and staged output. out null: none.
   PooledOutput pool_handover(std::size_t k, std::int64_t n) const;
+  // Op k's input gradient left in its split partials, which op k-1 adds (OpTensors::grad_out_partials).
+  // sums null: none.
+  SplitPartials split_grad_handover(std::size_t k, std::int64_t n) const;
 
   Network network_;  // the ops hold references to its layers
   OpShared shared_;

@@ -95,6 +95,12 @@ struct OpTensors {
   // preset's conv2). out null: not.
   PooledOutput pooled;
   bool pooled_before = false;      // the op before has pooled in its store: this max-pool has no forward
+  // The op after left this op's output gradient in its split partials, which this op adds itself
+  // (reads_split_output_grad; the max-pool before the cifar preset's conv3 at small batches): grad_out
+  // is not written. Its twin: this op leaves its input gradient so (input_grad_partials), and does
+  // not write grad_in.
+  SplitPartials grad_out_partials;
+  bool grad_in_partials = false;
 };
 
 // The overlapped step's ready points (gradient_ready.hpp), as the backward reaches them. An op with
@@ -145,6 +151,12 @@ class DeviceOp {
   virtual StagedTensor staged_output_grad(std::int64_t /*n*/) const { return {}; }
   // It can write its input gradient into the op before's StagedTensor (OpTensors::grad_in_staged).
   virtual bool writes_staged_input_grad() const { return false; }
+  // Where its input gradient for a batch of n may be left in the split partials of its product (a
+  // staged conv whose input gradient splits k); sums null: not.
+  virtual SplitPartials input_grad_partials(std::int64_t /*n*/) const { return {}; }
+  // Where it writes its own input gradient staged, it can add its output gradient from the op after's
+  // split partials (OpTensors::grad_out_partials).
+  virtual bool reads_split_output_grad() const { return false; }
   // Where its input may be written staged for a batch of n (staged products: ProductOp); words null:
   // not.
   virtual StagedTensor staged_input(std::int64_t /*n*/) const { return {}; }

@@ -362,6 +362,12 @@ class ConvOp final : public ProductOp {
 
   bool pools_output(std::int64_t n) const override { return plans_for(n).pooled_forward.m > 0; }
 
+  // Its split input gradient, in the main stream's workspace, where nothing else runs between its
+  // product and the op before's backward.
+  SplitPartials input_grad_partials(std::int64_t n) const override {
+    return conv_input_grad_partials(plans_for(n), shared_.workspace.get(), n, layer_.conv);
+  }
+
   void forward(const DeviceBatch& batch, const OpTensors& t) override {
     const LayerPlans& plans = plans_for(batch.n);
     const bool weights_staged = weights_staged_at_start();
@@ -389,7 +395,7 @@ class ConvOp final : public ProductOp {
                                      place.workspace, place.stream);
       if (input_grad)
         conv2d_backward_data_staged(plans, t.grad_in, relu_out, batch.n, layer_.conv, staged(),
-                                    shared_.workspace.get(), shared_.stream);
+                                    shared_.workspace.get(), t.grad_in_partials, shared_.stream);
       report_ready(ready, place);
       return;
     }

@@ -334,12 +334,16 @@ void stage_backward(const float* grad_out, std::int64_t n, const ConvShape& s, c
 
 template <Precision P>
 void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
-                          const ConvShape& s, const StagedBuffers& staged, float* workspace, cudaStream_t stream) {
+                          const ConvShape& s, const StagedBuffers& staged, float* workspace, bool leave_splits,
+                          cudaStream_t stream) {
   const ConvGeometry g(s);
   const int fp = staged_channels(g.F, P);
   const int shift = word_shift(P);
   const ConvDgradStore<true> masked{grad_in, relu_out, g.by_hw, g.HW, g.C};
   const ConvDgradStore<false> unmasked{grad_in, nullptr, g.by_hw, g.HW, g.C};
+  if (leave_splits && (relu_out != nullptr || conv_input_grad_partials(plans, workspace, n, s).sums == nullptr))
+    throw Error(ExitCode::kFailure, "internal error: a conv's input gradient left in split partials by the plan " +
+                                        plans.dgrad.describe() + (relu_out != nullptr ? ", masked" : ""));
   if (plans.dgrad.tma()) {
     const TmaDgradOperands op{staged.output_grad, dgrad_weights<P>(staged, g), static_cast<int>(n), g.H, g.W, g.C,
                               g.OH, g.OW, fp >> shift, g.KS, g.pad};
@@ -352,7 +356,10 @@ void backward_data_staged(const LayerPlans& plans, float* grad_in, const float* 
   const StagedGradA a{staged.output_grad, shift, g.OH, g.OW, fp, g.stride, static_cast<int>(n * g.HW), g.pad,
                       g.by_hw, g.by_w, FastDiv(fp), g.by_ks};
   const StagedRowsB b{dgrad_weights<P>(staged, g), shift, g.C, g.KK * fp};
-  launch_either(relu_out != nullptr, plans.dgrad, a, b, masked, unmasked, workspace, stream);
+  if (leave_splits)
+    launch_gemm(plans.dgrad, a, b, unmasked, workspace, stream, false);
+  else
+    launch_either(relu_out != nullptr, plans.dgrad, a, b, masked, unmasked, workspace, stream);
 }
 
 template <Precision P>
@@ -426,12 +433,24 @@ void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::
 
 void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
                                  const ConvShape& shape, const StagedBuffers& staged, float* workspace,
-                                 cudaStream_t stream) {
+                                 bool leave_splits, cudaStream_t stream) {
   if (n <= 0) return;
   if (plans.dgrad.precision == Precision::kBf16)
-    backward_data_staged<Precision::kBf16>(plans, grad_in, relu_out, n, shape, staged, workspace, stream);
+    backward_data_staged<Precision::kBf16>(plans, grad_in, relu_out, n, shape, staged, workspace, leave_splits,
+                                           stream);
   else
-    backward_data_staged<Precision::kTf32>(plans, grad_in, relu_out, n, shape, staged, workspace, stream);
+    backward_data_staged<Precision::kTf32>(plans, grad_in, relu_out, n, shape, staged, workspace, leave_splits,
+                                           stream);
+}
+
+SplitPartials conv_input_grad_partials(const LayerPlans& plans, const float* workspace, std::int64_t n,
+                                       const ConvShape& shape) {
+  const GemmPlan& plan = plans.dgrad;
+  if (!plans.staged || plan.tma() || plan.splits < 2 || plan.splits > kMaxSplitsAddedInOrder) return {};
+  if (plan.m != n * shape.height * shape.width || plan.n != shape.channels)
+    throw Error(ExitCode::kFailure, "internal error: a conv's input gradient planned as " + std::to_string(plan.m) +
+                                        " x " + std::to_string(plan.n) + " for a batch of " + std::to_string(n));
+  return {workspace, plan.splits, plan.m, plan.n};
 }
 
 void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,

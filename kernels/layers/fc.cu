@@ -184,7 +184,7 @@ class FcOp final : public ProductOp {
                                      place.workspace, place.stream);
       if (t.grad_in != nullptr)
         conv2d_backward_data_staged(plans, t.grad_in, relu_out, batch.n, as_conv(), staged(),
-                                    shared_.workspace.get(), shared_.stream);
+                                    shared_.workspace.get(), false, shared_.stream);
       report_ready(ready, place);
       return;
     }

@@ -9,6 +9,7 @@
 // After a staged conv + ReLU that pools in its store (OpTensors::pooled), the op's forward is that
 // conv's: it only lends its argmax (pool_argmax).
 #include <cstdint>
+#include <string>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/dependent_launch.cuh"
@@ -66,13 +67,20 @@ __global__ void maxpool_forward_kernel(float* __restrict__ out, std::int32_t* __
 // A block's tile of the staged kernels below, as stage_nhwc_kernel stages a tensor: 32 windows (s, py,
 // px in the pool output's order) x 32 channels, read with lanes on consecutive windows of a plane
 // (coalesced in the pool's NCHW output) into shared memory, then written as 16-byte chunks of a
-// pixel's channels (whole sectors of the staged NHWC words).
+// pixel's channels (whole sectors of the staged NHWC words). (A tile of 64 channels for the backward,
+// whose 32 windows x 4 bf16 chunks leave half of the 256 threads idle in its write phase, was 5% faster
+// in tf32 and 3% slower in bf16 at batch 2048: nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md.)
 struct PoolTile {
   static constexpr int kWindows = 32;
   static constexpr int kChannels = 32;
 
-  // inside(lc, lw, plane, o, py, px) for each (channel, window) of the block's tile in the tensor,
-  // o its index in the pool's output [n,C,OH,OW] and plane = s * C + c; outside(lc, lw) for the rest.
+  // A (channel, window) of the block's tile: lc, lw in the tile; c and window (s * OH * OW + r, r = py
+  // * OW + px) in the tensor; plane = s * C + c, and o its index in the pool's output [n,C,OH,OW].
+  struct Element {
+    int lc, lw, c, window, plane, o, py, px;
+  };
+  // inside(Element) for each (channel, window) of the block's tile in the tensor; outside(lc, lw) for
+  // the rest.
   template <class Inside, class Outside>
   static __device__ __forceinline__ void read(const PoolGeometry& g, int C, int windows, Inside inside,
                                               Outside outside) {
@@ -82,7 +90,7 @@ struct PoolTile {
     for (int lc = threadIdx.x / kWindows; lc < kChannels; lc += kBlockThreads / kWindows) {
       const int c = blockIdx.y * kChannels + lc;
       if (window < windows && c < C)
-        inside(lc, lw, s * C + c, (s * C + c) * g.OH * g.OW + r, py, px);
+        inside(Element{lc, lw, c, window, s * C + c, (s * C + c) * g.OH * g.OW + r, py, px});
       else
         outside(lc, lw);
     }
@@ -122,11 +130,11 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ float max_s[PoolTile::kChannels][PoolTile::kWindows + 1];
   PoolTile::read(
       g, C, windows,
-      [&](int lc, int lw, int plane, int o, int py, int px) {
-        const WindowMax best = window_max(in + static_cast<std::int64_t>(plane) * g.H * g.W, g, py, px);
-        out[o] = best.value;
-        argmax[o] = best.index;
-        max_s[lc][lw] = best.value;
+      [&](const PoolTile::Element& e) {
+        const WindowMax best = window_max(in + static_cast<std::int64_t>(e.plane) * g.H * g.W, g, e.py, e.px);
+        out[e.o] = best.value;
+        argmax[e.o] = best.index;
+        max_s[e.lc][e.lw] = best.value;
       },
       [&](int lc, int lw) { max_s[lc][lw] = 0.0f; });
   __syncthreads();
@@ -193,19 +201,43 @@ __global__ void maxpool_backward_tiled_kernel(float* __restrict__ grad_in, const
   }
 }
 
-// maxpool_backward_tiled_kernel into the staged layout, a block per PoolTile: each window's argmax,
-// gradient and maximum read once, then one 16-byte chunk of 4 tf32 or 8 bf16 channels per thread at
-// every pixel of a window: the winner's masked gradient or 0, as the tiled kernel. Channels C..Cp-1
-// are 0, and the last row and column of windows also write the pixels no window covers (H or W not a
-// multiple of the size), with 0. For conv2 of the cifar preset at batch 2048 this takes 67-68 us in
-// tf32 and bf16 on nvidia-h100-x1 and 51-54 on nvidia-h200 (ncu). Slower forms, nvidia-h100-x1: a
-// thread per (window, pixel, chunk), 75-77 us in bf16; a thread per pixel and chunk with no shared
-// memory, reading each window once per pixel of it, 80 us in bf16 and 101 in tf32; a thread per window
-// and chunk with windows on adjacent lanes, writing 16 bytes of every 512, 74 and 163 us.
-// docs/PERFORMANCE.md.
+// The pool's output gradient at an element of the tile: grad_out, or where the conv after the pool left
+// it in its split partials (SplitPartials, layer_ops.hpp: [splits][C][n*OH*OW]), their sum in split
+// order from 0, as gemm_finalize_kernel adds them, so the same bits: the conv's sum kernel is one
+// launch fewer on the step's chain (the cifar preset's conv3 at small batches). Every split's load is
+// issued before the adds: with the loads one at a time, each after the add before it, the kernel grew
+// by as much as the sum kernel it replaced took (nvidia-h100-x1, 2026-11-28, docs/PERFORMANCE.md).
+struct PoolGradOut {
+  const float* grad;      // [n,C,OH,OW], where partials.sums is null
+  SplitPartials partials;
+  __device__ __forceinline__ float operator()(const PoolTile::Element& e) const {
+    if (partials.sums == nullptr) return __ldg(grad + e.o);
+    const std::int64_t plane = std::int64_t{partials.rows} * partials.columns;
+    const float* at = partials.sums + static_cast<std::int64_t>(e.c) * partials.rows + e.window;
+    float split[kMaxSplitsAddedInOrder];
+#pragma unroll
+    for (int z = 0; z < kMaxSplitsAddedInOrder; ++z) split[z] = z < partials.splits ? __ldg(at + z * plane) : 0.0f;
+    float sum = 0.0f;
+#pragma unroll
+    for (int z = 0; z < kMaxSplitsAddedInOrder; ++z)
+      if (z < partials.splits) sum += split[z];
+    return sum;
+  }
+};
+
+// maxpool_backward_tiled_kernel into the staged layout, a block per PoolTile: each window's
+// argmax, gradient and maximum read once (the gradient only where the mask lets it through), then one
+// 16-byte chunk of 4 tf32 or 8 bf16 channels per thread at every pixel of a window: the winner's masked
+// gradient or 0, as the tiled kernel. Channels C..Cp-1 are 0, and the last row and column of windows
+// also write the pixels no window covers (H or W not a multiple of the size), with 0. For conv2 of the
+// cifar preset at batch 2048 this takes 66-68 us in tf32 and bf16 on nvidia-h100-x1 and 51-54 on
+// nvidia-h200 (ncu). Slower forms, nvidia-h100-x1: a thread per (window, pixel, chunk), 75-77 us in
+// bf16; a thread per pixel and chunk with no shared memory, reading each window once per pixel of it,
+// 80 us in bf16 and 101 in tf32; a thread per window and chunk with windows on adjacent lanes, writing
+// 16 bytes of every 512, 74 and 163 us. docs/PERFORMANCE.md.
 template <Precision P>
 __global__ void __launch_bounds__(kBlockThreads)
-    maxpool_backward_staged_kernel(uint4* __restrict__ dst, const float* __restrict__ grad_out,
+    maxpool_backward_staged_kernel(uint4* __restrict__ dst, PoolGradOut grad_out,
                                    const std::int32_t* __restrict__ argmax, const float* __restrict__ pooled_out,
                                    PoolGeometry g, int C, int Cp, int windows /*n * OH * OW*/) {
   start_after_previous_kernel();
@@ -214,9 +246,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ float grad_s[PoolTile::kChannels][PoolTile::kWindows + 1];
   PoolTile::read(
       g, C, windows,
-      [&](int lc, int lw, int /*plane*/, int o, int /*py*/, int /*px*/) {
-        winner_s[lc][lw] = __ldg(argmax + o);
-        grad_s[lc][lw] = pooled_out == nullptr || __ldg(pooled_out + o) > 0.0f ? __ldg(grad_out + o) : 0.0f;
+      [&](const PoolTile::Element& e) {
+        winner_s[e.lc][e.lw] = __ldg(argmax + e.o);
+        grad_s[e.lc][e.lw] = pooled_out == nullptr || __ldg(pooled_out + e.o) > 0.0f ? grad_out(e) : 0.0f;
       },
       [&](int lc, int lw) {
         winner_s[lc][lw] = -1;
@@ -281,8 +313,9 @@ void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::i
 }
 
 template <Precision P>
-void launch_maxpool_backward_staged(const StagedTensor& grad_in, const float* grad_out, const std::int32_t* argmax,
-                                    const float* pooled_out, const PoolGeometry& g, int channels, cudaStream_t stream) {
+void launch_maxpool_backward_staged(const StagedTensor& grad_in, const PoolGradOut& grad_out,
+                                    const std::int32_t* argmax, const float* pooled_out, const PoolGeometry& g,
+                                    int channels, cudaStream_t stream) {
   const int windows = g.total_out / channels;  // n * OH * OW
   check_int_range(std::int64_t{g.total_in} / channels * grad_in.channels_padded, "a staged max-pool gradient");
   const dim3 grid = PoolTile::grid(windows, grad_in.channels_padded);
@@ -291,15 +324,27 @@ void launch_maxpool_backward_staged(const StagedTensor& grad_in, const float* gr
                    grad_in.channels_padded, windows);
 }
 
-void maxpool_backward_masked_staged(const StagedTensor& grad_in, const float* grad_out, const std::int32_t* argmax,
+void maxpool_backward_masked_staged(const StagedTensor& grad_in, const float* grad_out,
+                                    const SplitPartials& grad_out_partials, const std::int32_t* argmax,
                                     const float* pooled_out, std::int64_t n, const PoolShape& shape,
                                     cudaStream_t stream) {
   if (n <= 0) return;
   const PoolGeometry g = pool_geometry(shape, n);
+  const std::int64_t windows = n * shape.out_h() * shape.out_w();
+  if (grad_out_partials.sums != nullptr &&
+      (grad_out_partials.rows != windows || grad_out_partials.columns != shape.channels ||
+       grad_out_partials.splits < 2 || grad_out_partials.splits > kMaxSplitsAddedInOrder))
+    throw Error(ExitCode::kFailure, "internal error: a max-pool's output gradient in " +
+                                        std::to_string(grad_out_partials.splits) + " split partials of " +
+                                        std::to_string(grad_out_partials.rows) + " x " +
+                                        std::to_string(grad_out_partials.columns) + " for " +
+                                        std::to_string(windows) + " windows of " + std::to_string(shape.channels) +
+                                        " channels");
+  const PoolGradOut from{grad_out, grad_out_partials};
   if (grad_in.precision == Precision::kBf16)
-    launch_maxpool_backward_staged<Precision::kBf16>(grad_in, grad_out, argmax, pooled_out, g, shape.channels, stream);
+    launch_maxpool_backward_staged<Precision::kBf16>(grad_in, from, argmax, pooled_out, g, shape.channels, stream);
   else
-    launch_maxpool_backward_staged<Precision::kTf32>(grad_in, grad_out, argmax, pooled_out, g, shape.channels, stream);
+    launch_maxpool_backward_staged<Precision::kTf32>(grad_in, from, argmax, pooled_out, g, shape.channels, stream);
   CNN_CHECK_LAUNCH();
 }
 
@@ -368,12 +413,18 @@ class MaxPoolOp final : public DeviceOp {
   // Tiled windows can write a staged conv's output gradient themselves (OpTensors::grad_in_staged).
   bool writes_staged_input_grad() const override { return layer_.pool.size == layer_.pool.stride; }
 
+  // Its staged backward (only) can add its output gradient from the conv after's split partials
+  // (OpTensors::grad_out_partials); the backend hands them over only where it writes staged.
+  bool reads_split_output_grad() const override { return writes_staged_input_grad(); }
+
   // A ReLU before the pool masks through the pool's output (see maxpool_backward_masked).
   void backward(const DeviceBatch& batch, const OpTensors& t, ReadyReporter&) override {
     const float* pooled_out = t.input_is_relu ? t.out : nullptr;
     if (t.grad_in_staged.words != nullptr)
-      maxpool_backward_masked_staged(t.grad_in_staged, t.grad_out, argmax_.get(), pooled_out, batch.n, layer_.pool,
-                                     shared_.stream);
+      maxpool_backward_masked_staged(t.grad_in_staged, t.grad_out, t.grad_out_partials, argmax_.get(), pooled_out,
+                                     batch.n, layer_.pool, shared_.stream);
+    else if (t.grad_out_partials.sums != nullptr)
+      throw Error(ExitCode::kFailure, "internal error: a max-pool's output gradient in split partials, its own not staged");
     else if (t.grad_in != nullptr)
       maxpool_backward_masked(t.grad_in, t.grad_out, argmax_.get(), pooled_out, batch.n, layer_.pool, shared_.stream);
   }

@@ -67,6 +67,11 @@ struct WgmmaTile {
 };
 inline constexpr WgmmaTile kWgmmaTiles[] = {{128, 32}, {128, 64}, {128, 128}};
 
+// Up to this many splits, the sum kernel adds a product's splits one after another from split 0 (a
+// thread per output; beyond, in 32 interleaved partial sums): a reader that adds them in that order
+// itself gets the same bits (SplitPartials, layer_ops.hpp).
+inline constexpr int kMaxSplitsAddedInOrder = 16;
+
 // A launch of the product: precision, tile config, split-K, and the order-fixing numbers.
 struct GemmPlan {
   Precision precision = Precision::kFp32;

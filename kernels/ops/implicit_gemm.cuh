@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(BM* BN / 16)
 // splits of all of them (coalesced: consecutive outputs are consecutive floats of a split). (A warp
 // per output, its lanes reading 32 splits of one output, used 4 bytes of every 32-byte sector it
 // read: 17.5 us for conv3's 52 splits at batch 2048, as long as the product; docs/PERFORMANCE.md.)
-constexpr int kFinalizeMaxSplitsPerThread = 16;  // up to this many splits: a thread per output
+constexpr int kFinalizeMaxSplitsPerThread = kMaxSplitsAddedInOrder;  // up to this many splits: a thread per output
 constexpr int kFinalizeOutputs = 32;
 constexpr int kFinalizePartials = 32;
 template <class Store>
@@ -261,10 +261,11 @@ void launch_chunk_tile(const GemmPlan& plan, const LoadA& a, const LoadB& b, con
 }
 
 // Queues the product on `stream`, in plan's precision. `workspace` holds plan.workspace_floats()
-// (null when splits == 1).
+// (null when splits == 1). add_splits false: a split product's partial sums stay in the workspace for a
+// reader that adds them itself (SplitPartials, layer_ops.hpp), and `store` is not called.
 template <class LoadA, class LoadB, class Store>
 void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Store& store, float* workspace,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, bool add_splits = true) {
   if (plan.m <= 0 || plan.n <= 0) return;
   if constexpr (is_chunked_loader<LoadA>::value || is_chunked_loader<LoadB>::value) {
     // Chunks are staged in tf32 or bf16 (conv_tensor_core.cu): tensor cores only.
@@ -280,7 +281,7 @@ void launch_gemm(const GemmPlan& plan, const LoadA& a, const LoadB& b, const Sto
     }
   }
   CNN_CHECK_LAUNCH();
-  if (plan.splits > 1) {
+  if (plan.splits > 1 && add_splits) {
     const std::int64_t outputs = std::int64_t{plan.m} * plan.n;
     const std::int64_t threads_needed =
         plan.splits <= kFinalizeMaxSplitsPerThread ? outputs : ceil_div(outputs, kFinalizeOutputs) * kBlockThreads;

@@ -150,6 +150,17 @@ struct StagedTensor {
   int channels_padded = 0;
   int pixels = 0;
 };
+// A product's output left as the partial sums of its k splits, [splits][columns][rows] floats (the
+// product's M = rows, N = columns; GemmPlan::splits from 2 to kMaxSplitsAddedInOrder), for the op after
+// it to add in split order from 0, as the product's sum kernel (gemm_finalize_kernel) adds them: the
+// same bits, one launch fewer. A convolution's input gradient, unmasked: rows = n*H*W (s, h, w),
+// columns = C. sums null: none.
+struct SplitPartials {
+  const float* sums = nullptr;
+  int splits = 0;
+  int rows = 0, columns = 0;
+};
+
 // `t` (words given) holds samples of sample_size elements each, an NCHW tensor's flattened sample as
 // [pixels, sample_size / pixels channels]: pixels divides it, and the channels pad to channels_padded.
 bool holds_staged_samples(const StagedTensor& t, std::int64_t sample_size);
@@ -182,9 +193,15 @@ void conv2d_forward_staged(const LayerPlans& plans, float* out, const StagedTens
 // Stages grad_out for the two products below (after the step's conv2d_forward_staged).
 void conv2d_stage_backward(const LayerPlans& plans, const float* grad_out, std::int64_t n, const ConvShape& shape,
                            const StagedBuffers& staged, cudaStream_t stream);
+// leave_splits: the input gradient is left in `workspace` as conv_input_grad_partials describes it, for
+// the op before to add, and grad_in is not written (the plan must offer them).
 void conv2d_backward_data_staged(const LayerPlans& plans, float* grad_in, const float* relu_out, std::int64_t n,
                                  const ConvShape& shape, const StagedBuffers& staged, float* workspace,
-                                 cudaStream_t stream);
+                                 bool leave_splits, cudaStream_t stream);
+// Where the staged input gradient's plan splits k (2 to kMaxSplitsAddedInOrder ways, not over TMA boxes),
+// its split partials in `workspace` (SplitPartials); else none.
+SplitPartials conv_input_grad_partials(const LayerPlans& plans, const float* workspace, std::int64_t n,
+                                       const ConvShape& shape);
 void conv2d_backward_weights_staged(const LayerPlans& plans, float* grad_weight, float* grad_bias, std::int64_t n,
                                     const ConvShape& shape, bool accumulate, const StagedBuffers& staged,
                                     float* workspace, cudaStream_t stream);
@@ -240,8 +257,11 @@ void maxpool_backward_masked(float* grad_in, const float* grad_out, const std::i
 // The same for tiled windows (size == stride), written straight into the staged layout of the conv
 // before the pool (grad_in.words): the values maxpool_backward_masked writes, rounded as
 // conv2d_stage_backward rounds them, bit for bit, in one pass that writes 2 (bf16) or 4 (tf32) bytes
-// per element where the two wrote 4, then read 4 and wrote 2 or 4 again.
-void maxpool_backward_masked_staged(const StagedTensor& grad_in, const float* grad_out, const std::int32_t* argmax,
+// per element where the two wrote 4, then read 4 and wrote 2 or 4 again. Where grad_out_partials.sums,
+// the output gradient is their sum (the conv after's input gradient, conv_input_grad_partials) and
+// grad_out is not read.
+void maxpool_backward_masked_staged(const StagedTensor& grad_in, const float* grad_out,
+                                    const SplitPartials& grad_out_partials, const std::int32_t* argmax,
                                     const float* pooled_out, std::int64_t n, const PoolShape& shape,
                                     cudaStream_t stream);
 
