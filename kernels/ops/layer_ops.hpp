@@ -151,10 +151,10 @@ struct StagedTensor {
   int pixels = 0;
 };
 // A product's output left as the partial sums of its k splits, [splits][columns][rows] floats (the
-// product's M = rows, N = columns; GemmPlan::splits from 2 to kMaxSplitsAddedInOrder), for the op after
-// it to add in split order from 0, as the product's sum kernel (gemm_finalize_kernel) adds them: the
-// same bits, one launch fewer. A convolution's input gradient, unmasked: rows = n*H*W (s, h, w),
-// columns = C. sums null: none.
+// product's M = rows, N = columns; GemmPlan::splits from 2 to kMaxSplitsAddedInOrder), for the op that
+// reads that output to add in split order from 0, as the product's sum kernel (gemm_finalize_kernel)
+// adds them: the same bits, one launch fewer. A convolution's input gradient, unmasked, read by the
+// max-pool before the conv: rows = n*H*W (s, h, w), columns = C. sums null: none.
 struct SplitPartials {
   const float* sums = nullptr;
   int splits = 0;
