@@ -182,7 +182,8 @@ BOOST_AUTO_TEST_CASE(every_tile_gives_the_planned_tile_s_bits_in_the_staged_conv
         cnn::cuda::conv2d_forward_staged(p, out.data, {}, in.data, weight.data, bias.data, c.n, s, true, staged, false,
                                          false, workspace.data, nullptr);
         cnn::cuda::conv2d_stage_backward(p, grad_out.data, c.n, s, staged, nullptr);
-        cnn::cuda::conv2d_backward_data_staged(p, grad_in.data, in.data, c.n, s, staged, workspace.data, false, nullptr);
+        cnn::cuda::conv2d_backward_data_staged(p, grad_in.data, in.data, c.n, s, staged, workspace.data, false,
+                                               nullptr);
         cnn::cuda::conv2d_backward_weights_staged(p, grad_weight.data, grad_bias.data, c.n, s, false, staged,
                                                   workspace.data, nullptr);
         CNN_CHECK_CUDA(cudaDeviceSynchronize());

@@ -76,8 +76,8 @@ BOOST_AUTO_TEST_CASE(pool_backward_into_the_staged_gradient_gives_the_bits_of_th
         staged.output_grad = two_passes;
         cnn::cuda::conv2d_stage_backward(plans, d_grad_in, n, conv, staged, nullptr);
         const int padded = cnn::cuda::staged_channels(channels, precision);
-        cnn::cuda::maxpool_backward_masked_staged({one_pass, precision, padded}, d_grad_out, {}, d_argmax, pooled, n, pool,
-                                                  nullptr);
+        cnn::cuda::maxpool_backward_masked_staged({one_pass, precision, padded}, d_grad_out, {}, d_argmax, pooled, n,
+                                                  pool, nullptr);
         const std::size_t words =
             static_cast<std::size_t>(n * 13 * 13 * padded / (precision == cnn::Precision::kBf16 ? 2 : 1));
         std::vector<std::uint32_t> want(words), got(words);

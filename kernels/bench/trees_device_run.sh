@@ -21,7 +21,8 @@ export CNN_FASHION_DIR=$PWD/.carry/fashion-mnist CNN_MNIST_DIR=$PWD/.carry/mnist
 source kernels/bench/device_run_lib.sh
 start=$(date +%s)
 nvidia-smi -L; date -u +%FT%TZ
-tests=(gpu_precision gpu_precision_steps gpu_staged_handover gpu_staged_backward_handover gpu_layer_networks gpu_layer_determinism gpu_mma_tiles)
+tests=(gpu_precision gpu_precision_steps gpu_staged_handover gpu_staged_backward_handover gpu_layer_networks
+       gpu_layer_determinism gpu_mma_tiles)
 (configure . build-after after && ninja -C build-after -j 12 gpu_layers "${tests[@]}" >"$logs/after.log" 2>&1
  echo "after build $?"; grep -m3 error "$logs/after.log") &
 for tree in "${trees[@]}"; do

@@ -424,7 +424,8 @@ class MaxPoolOp final : public DeviceOp {
       maxpool_backward_masked_staged(t.grad_in_staged, t.grad_out, t.grad_out_partials, argmax_.get(), pooled_out,
                                      batch.n, layer_.pool, shared_.stream);
     else if (t.grad_out_partials.sums != nullptr)
-      throw Error(ExitCode::kFailure, "internal error: a max-pool's output gradient in split partials, its own not staged");
+      throw Error(ExitCode::kFailure,
+                  "internal error: a max-pool's output gradient in split partials, its own not staged");
     else if (t.grad_in != nullptr)
       maxpool_backward_masked(t.grad_in, t.grad_out, argmax_.get(), pooled_out, batch.n, layer_.pool, shared_.stream);
   }
